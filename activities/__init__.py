@@ -1,0 +1,1 @@
+"""All side effects: database work of the lifecycle and of each kind."""

@@ -1,0 +1,1 @@
+"""What the worker and the starter share: settings, the schema, the read model."""

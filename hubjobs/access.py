@@ -1,0 +1,60 @@
+"""Who may do what in a workspace: roles come from memberships, and only enabled
+accounts count."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hubjobs.errors import Forbidden, NotFound
+
+ADMINISTRATOR = "administrator"
+
+
+async def role_of(
+    conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
+) -> str | None:
+    """The actor's role in the workspace, or None when not an enabled member."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT m.role FROM workspace_memberships m "
+                "JOIN user_accounts u ON u.id = m.user_id "
+                "WHERE m.workspace_id = :workspace AND m.user_id = :actor AND u.enabled"
+            ),
+            {"workspace": workspace_id, "actor": actor_id},
+        )
+    ).first()
+    return None if row is None else str(row.role)
+
+
+async def require_workspace(conn: AsyncConnection, workspace_id: uuid.UUID) -> None:
+    found = (
+        await conn.execute(text("SELECT 1 FROM workspaces WHERE id = :id"), {"id": workspace_id})
+    ).first()
+    if found is None:
+        raise NotFound("the workspace does not exist", code="workspace_not_found")
+
+
+async def require_member(
+    conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
+) -> str:
+    await require_workspace(conn, workspace_id)
+    role = await role_of(conn, workspace_id, actor_id)
+    if role is None:
+        raise Forbidden(
+            "the actor is not an enabled member of the workspace", code="actor_not_member"
+        )
+    return role
+
+
+async def require_administrator(
+    conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
+) -> None:
+    if await require_member(conn, workspace_id, actor_id) != ADMINISTRATOR:
+        raise Forbidden(
+            "the actor is not an enabled administrator of the workspace",
+            code="actor_not_administrator",
+        )

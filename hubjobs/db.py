@@ -1,0 +1,30 @@
+"""Connections: one async engine per process, psycopg 3 underneath."""
+
+from __future__ import annotations
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def driver_url(url: str) -> str:
+    """``postgresql://…`` as given by people and the stack file, with the psycopg driver."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def plain_url(url: str) -> str:
+    """The URL as libpq (and so psql or pg_dump) takes it."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    return create_async_engine(
+        driver_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+    )
+
+
+def sync_engine(url: str) -> Engine:
+    return create_engine(driver_url(url), pool_pre_ping=True)

@@ -1,0 +1,30 @@
+"""Alembic, driven from code: ``upgrade`` brings a database to the newest schema, and
+the schema version (what a backup records) is Alembic's revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import Connection
+
+from hubjobs.db import driver_url
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", driver_url(url).replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def schema_version(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()

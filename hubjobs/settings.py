@@ -1,0 +1,74 @@
+"""Every setting from the environment (prefix ``HUBJOBS_``).
+
+Where the database or Temporal address is not given, they are read from the
+state file that ``hubjobs up`` writes for the embedded stack, so every command
+of one checkout finds the same servers.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hubjobs.errors import ConfigurationError
+
+STACK_FILE = "stack.json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore")
+
+    home: Path = Field(default=Path(".hubjobs"), description="State folder of the embedded stack")
+    database_url: str | None = None
+    temporal_address: str | None = None
+    temporal_namespace: str = "default"
+    task_queue: str = "hubjobs"
+
+    # Ports the embedded stack prefers; taken ports fall back to free ones.
+    postgres_port: int = 55432
+    temporal_port: int = 7233
+    temporal_ui_port: int = 8233
+
+    max_concurrent_activities: int = 8
+    max_concurrent_workflow_tasks: int = 8
+    # The "lease": a worker that stops heartbeating for this long loses its activity.
+    heartbeat_timeout_seconds: float = 15.0
+    # Pages read and written per database round trip.
+    tagging_batch_size: int = 200
+    # Pages one activity call handles before reporting back to the workflow.
+    tagging_chunk_size: int = 2000
+    max_activity_attempts: int = 5
+    retention_hours: float = 24.0
+
+    @property
+    def heartbeat_timeout(self) -> timedelta:
+        return timedelta(seconds=self.heartbeat_timeout_seconds)
+
+    @cached_property
+    def _stack(self) -> dict[str, str]:
+        path = self.home / STACK_FILE
+        if not path.exists():
+            return {}
+        data: dict[str, str] = json.loads(path.read_text())
+        return data
+
+    def resolved_database_url(self) -> str:
+        url = self.database_url or self._stack.get("database_url")
+        if not url:
+            raise ConfigurationError(
+                "no database configured: run `hubjobs up` or set HUBJOBS_DATABASE_URL"
+            )
+        return url
+
+    def resolved_temporal_address(self) -> str:
+        address = self.temporal_address or self._stack.get("temporal_address")
+        if not address:
+            raise ConfigurationError(
+                "no Temporal server configured: run `hubjobs up` or set HUBJOBS_TEMPORAL_ADDRESS"
+            )
+        return address

@@ -1,0 +1,441 @@
+"""``hubjobs``: the command line over the starter client, plus the embedded stack.
+
+Every command takes ``--json``. Errors are one plain line on stderr and a non-zero
+exit; the detail goes to ``<HUBJOBS_HOME>/hubjobs.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hubjobs import embedded
+from hubjobs.errors import HubJobsError
+from hubjobs.models import JobStatus
+from hubjobs.read_model import JobView
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient, WorkspaceJobs
+
+app = typer.Typer(
+    name="hubjobs",
+    help="Durable background jobs for the knowledge hub, on Temporal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+log = logging.getLogger("hubjobs.cli")
+R = TypeVar("R")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+WorkspaceOpt = Annotated[uuid.UUID, typer.Option("--workspace", help="Workspace id.")]
+ActorOpt = Annotated[uuid.UUID, typer.Option("--actor", help="Acting user's id.")]
+
+JOB_KEYS = (
+    "id",
+    "workflow_id",
+    "kind",
+    "status",
+    "total",
+    "processed",
+    "succeeded",
+    "skipped",
+    "failed",
+    "progress_message",
+    "result",
+    "error_code",
+    "error_message",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def _setup_logging(settings: Settings) -> None:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        filename=settings.home / "hubjobs.log",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def command(fn: Callable[..., R]) -> Callable[..., R]:
+    """Turns errors into one plain line on stderr and exit code 1 (2 for bad input)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        settings = Settings()
+        _setup_logging(settings)
+        try:
+            return fn(*args, **kwargs)
+        except HubJobsError as error:
+            log.info("command failed: %s (%s)", error.message, error.code)
+            err.print(f"error: {error.message} [{error.code}]", markup=False, highlight=False)
+            raise typer.Exit(2 if error.code.startswith("invalid") else 1) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception:
+            log.exception("command failed")
+            err.print(
+                f"error: internal error; the detail is in {settings.home / 'hubjobs.log'} "
+                "[internal_error]",
+                markup=False,
+                highlight=False,
+            )
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def run(coro: Coroutine[Any, Any, R]) -> R:
+    return asyncio.run(coro)
+
+
+def job_json(job: JobView) -> dict[str, Any]:
+    data = job.model_dump(mode="json")
+    return {key: data[key] for key in JOB_KEYS} | {
+        "workspace_id": data["workspace_id"],
+        "correlation_id": data["correlation_id"],
+        "summary": data["summary"],
+        "cancel_requested_at": data["cancel_requested_at"],
+    }
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+def print_job(job: JobView, as_json: bool) -> None:
+    if as_json:
+        print_json(job_json(job))
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in job_json(job).items():
+        if value is not None:
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    out.print(table)
+
+
+async def _scoped(workspace: uuid.UUID, actor: uuid.UUID) -> tuple[HubJobsClient, WorkspaceJobs]:
+    client = await HubJobsClient.connect(Settings())
+    return client, client.scope(workspace, actor)
+
+
+async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobView:
+    """Waits for the job, with a progress bar on a terminal."""
+    if not show_bar:
+        return await jobs.wait(job.id)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[message]}"),
+        console=err,
+    ) as bar:
+        task = bar.add_task(job.kind, total=job.total or None, message="")
+        async for current in jobs.watch(job.id, interval=0.25):
+            bar.update(
+                task,
+                total=current.total or None,
+                completed=current.processed,
+                description=f"{current.kind} [{current.status}]",
+                message=current.progress_message or "",
+            )
+            job = current
+    return job
+
+
+# --- the embedded stack --------------------------------------------------------
+
+
+@app.command()
+@command
+def up(as_json: JsonOpt = False) -> None:
+    """Start (or find running) the embedded PostgreSQL and Temporal dev server."""
+    s = Settings()
+    info = embedded.up(
+        s.home,
+        postgres_port=s.postgres_port,
+        temporal_port=s.temporal_port,
+        ui_port=s.temporal_ui_port,
+    )
+    if as_json:
+        print_json(
+            {
+                "database_url": info.database_url,
+                "temporal_address": info.temporal_address,
+                "ui_url": info.ui_url,
+            }
+        )
+    else:
+        out.print(f"PostgreSQL   {info.database_url}")
+        out.print(f"Temporal     {info.temporal_address}")
+        out.print(f"Temporal UI  {info.ui_url}")
+
+
+@app.command()
+@command
+def down(as_json: JsonOpt = False) -> None:
+    """Stop the embedded stack (its data stays in the state folder)."""
+    embedded.down(Settings().home)
+    if as_json:
+        print_json({"stopped": True})
+    else:
+        out.print("stopped")
+
+
+@app.command()
+@command
+def worker() -> None:
+    """Run a worker until interrupted (same as `python worker.py`)."""
+    import worker as worker_module
+
+    logging.getLogger().addHandler(logging.StreamHandler())
+    run(worker_module.run(Settings()))
+
+
+# --- demo data ---------------------------------------------------------------------
+
+
+@app.command("seed-demo")
+@command
+def seed_demo(
+    pages: Annotated[int, typer.Option(min=1, max=1_000_000, help="Pages in the course.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a workspace, an administrator and a course of N pages."""
+    from hubjobs.db import async_engine
+    from hubjobs.demo_data import seed_demo as seed
+
+    async def go() -> Any:
+        engine = async_engine(Settings().resolved_database_url(), pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                return await seed(conn, pages)
+        finally:
+            await engine.dispose()
+
+    course = run(go())
+    ids = {
+        "workspace_id": str(course.workspace_id),
+        "actor_id": str(course.actor_id),
+        "root_page_id": str(course.root_page_id),
+        "pages": pages,
+    }
+    if as_json:
+        print_json(ids)
+    else:
+        for key, value in ids.items():
+            out.print(f"{key:14} {value}")
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+@app.command("tag-course")
+@command
+def tag_course(
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    root_page: Annotated[uuid.UUID, typer.Option("--root-page", help="Root page of the course.")],
+    tag: Annotated[str, typer.Option(help="The tag to add to every page.")],
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    correlation_id: Annotated[str | None, typer.Option(help="Carried into logs.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tag every page of a course."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            job = await jobs.start_course_tagging(
+                root_page_id=root_page,
+                tag=tag,
+                idempotency_key=idempotency_key,
+                correlation_id=correlation_id,
+            )
+            if wait:
+                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
+            return job
+
+    job = run(go())
+    print_job(job, as_json)
+    if wait and job.status != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+@command
+def status(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.get(job_id)
+
+    print_job(run(go()), as_json)
+
+
+@app.command("list")
+@command
+def list_jobs(
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a workspace's jobs, newest first."""
+    if status is not None and status not in (
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    ):
+        raise HubJobsError(f"unknown status {status!r}", code="invalid_status")
+
+    async def go() -> list[JobView]:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            wanted: JobStatus | None = status  # type: ignore[assignment]
+            return await jobs.list(status=wanted, kind=kind, limit=limit)
+
+    found = run(go())
+    if as_json:
+        print_json([job_json(job) for job in found])
+        return
+    table = Table("id", "kind", "status", "done", "created", "summary")
+    for job in found:
+        table.add_row(
+            str(job.id),
+            job.kind,
+            job.status,
+            f"{job.processed}/{job.total}",
+            job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            job.summary or "",
+        )
+    out.print(table)
+
+
+@app.command()
+@command
+def cancel(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    reason: Annotated[str | None, typer.Option(help="Why, for the record.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ask a job to stop; work already done stays done."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.cancel(job_id, reason=reason)
+
+    print_job(run(go()), as_json)
+
+
+@app.command()
+@command
+def watch(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Follow a job to its end: a progress bar, or one JSON line per change."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            if not as_json:
+                return await follow(jobs, await jobs.get(job_id), show_bar=True)
+            last = None
+            async for job in jobs.watch(job_id):
+                sys.stdout.write(json.dumps(job_json(job)) + "\n")
+                sys.stdout.flush()
+                last = job
+            assert last is not None
+            return last
+
+    job = run(go())
+    if not as_json:
+        print_job(job, False)
+
+
+@app.command()
+@command
+def demo(
+    pages: Annotated[int, typer.Option(min=1, max=1_000_000)] = 500,
+    tag: str = "onboarding-2026",
+    as_json: JsonOpt = False,
+) -> None:
+    """Seed a demo course and tag it with a worker running in this process."""
+    import worker as worker_module
+    from hubjobs.db import async_engine
+    from hubjobs.demo_data import seed_demo as seed
+
+    settings = Settings()
+
+    async def go() -> JobView:
+        client = await HubJobsClient.connect(settings)
+        async with client:
+            async with client.engine.begin() as conn:
+                course = await seed(conn, pages)
+            engine = async_engine(settings.resolved_database_url())
+            try:
+                async with worker_module.build_worker(client.temporal, engine, settings):
+                    jobs = client.scope(course.workspace_id, course.actor_id)
+                    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+                    if not as_json:
+                        out.print(f"Started {job.summary}  (job {job.id})")
+                    return await follow(jobs, job, show_bar=not as_json)
+            finally:
+                await engine.dispose()
+
+    job = run(go())
+    stack = embedded.read_stack(settings.home)
+    if as_json:
+        print_json(job_json(job) | {"ui_url": stack.ui_url if stack else None})
+    else:
+        print_job(job, False)
+        if stack is not None:
+            out.print(
+                f"\nTrace it in the Temporal UI: {stack.ui_url}/namespaces/"
+                f"{settings.temporal_namespace}/workflows/{job.workflow_id}"
+            )
+        out.print("The stack stays up for the UI; stop it with `hubjobs down` (or `make down`).")
+    if job.status != "succeeded":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

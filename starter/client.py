@@ -1,0 +1,284 @@
+"""The client other services import: start jobs, read them, cancel them, wait for them.
+
+Every call is scoped to a workspace and an actor (``client.scope(workspace, actor)``):
+an actor sees the jobs of workspaces it is an enabled member of, starts and cancels
+them as an administrator, and one workspace never sees another's jobs. Errors are
+``hubjobs.errors.HubJobsError`` with a stable ``code`` and a plain message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio.client import Client
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from hubjobs import read_model
+from hubjobs import search_attributes as sa
+from hubjobs.access import require_administrator, require_member
+from hubjobs.db import async_engine
+from hubjobs.errors import HubJobsError, NotFound, Unavailable
+from hubjobs.jobs import create_job
+from hubjobs.kinds import get_kind
+from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
+from hubjobs.models import CancelRequest, JobInput, JobOptions, JobStatus
+from hubjobs.read_model import JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal import connect
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class HubJobsClient:
+    """One per process: holds the Temporal client and a database pool."""
+
+    def __init__(self, temporal: Client, engine: AsyncEngine, settings: Settings) -> None:
+        self.temporal = temporal
+        self.engine = engine
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> HubJobsClient:
+        settings = settings or Settings()
+        engine = async_engine(settings.resolved_database_url(), pool_size=5)
+        return cls(await connect(settings), engine, settings)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> HubJobsClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def scope(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceJobs:
+        return WorkspaceJobs(self, workspace_id, actor_id)
+
+    def job_options(self) -> JobOptions:
+        s = self.settings
+        return JobOptions(
+            heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+            max_attempts=s.max_activity_attempts,
+            chunk_size=s.tagging_chunk_size,
+        )
+
+    async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Runs ``work`` in one transaction; database trouble becomes ``Unavailable``."""
+        try:
+            async with self.engine.begin() as conn:
+                return await work(conn)
+        except HubJobsError:
+            raise
+        except (OperationalError, DBAPIError, OSError):
+            log.exception("database call failed")
+            raise Unavailable("the job database does not answer") from None
+
+
+class WorkspaceJobs:
+    """The jobs of one workspace, as one actor sees them."""
+
+    def __init__(self, client: HubJobsClient, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+        self.client = client
+        self.workspace_id = workspace_id
+        self.actor_id = actor_id
+
+    # --- starting ---------------------------------------------------------------
+
+    async def start(
+        self,
+        kind_name: str,
+        payload: BaseModel | dict[str, Any],
+        *,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JobView:
+        """Starts a job of any registered kind. Refused starts raise and leave nothing;
+        the same idempotency key gives the same job (and repairs one whose workflow
+        never started)."""
+        kind = get_kind(kind_name)
+        raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        job_id = uuid.uuid4()
+        correlation_id = correlation_id or uuid.uuid4().hex
+
+        async def create(conn: AsyncConnection) -> Any:
+            return await create_job(
+                conn,
+                kind,
+                job_id=job_id,
+                workspace_id=self.workspace_id,
+                actor_id=self.actor_id,
+                correlation_id=correlation_id,
+                payload=raw,
+                idempotency_key=idempotency_key,
+            )
+
+        created = await self.client.db(create)
+        job: JobView = created.job
+        if job.status == "queued":
+            await self._start_workflow(kind.workflow, job)
+        return job
+
+    async def start_course_tagging(
+        self,
+        *,
+        root_page_id: uuid.UUID,
+        tag: str,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JobView:
+        return await self.start(
+            COURSE_TAGGING,
+            {"root_page_id": str(root_page_id), "tag": tag},
+            correlation_id=correlation_id,
+            idempotency_key=idempotency_key,
+        )
+
+    async def _start_workflow(self, workflow: str, job: JobView) -> None:
+        job_input = JobInput(
+            job_id=job.id,
+            kind=job.kind,
+            workspace_id=job.workspace_id,
+            actor_id=job.actor_id,
+            correlation_id=job.correlation_id,
+            payload=job.payload,
+            options=self.client.job_options(),
+        )
+        try:
+            await self.client.temporal.start_workflow(
+                workflow,
+                job_input,
+                id=job.workflow_id,
+                task_queue=self.client.settings.task_queue,
+                # A second start of the same job finds the running workflow, and never
+                # runs a finished one again.
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.JOB_KIND, job.kind),
+                        SearchAttributePair(sa.WORKSPACE_ID, str(job.workspace_id)),
+                        SearchAttributePair(sa.JOB_STATUS, "queued"),
+                        SearchAttributePair(sa.JOB_ACTOR, str(job.actor_id)),
+                        SearchAttributePair(sa.JOB_ID, str(job.id)),
+                    ]
+                ),
+                static_summary=job.summary,
+                static_details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
+            )
+        except WorkflowAlreadyStartedError:
+            pass
+        except RPCError as err:
+            log.warning("starting workflow %s failed: %s", job.workflow_id, err)
+            raise Unavailable(
+                "the job was recorded but Temporal did not accept it; "
+                "start it again with the same idempotency key"
+            ) from None
+
+    # --- reading ------------------------------------------------------------------
+
+    async def get(self, job_id: uuid.UUID) -> JobView:
+        async def read(conn: AsyncConnection) -> JobView:
+            await require_member(conn, self.workspace_id, self.actor_id)
+            job = await read_model.get_job(conn, job_id, self.workspace_id)
+            if job is None:
+                raise NotFound("no such job in this workspace", code="job_not_found")
+            return job
+
+        return await self.client.db(read)
+
+    async def list(
+        self, *, status: JobStatus | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[JobView]:
+        async def read(conn: AsyncConnection) -> list[JobView]:
+            await require_member(conn, self.workspace_id, self.actor_id)
+            return await read_model.list_jobs(
+                conn, self.workspace_id, status=status, kind=kind, limit=limit
+            )
+
+        return await self.client.db(read)
+
+    # --- cancelling -----------------------------------------------------------------
+
+    async def cancel(self, job_id: uuid.UUID, *, reason: str | None = None) -> JobView:
+        """Records the request in the read model at once, then signals the workflow.
+        Cancelling a finished job changes nothing."""
+
+        async def record(conn: AsyncConnection) -> JobView:
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            job = await read_model.get_job(conn, job_id, self.workspace_id)
+            if job is None:
+                raise NotFound("no such job in this workspace", code="job_not_found")
+            if not job.is_final:
+                await read_model.request_cancel(conn, job_id, self.actor_id)
+            return job
+
+        job = await self.client.db(record)
+        if job.is_final:
+            return job
+        handle = self.client.temporal.get_workflow_handle(job.workflow_id)
+        try:
+            await handle.signal("cancel", CancelRequest(actor_id=self.actor_id, reason=reason))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                log.warning("cancel signal to %s failed: %s", job.workflow_id, err)
+                raise Unavailable("Temporal did not take the cancellation; try again") from None
+            # Closed or never started: the workflow will not finish the row; do it here.
+            await self.client.db(
+                lambda conn: read_model.finish(
+                    conn,
+                    job_id,
+                    status="cancelled",
+                    retention=self._retention(job.kind),
+                )
+            )
+        return await self.get(job_id)
+
+    def _retention(self, kind_name: str) -> Any:
+        from datetime import timedelta
+
+        return get_kind(kind_name).retention or timedelta(
+            hours=self.client.settings.retention_hours
+        )
+
+    # --- waiting ------------------------------------------------------------------------
+
+    async def watch(self, job_id: uuid.UUID, *, interval: float = 0.5) -> AsyncIterator[JobView]:
+        """Yields the job each time it changes, until it is finished."""
+        last: JobView | None = None
+        while True:
+            job = await self.get(job_id)
+            if last is None or job != last:
+                yield job
+                last = job
+            if job.is_final:
+                return
+            await asyncio.sleep(interval)
+
+    async def wait(
+        self, job_id: uuid.UUID, *, timeout: float | None = None, interval: float = 0.5
+    ) -> JobView:
+        """The finished job; ``HubJobsError(code='wait_timeout')`` if it is not by then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        async for job in self.watch(job_id, interval=interval):
+            if job.is_final:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise HubJobsError("the job did not finish in time", code="wait_timeout")
+        raise AssertionError("watch ended before the job finished")

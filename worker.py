@@ -1,0 +1,79 @@
+"""The hubjobs worker: runs every kind's workflows and activities on one task queue.
+
+Run as many as you like, on as many hosts: Temporal hands each activity to one worker,
+and a worker that dies stops heartbeating, so its activity goes to another after the
+heartbeat timeout. ``python worker.py`` or ``hubjobs worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.course_tagging import TaggingActivities
+from activities.jobs import JobActivities
+from hubjobs.db import async_engine
+from hubjobs.settings import Settings
+from hubjobs.temporal import connect
+from workflows import WORKFLOWS
+
+log = logging.getLogger("hubjobs.worker")
+
+
+def build_worker(
+    client: Client, engine: AsyncEngine, settings: Settings, *, task_queue: str | None = None
+) -> Worker:
+    jobs = JobActivities(engine, default_retention=timedelta(hours=settings.retention_hours))
+    tagging = TaggingActivities(engine, batch_size=settings.tagging_batch_size)
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=[
+            jobs.open_job,
+            jobs.record_cancel_request,
+            jobs.finish_job,
+            tagging.tag_course_chunk,
+        ],
+        max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        # Heartbeats (and with them cancellations) reach the server within a second,
+        # whatever the heartbeat timeout.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    client = await connect(settings)
+    engine = async_engine(
+        settings.resolved_database_url(), pool_size=max(5, settings.max_concurrent_activities)
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    worker = build_worker(client, engine, settings)
+    log.info("worker started on task queue %s", worker.task_queue)
+    try:
+        async with worker:
+            await stop.wait()
+        log.info("worker stopped")
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run(Settings()))
+
+
+if __name__ == "__main__":
+    main()
