@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.course_tagging import TaggingActivities
+from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
 from hubjobs.db import async_engine
 from hubjobs.settings import Settings
@@ -27,10 +27,22 @@ log = logging.getLogger("hubjobs.worker")
 
 
 def build_worker(
-    client: Client, engine: AsyncEngine, settings: Settings, *, task_queue: str | None = None
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    task_queue: str | None = None,
+    before_write: BeforeWrite | None = None,
 ) -> Worker:
+    """``before_write`` runs between reading and writing each batch of pages (tests use
+    it to act as a concurrent editor)."""
     jobs = JobActivities(engine, default_retention=timedelta(hours=settings.retention_hours))
-    tagging = TaggingActivities(engine, batch_size=settings.tagging_batch_size)
+    tagging = TaggingActivities(
+        engine,
+        batch_size=settings.tagging_batch_size,
+        batch_pause=settings.tagging_batch_pause_seconds,
+        before_write=before_write,
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -10,6 +10,7 @@ heartbeat cursor, and no page gets the tag or a revision twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -267,9 +268,17 @@ def progress_message(counters: Counters) -> str:
 class TaggingActivities:
     """The activity as the worker registers it, around a CourseTagger."""
 
-    def __init__(self, engine: AsyncEngine, *, batch_size: int = 200) -> None:
-        self.tagger = CourseTagger(engine)
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        batch_size: int = 200,
+        batch_pause: float = 0.0,
+        before_write: BeforeWrite | None = None,
+    ) -> None:
+        self.tagger = CourseTagger(engine, before_write=before_write)
         self.batch_size = batch_size
+        self.batch_pause = batch_pause
 
     @activity.defn(name="tag_course_chunk")
     async def tag_course_chunk(self, chunk: TagChunk) -> TagChunkResult:
@@ -308,6 +317,8 @@ class TaggingActivities:
             cursor, counters = batch.last_ordinal, batch.counters
             done_in_chunk += batch.items
             activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
+            if self.batch_pause:
+                await asyncio.sleep(self.batch_pause)
         return TagChunkResult(
             last_ordinal=cursor, counters=counters, done=counters.processed >= counters.total
         )

