@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs import read_model
+from hubjobs.access import require_administrator
 from hubjobs.errors import InvalidInput
 from hubjobs.kinds import JobKind, NewJob
 from hubjobs.read_model import JobView
@@ -52,6 +53,9 @@ async def create_job(
     """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
     model = validate_payload(kind, payload)
     normalized = model.model_dump(mode="json")
+    # Before the idempotency lookup: a start naming an existing job is still a start,
+    # and must not hand that job to an actor who may not start jobs here.
+    await require_administrator(conn, workspace_id, actor_id)
     if idempotency_key is not None:
         existing = await read_model.find_by_idempotency_key(
             conn, workspace_id, kind.name, idempotency_key

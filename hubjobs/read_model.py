@@ -266,6 +266,8 @@ async def finish(
             "UPDATE jobs SET status = :status, result = CAST(:result AS jsonb), "
             "result_content_type = :content_type, error_code = :code, error_message = :message, "
             "progress_message = COALESCE(:progress, progress_message), "
+            "cancel_requested_at = CASE WHEN :status = 'cancelled' "
+            "THEN COALESCE(cancel_requested_at, now()) ELSE cancel_requested_at END, "
             "finished_at = now(), expires_at = now() + :retention, updated_at = now() "
             "WHERE id = :id AND status IN ('queued', 'running')"
         ),

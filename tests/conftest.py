@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -56,9 +58,11 @@ def _testcontainers_postgres() -> tuple[str, object] | None:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.StackInfo]:
+def stack() -> Iterator[embedded.StackInfo]:
     global _backend
-    home = tmp_path_factory.mktemp("stack")
+    # Not under pytest's tmp folder: that one is private to root (0700), and as root
+    # PostgreSQL runs as its own system user, which must reach its data folder.
+    home = Path(tempfile.mkdtemp(prefix="hubjobs-test-"))
     info = embedded.up(
         home,
         postgres_port=0,
@@ -84,6 +88,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.StackIn
     if container is not None:
         container[1].stop()  # type: ignore[attr-defined]
     embedded.down(home)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _admin_url(url: str) -> str:

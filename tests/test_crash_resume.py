@@ -1,0 +1,226 @@
+"""A worker killed mid-course loses nothing and repeats nothing.
+
+A real worker process (``python worker.py``) tags a course of 3000 pages; once some
+600 pages are done it is killed with SIGKILL (no graceful shutdown, no last heartbeat).
+The activity's lease (the heartbeat timeout) runs out, Temporal retries it, and a second
+worker process picks it up from the heartbeat cursor. In the end every page holds the
+tag exactly once, with exactly one revision, and the read model agrees with the items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import IO
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from hubjobs.read_model import JobView
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient, WorkspaceJobs
+from tests.conftest import seed
+from tests.helpers import item_counts, job_revisions
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = 3000
+KILL_AFTER = 600
+TAG = "crash-resume"
+
+
+class WorkerProcess:
+    """``python worker.py`` in its own process, its output captured to files."""
+
+    def __init__(self, name: str, env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.log_path = logs / f"{name}.log"
+        self._log: IO[bytes] = open(self.log_path, "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> int:
+        """SIGKILL, then reap; returns the exit code."""
+        if self.alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        code = self.process.wait(timeout=15)
+        self._log.close()
+        return code
+
+    def tail(self, lines: int = 40) -> str:
+        content = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(content[-lines:])
+
+
+def worker_env(settings: Settings, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+    env.update(
+        HUBJOBS_DATABASE_URL=settings.resolved_database_url(),
+        HUBJOBS_TEMPORAL_ADDRESS=settings.resolved_temporal_address(),
+        HUBJOBS_TASK_QUEUE=settings.task_queue,
+        HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS="3",
+        HUBJOBS_TAGGING_BATCH_SIZE="25",
+        HUBJOBS_TAGGING_CHUNK_SIZE="1000",
+        HUBJOBS_TAGGING_BATCH_PAUSE_SECONDS="0.02",
+        HUBJOBS_HOME=str(home),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
+    async with engine.connect() as conn:
+        processed: int = (
+            await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
+        ).scalar_one()
+    return processed
+
+
+async def wait_until_processed(
+    engine: AsyncEngine, job_id: uuid.UUID, at_least: int, worker: WorkerProcess, timeout: float
+) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        processed = await processed_of(engine, job_id)
+        if processed >= at_least:
+            return processed
+        assert worker.alive(), f"{worker.name} exited early:\n{worker.tail()}"
+        await asyncio.sleep(0.02)
+    raise AssertionError(
+        f"only {await processed_of(engine, job_id)} pages done after {timeout:.0f} s:\n"
+        f"{worker.tail()}"
+    )
+
+
+async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: float) -> JobView:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = await jobs.get(job_id)
+        if job.is_final or time.monotonic() > deadline:
+            return job
+        await asyncio.sleep(0.25)
+
+
+async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
+    temporal: Client, engine: AsyncEngine, settings: Settings, tmp_path: Path
+) -> None:
+    course = await seed(engine, PAGES)
+    # The lease comes from the starter: JobOptions carry the heartbeat timeout.
+    starter_settings = settings.model_copy(
+        update={"heartbeat_timeout_seconds": 3, "tagging_chunk_size": 1000}
+    )
+    hub = HubJobsClient(temporal, engine, starter_settings)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    env = worker_env(settings, tmp_path)
+    workers: list[WorkerProcess] = []
+    try:
+        first = WorkerProcess("worker-1", env, tmp_path)
+        workers.append(first)
+        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        assert job.total == PAGES
+
+        await wait_until_processed(engine, job.id, KILL_AFTER, first, timeout=60)
+        assert first.alive(), f"worker-1 died before the kill:\n{first.tail()}"
+        kill_started = time.monotonic()
+        exit_code = first.kill()
+        assert exit_code == -signal.SIGKILL
+        at_kill = await processed_of(engine, job.id)
+        print(f"\nkilled worker-1 with {at_kill} of {PAGES} pages done")
+        assert KILL_AFTER <= at_kill < PAGES, "the job must still have work left at the kill"
+
+        # Nothing moves while no worker runs: the killed worker's batch in flight
+        # rolled back with its connection.
+        await asyncio.sleep(1.0)
+        assert await processed_of(engine, job.id) == at_kill
+
+        second = WorkerProcess("worker-2", env, tmp_path)
+        workers.append(second)
+        done = await wait_until_final(jobs, job.id, timeout=90)
+        print(f"finished {time.monotonic() - kill_started:.1f} s after the kill")
+        assert done.status == "succeeded", (
+            f"job ended {done.status} ({done.error_code}: {done.error_message}), "
+            f"{done.processed}/{done.total} done\n--- worker-1\n{first.tail()}\n"
+            f"--- worker-2\n{second.tail()}"
+        )
+        assert second.alive(), f"worker-2 died:\n{second.tail()}"
+    except BaseException:
+        for w in workers:
+            print(f"\n--- {w.name} ({w.log_path}):\n{w.tail()}")
+        raise
+    finally:
+        for w in workers:
+            w.kill()
+
+    # Lost nothing, repeated nothing.
+    assert (done.total, done.processed, done.succeeded, done.skipped, done.failed) == (
+        PAGES,
+        PAGES,
+        PAGES,
+        0,
+        0,
+    )
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT id, (SELECT count(*) FROM unnest(tags) t WHERE t = :tag) AS n "
+                "FROM pages WHERE id = ANY(:ids)"
+            ),
+            {"tag": TAG, "ids": course.page_ids},
+        )
+        tag_counts = {row.id: row.n for row in rows}
+    assert len(tag_counts) == PAGES
+    assert {page: n for page, n in tag_counts.items() if n != 1} == {}
+
+    revisions = await job_revisions(engine, TAG)
+    assert set(revisions) == set(course.page_ids)
+    assert {page: n for page, n in revisions.items() if n != 1} == {}
+
+    counts = await item_counts(engine, job.id)
+    assert "pending" not in counts
+    assert counts == {"succeeded": done.succeeded}
+    assert sum(counts.values()) == done.processed
+
+    # Temporal agrees, and the resumption came from the lease running out: the chunk
+    # running at the kill timed out on its heartbeat and succeeded on a later attempt.
+    handle = temporal.get_workflow_handle(done.workflow_id)
+    description = await handle.describe()
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    history = await handle.fetch_history()
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    retried = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
+        == "tag_course_chunk"
+        and e.activity_task_started_event_attributes.attempt > 1
+    ]
+    assert len(retried) == 1, f"expected one retried chunk, got {retried}"
+    assert (
+        retried[0].last_failure.timeout_failure_info.timeout_type
+        == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    )
