@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -18,7 +20,9 @@ from temporalio.worker import Worker
 
 from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
+from activities.maintenance import MaintenanceActivities
 from hubjobs.db import async_engine
+from hubjobs.schedules import ensure_schedules
 from hubjobs.settings import Settings
 from hubjobs.temporal import connect
 from workflows import WORKFLOWS
@@ -33,9 +37,12 @@ def build_worker(
     *,
     task_queue: str | None = None,
     before_write: BeforeWrite | None = None,
+    extra_workflows: Sequence[type] = (),
+    extra_activities: Sequence[Callable[..., Any]] = (),
 ) -> Worker:
     """``before_write`` runs between reading and writing each batch of pages (tests use
-    it to act as a concurrent editor)."""
+    it to act as a concurrent editor); ``extra_*`` add the workflows and activities of
+    kinds registered outside this package."""
     jobs = JobActivities(engine, default_retention=timedelta(hours=settings.retention_hours))
     tagging = TaggingActivities(
         engine,
@@ -43,15 +50,19 @@ def build_worker(
         batch_pause=settings.tagging_batch_pause_seconds,
         before_write=before_write,
     )
+    maintenance = MaintenanceActivities(engine, client, settings)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=WORKFLOWS,
+        workflows=[*WORKFLOWS, *extra_workflows],
         activities=[
             jobs.open_job,
             jobs.record_cancel_request,
             jobs.finish_job,
             tagging.tag_course_chunk,
+            maintenance.sweep_expired,
+            maintenance.reconcile,
+            *extra_activities,
         ],
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
@@ -72,6 +83,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if settings.maintenance_schedules:
+        await ensure_schedules(client, settings)
     worker = build_worker(client, engine, settings)
     log.info("worker started on task queue %s", worker.task_queue)
     try:

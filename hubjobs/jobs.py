@@ -1,4 +1,6 @@
-"""Creating a job: validate its payload, let its kind check the start and snapshot its
+"""Creating and finishing a job's row.
+
+Creating: validate its payload, let its kind check the start and snapshot its
 items, and insert the read-model row, all in one transaction. The starter calls this
 before starting the workflow, so a refused start leaves nothing behind and the row
 exists from the moment a start returns; the workflow's first activity calls it again
@@ -8,15 +10,18 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs import read_model
 from hubjobs.access import require_administrator
 from hubjobs.errors import InvalidInput
-from hubjobs.kinds import JobKind, NewJob
+from hubjobs.kinds import REGISTRY, JobKind, NewJob
+from hubjobs.models import Counters, JobStatus
 from hubjobs.read_model import JobView
 
 
@@ -90,3 +95,99 @@ async def create_job(
     job = await read_model.get_job(conn, job_id)
     assert job is not None
     return CreatedJob(job, created=True)
+
+
+async def record_refused(
+    conn: AsyncConnection,
+    *,
+    job_id: uuid.UUID,
+    kind: str,
+    workspace_id: uuid.UUID,
+    actor_id: uuid.UUID,
+    correlation_id: str,
+    payload: dict[str, Any],
+    code: str,
+    message: str,
+    retention: timedelta,
+) -> None:
+    """A job started straight through Temporal that its kind refuses still gets a row,
+    failed, so that whoever started it can see why."""
+    await read_model.insert_job(
+        conn,
+        job_id=job_id,
+        kind=kind,
+        workspace_id=workspace_id,
+        actor_id=actor_id,
+        correlation_id=correlation_id,
+        idempotency_key=None,
+        payload=payload,
+    )
+    await read_model.finish(
+        conn, job_id, status="failed", retention=retention, error_code=code, error_message=message
+    )
+
+
+async def finish_job(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    status: JobStatus,
+    default_retention: timedelta,
+    error_code: str | None = None,
+    error_message: str | None = None,
+) -> JobView | None:
+    """Writes the final status of an unfinished job: counters recounted from its items
+    (the truth), the result of a success built by its kind, ``expires_at`` from the
+    kind's retention. A finished row is left as it is. None if there is no such job."""
+    job = await read_model.get_job(conn, job_id)
+    if job is None:
+        return None
+    if job.is_final:
+        return job
+    kind = REGISTRY.get(job.kind)
+    counters = await recount(conn, job_id) or job.counters
+    result = None
+    if status == "succeeded" and kind is not None:
+        result = kind.build_result(kind.payload_model.model_validate(job.payload), counters)
+    retention = (kind.retention if kind is not None else None) or default_retention
+    return await read_model.finish(
+        conn,
+        job_id,
+        status=status,
+        retention=retention,
+        result=result,
+        result_content_type=kind.result_content_type if kind and result is not None else None,
+        error_code=error_code,
+        error_message=error_message,
+    )
+
+
+async def recount(conn: AsyncConnection, job_id: uuid.UUID) -> Counters | None:
+    """Sets the job's counters from its items' states; None for a kind without items."""
+    row = (
+        (
+            await conn.execute(
+                text(
+                    """
+                WITH counted AS (
+                    SELECT count(*) AS total,
+                           count(*) FILTER (WHERE state <> 'pending') AS processed,
+                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+                           count(*) FILTER (WHERE state = 'skipped') AS skipped,
+                           count(*) FILTER (WHERE state = 'failed') AS failed
+                      FROM job_items WHERE job_id = :id
+                )
+                UPDATE jobs j SET total = c.total, processed = c.processed,
+                       succeeded = c.succeeded, skipped = c.skipped, failed = c.failed
+                  FROM counted c
+                 WHERE j.id = :id AND c.total > 0 AND j.status IN ('queued', 'running')
+             RETURNING c.total, c.processed, c.succeeded, c.skipped, c.failed
+                """
+                ),
+                {"id": job_id},
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else Counters.model_validate(dict(row))

@@ -5,6 +5,7 @@ sandbox and carried by the SDK's pydantic data converter."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -92,6 +93,37 @@ class JobOutcome(BaseModel):
     result: dict[str, Any] | None = None
     error_code: str | None = None
     error_message: str | None = None
+
+
+# --- maintenance ---------------------------------------------------------------------
+
+
+class SweepRequest(BaseModel):
+    """Remove jobs whose ``expires_at`` is at or before ``cutoff`` (the workflow's clock),
+    at most ``limit`` of them."""
+
+    cutoff: datetime
+    limit: int = 100
+
+
+class SweepResult(BaseModel):
+    removed: int
+    # Rows whose kind's expire hook failed: kept for a later sweep.
+    kept: int
+
+
+class ReconcileRequest(BaseModel):
+    # Unfinished rows younger than this are left alone (their start may be under way).
+    grace_seconds: float = 30.0
+    limit: int = 500
+
+
+class ReconcileResult(BaseModel):
+    checked: int
+    # Rows brought into line with a closed workflow.
+    finished: int
+    # Rows whose workflow had never started, started now.
+    restarted: int
 
 
 # --- course tagging ------------------------------------------------------------

@@ -289,3 +289,31 @@ def _json(value: dict[str, Any]) -> str:
     import json
 
     return json.dumps(value, default=str)
+
+
+class QueueState(BaseModel):
+    queued: int
+    running: int
+    failed: int
+    oldest_queued_age_seconds: float | None
+
+
+async def queue_state(conn: AsyncConnection) -> QueueState:
+    """Queue figures for the metrics, from one pass over ix_jobs_status_created."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE status = 'queued') AS queued, "
+                "count(*) FILTER (WHERE status = 'running') AS running, "
+                "count(*) FILTER (WHERE status = 'failed') AS failed, "
+                "extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued')) "
+                "AS oldest FROM jobs WHERE status IN ('queued', 'running', 'failed')"
+            )
+        )
+    ).one()
+    return QueueState(
+        queued=row.queued,
+        running=row.running,
+        failed=row.failed,
+        oldest_queued_age_seconds=None if row.oldest is None else float(row.oldest),
+    )

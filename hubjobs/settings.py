@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     tagging_batch_pause_seconds: float = 0.0
     max_activity_attempts: int = 5
     retention_hours: float = 24.0
+    # The maintenance Schedules (hubjobs-retention, hubjobs-reconciler), created when a
+    # worker starts unless turned off.
+    maintenance_schedules: bool = True
+    retention_sweep_seconds: float = 60.0
+    reconcile_seconds: float = 60.0
+    # Unfinished rows younger than this are not reconciled (their start may be under way).
+    reconcile_grace_seconds: float = 30.0
 
     @property
     def heartbeat_timeout(self) -> timedelta:

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Callable, Coroutine
@@ -83,7 +84,12 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             return fn(*args, **kwargs)
         except HubJobsError as error:
             log.info("command failed: %s (%s)", error.message, error.code)
-            err.print(f"error: {error.message} [{error.code}]", markup=False, highlight=False)
+            err.print(
+                f"error: {error.message} [{error.code}]",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,  # one line, however long, whatever the terminal's width
+            )
             raise typer.Exit(2 if error.code.startswith("invalid") else 1) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
@@ -94,6 +100,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
                 "[internal_error]",
                 markup=False,
                 highlight=False,
+                soft_wrap=True,
             )
             raise typer.Exit(1) from None
 
@@ -434,7 +441,23 @@ def demo(
 
 
 def main() -> None:
-    app()
+    """Runs the command, then leaves without interpreter finalization: the Temporal
+    client's Rust runtime threads can outlive it and abort the process (SIGABRT, "Fatal
+    Python error: PyGILState_Release", temporalio/sdk-python#300) after the command
+    succeeded. Output is flushed and logging shut down first."""
+    try:
+        app()
+        code = 0
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            code = exit_.code or 0
+        else:
+            sys.stderr.write(f"{exit_.code}\n")
+            code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -19,24 +19,17 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.client import Client
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs import read_model
-from hubjobs import search_attributes as sa
 from hubjobs.access import require_administrator, require_member
 from hubjobs.db import async_engine
 from hubjobs.errors import HubJobsError, NotFound, Unavailable
 from hubjobs.jobs import create_job
 from hubjobs.kinds import get_kind
 from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
-from hubjobs.models import CancelRequest, JobInput, JobOptions, JobStatus
+from hubjobs.launch import launch
+from hubjobs.models import CancelRequest, JobStatus
 from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import connect
@@ -70,14 +63,6 @@ class HubJobsClient:
 
     def scope(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceJobs:
         return WorkspaceJobs(self, workspace_id, actor_id)
-
-    def job_options(self) -> JobOptions:
-        s = self.settings
-        return JobOptions(
-            heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
-            max_attempts=s.max_activity_attempts,
-            chunk_size=s.tagging_chunk_size,
-        )
 
     async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Runs ``work`` in one transaction; database trouble becomes ``Unavailable``."""
@@ -132,7 +117,7 @@ class WorkspaceJobs:
         created = await self.client.db(create)
         job: JobView = created.job
         if job.status == "queued":
-            await self._start_workflow(kind.workflow, job)
+            await self._start_workflow(job)
         return job
 
     async def start_course_tagging(
@@ -150,40 +135,9 @@ class WorkspaceJobs:
             idempotency_key=idempotency_key,
         )
 
-    async def _start_workflow(self, workflow: str, job: JobView) -> None:
-        job_input = JobInput(
-            job_id=job.id,
-            kind=job.kind,
-            workspace_id=job.workspace_id,
-            actor_id=job.actor_id,
-            correlation_id=job.correlation_id,
-            payload=job.payload,
-            options=self.client.job_options(),
-        )
+    async def _start_workflow(self, job: JobView) -> None:
         try:
-            await self.client.temporal.start_workflow(
-                workflow,
-                job_input,
-                id=job.workflow_id,
-                task_queue=self.client.settings.task_queue,
-                # A second start of the same job finds the running workflow, and never
-                # runs a finished one again.
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(sa.JOB_KIND, job.kind),
-                        SearchAttributePair(sa.WORKSPACE_ID, str(job.workspace_id)),
-                        SearchAttributePair(sa.JOB_STATUS, "queued"),
-                        SearchAttributePair(sa.JOB_ACTOR, str(job.actor_id)),
-                        SearchAttributePair(sa.JOB_ID, str(job.id)),
-                    ]
-                ),
-                static_summary=job.summary,
-                static_details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
-            )
-        except WorkflowAlreadyStartedError:
-            pass
+            await launch(self.client.temporal, job, self.client.settings)
         except RPCError as err:
             log.warning("starting workflow %s failed: %s", job.workflow_id, err)
             raise Unavailable(

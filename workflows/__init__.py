@@ -1,5 +1,7 @@
-"""Deterministic workflow code: one workflow per job kind, on a shared lifecycle."""
+"""Deterministic workflow code: one workflow per job kind, on a shared lifecycle, and
+the scheduled maintenance workflows."""
 
 from workflows.course_tagging import CourseTaggingWorkflow
+from workflows.maintenance import ReconcilerWorkflow, RetentionSweepWorkflow
 
-WORKFLOWS = [CourseTaggingWorkflow]
+WORKFLOWS = [CourseTaggingWorkflow, RetentionSweepWorkflow, ReconcilerWorkflow]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.workflow import ActivityCancellationType
@@ -24,7 +25,7 @@ class CourseTaggingWorkflow(JobWorkflow):
     kind = "course_tagging"
 
     @workflow.run
-    async def run(self, job: JobInput) -> JobOutcome:
+    async def run(self, job: dict[str, Any]) -> JobOutcome:
         return await self.run_job(job)
 
     async def execute(self, job: JobInput) -> WorkResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -24,6 +24,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from hubjobs import search_attributes as sa
     from hubjobs.models import (
         ERROR_MESSAGES,
@@ -142,7 +144,22 @@ class JobWorkflow:
             f"{counters.skipped} skipped, {counters.failed} failed"
         )
 
-    async def run_job(self, job: JobInput) -> JobOutcome:
+    async def run_job(self, raw: dict[str, Any]) -> JobOutcome:
+        """The input arrives as plain JSON and is validated here: a service in another
+        language that sends a bad one gets a workflow failed at once with
+        ``invalid_payload``, never a workflow task retrying forever on decoding."""
+        try:
+            job = JobInput.model_validate(raw)
+        except ValidationError:
+            raise ApplicationError(
+                ERROR_MESSAGES["invalid_payload"], type="invalid_payload", non_retryable=True
+            ) from None
+        if job.kind != self.kind:
+            raise ApplicationError(
+                f"this workflow runs {self.kind} jobs, not {job.kind}",
+                type="invalid_payload",
+                non_retryable=True,
+            )
         self.job = job
         workflow.upsert_search_attributes(
             [

@@ -1,0 +1,320 @@
+"""The platform around the kinds, on the real dev server: a third kind through the
+whole lifecycle, starts straight through Temporal (good and bad), the reconciler
+(terminated workflows, lost final writes, recorded-but-never-started jobs), the
+maintenance schedules, and the queue state."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+import worker as worker_module
+from hubjobs import read_model
+from hubjobs.db import async_engine
+from hubjobs.demo_data import DemoCourse
+from hubjobs.jobs import create_job
+from hubjobs.kinds import get_kind
+from hubjobs.models import JobInput, ReconcileRequest, ReconcileResult
+from hubjobs.read_model import JobView
+from hubjobs.schedules import RECONCILER, RETENTION, ensure_schedules
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient
+from tests import toy_kind
+from tests.conftest import seed
+
+
+@pytest_asyncio.fixture
+async def platform_worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
+    """A worker that also runs the toy kind, as a deployment adding a kind would."""
+    engine = async_engine(settings.resolved_database_url(), pool_size=5)
+    try:
+        async with worker_module.build_worker(
+            temporal,
+            engine,
+            settings,
+            extra_workflows=[toy_kind.ToyEchoWorkflow],
+            extra_activities=[toy_kind.echo],
+        ):
+            yield
+    finally:
+        await engine.dispose()
+
+
+async def _row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
+    async with engine.connect() as conn:
+        return await read_model.get_job(conn, job_id)
+
+
+async def _until_final(engine: AsyncEngine, job_id: uuid.UUID, timeout: float = 20) -> JobView:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = await _row(engine, job_id)
+        if job is not None and job.is_final:
+            return job
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+async def test_a_third_kind_runs_through_the_whole_lifecycle(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start("toy_echo", {"message": "hello"}, idempotency_key="k1")
+    assert job.kind == "toy_echo" and job.workflow_id == f"toy_echo-{job.id}"
+    assert job.summary == "Echo 'hello'"
+    done = await jobs.wait(job.id, timeout=30)
+    assert done.status == "succeeded" and done.result == {"echo": "hello"}
+    assert done.expires_at is not None and done.finished_at is not None
+    assert await jobs.start("toy_echo", {"message": "hello"}, idempotency_key="k1") == done
+    outcome = await temporal.get_workflow_handle(done.workflow_id).result()
+    assert outcome["status"] == "succeeded"
+
+
+async def test_a_bad_payload_sent_straight_to_temporal_fails_at_once(
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    job_id = uuid.uuid4()
+    raw = JobInput(
+        job_id=job_id,
+        kind="course_tagging",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="other-service",
+        payload={"root_page_id": "not-a-page", "tag": "\x07"},
+    ).model_dump(mode="json")
+    started = time.monotonic()
+    handle = await temporal.start_workflow(
+        "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert time.monotonic() - started < 10
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "invalid_payload"
+    row = await _row(engine, job_id)
+    assert row is not None and row.status == "failed" and row.error_code == "invalid_payload"
+    assert row.finished_at is not None
+
+    # Not even an envelope: failed at once too, never a workflow task retrying.
+    handle = await temporal.start_workflow(
+        "CourseTagging",
+        {"hello": "world"},
+        id=f"bad-{uuid.uuid4()}",
+        task_queue=settings.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "invalid_payload"
+
+
+async def test_a_good_start_straight_through_temporal_creates_its_row(
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    job_id = uuid.uuid4()
+    raw = JobInput(
+        job_id=job_id,
+        kind="course_tagging",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="other-service",
+        payload={"root_page_id": str(course.root_page_id), "tag": "direct"},
+    ).model_dump(mode="json")
+    handle = await temporal.start_workflow(
+        "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
+    )
+    await handle.result()
+    row = await _row(engine, job_id)
+    assert row is not None and row.status == "succeeded" and row.succeeded == 30
+
+
+async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    temporal: Client,
+    settings: Settings,
+    stack: object,
+) -> None:
+    slow = settings.model_copy(
+        update={
+            "tagging_batch_size": 5,
+            "tagging_batch_pause_seconds": 0.1,
+            "reconcile_seconds": 1,
+            "reconcile_grace_seconds": 0,
+            "retention_sweep_seconds": 3600,
+        }
+    )
+    course = await seed(engine, 500)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    await ensure_schedules(temporal, slow)
+    try:
+        engine2 = async_engine(slow.resolved_database_url(), pool_size=5)
+        async with worker_module.build_worker(temporal, engine2, slow):
+            for schedule_id in (RETENTION, RECONCILER):
+                description = await temporal.get_schedule_handle(schedule_id).describe()
+                assert description.id == schedule_id
+            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t")
+            async for current in jobs.watch(job.id, interval=0.05):
+                if current.processed > 0:
+                    break
+            terminate = await asyncio.to_thread(
+                subprocess.run,
+                [
+                    str(Path(sys.executable).parent / "temporal"),
+                    "workflow",
+                    "terminate",
+                    "--address",
+                    slow.resolved_temporal_address(),
+                    "--workflow-id",
+                    job.workflow_id,
+                    "--reason",
+                    "test",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert terminate.returncode == 0, terminate.stderr
+            done = await _until_final(engine, job.id, timeout=15)
+        await engine2.dispose()
+    finally:
+        for schedule_id in (RETENTION, RECONCILER):
+            await temporal.get_schedule_handle(schedule_id).delete()
+    assert done.status == "failed" and done.error_code == "terminated"
+    assert done.error_message == "The job was terminated in Temporal."
+    assert 0 < done.processed < done.total
+
+
+async def test_the_reconciler_restarts_a_recorded_job_that_never_started(
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    job_id = uuid.uuid4()
+    async with engine.begin() as conn:  # the starter died right after this commit
+        await create_job(
+            conn,
+            get_kind("toy_echo"),
+            job_id=job_id,
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="c",
+            payload={"message": "late"},
+        )
+    result = await temporal.execute_workflow(
+        "Reconciler",
+        ReconcileRequest(grace_seconds=0),
+        id=f"reconcile-{uuid.uuid4()}",
+        task_queue=settings.task_queue,
+        result_type=ReconcileResult,
+    )
+    assert result.restarted == 1
+    done = await _until_final(engine, job_id)
+    assert done.status == "succeeded" and done.result == {"echo": "late"}
+
+
+async def test_the_starter_repairs_a_recorded_job_given_the_same_key(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, platform_worker: None
+) -> None:
+    async with engine.begin() as conn:
+        await create_job(
+            conn,
+            get_kind("toy_echo"),
+            job_id=uuid.uuid4(),
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="c",
+            payload={"message": "again"},
+            idempotency_key="repair-me",
+        )
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start("toy_echo", {"message": "again"}, idempotency_key="repair-me")
+    done = await jobs.wait(job.id, timeout=30)
+    assert done.status == "succeeded"
+
+
+async def test_a_lost_final_write_is_brought_back_by_the_reconciler(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    done = await jobs.wait((await jobs.start("toy_echo", {"message": "x"})).id, timeout=30)
+    await temporal.get_workflow_handle(done.workflow_id).result()
+    async with engine.begin() as conn:  # as if the finish write had never landed
+        await conn.execute(
+            text(
+                "UPDATE jobs SET status = 'running', result = NULL, finished_at = NULL, "
+                "expires_at = NULL WHERE id = :id"
+            ),
+            {"id": done.id},
+        )
+    result = await temporal.execute_workflow(
+        "Reconciler",
+        ReconcileRequest(grace_seconds=0),
+        id=f"reconcile-{uuid.uuid4()}",
+        task_queue=settings.task_queue,
+        result_type=ReconcileResult,
+    )
+    assert (result.checked, result.finished) == (1, 1)
+    again = await jobs.get(done.id)
+    assert again.status == "succeeded" and again.result == {"echo": "x"}
+    assert again.expires_at is not None
+
+
+async def test_queue_state_comes_from_the_read_model(
+    engine: AsyncEngine, course: DemoCourse
+) -> None:
+    async with engine.begin() as conn:
+        for status in ("queued", "queued", "running", "failed", "succeeded"):
+            await read_model.insert_job(
+                conn,
+                job_id=uuid.uuid4(),
+                kind="toy_echo",
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="c",
+                idempotency_key=None,
+                payload={"message": "m"},
+                status=status,  # type: ignore[arg-type]
+            )
+        await conn.execute(
+            text(
+                "UPDATE jobs SET created_at = now() - interval '90 seconds' "
+                "WHERE status = 'queued' AND ctid = (SELECT min(ctid) FROM jobs "
+                "WHERE status = 'queued')"
+            )
+        )
+        state = await read_model.queue_state(conn)
+    assert (state.queued, state.running, state.failed) == (2, 1, 1)
+    assert state.oldest_queued_age_seconds is not None
+    assert 89 <= state.oldest_queued_age_seconds < 120
