@@ -305,7 +305,7 @@ async def test_queue_state_comes_from_the_read_model(
                 correlation_id="c",
                 idempotency_key=None,
                 payload={"message": "m"},
-                status=status,  # type: ignore[arg-type]
+                status=status,
             )
         await conn.execute(
             text(
