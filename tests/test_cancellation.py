@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -196,7 +197,7 @@ async def test_an_actor_who_stops_being_an_administrator_fails_the_job(
         await record(handle, "course_tagging_actor_unavailable")
 
 
-async def _wait_row(engine: AsyncEngine, job: JobView, timeout: float) -> dict[str, object]:
+async def _wait_row(engine: AsyncEngine, job: JobView, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         async with engine.connect() as conn:
