@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.backup import BackupActivities
 from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
 from activities.maintenance import MaintenanceActivities
@@ -51,6 +52,7 @@ def build_worker(
         before_write=before_write,
     )
     maintenance = MaintenanceActivities(engine, client, settings)
+    backup = BackupActivities(engine, settings)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -60,6 +62,7 @@ def build_worker(
             jobs.record_cancel_request,
             jobs.finish_job,
             tagging.tag_course_chunk,
+            backup.create_backup,
             maintenance.sweep_expired,
             maintenance.reconcile,
             *extra_activities,

@@ -87,6 +87,7 @@ class JobActivities:
                 default_retention=self.default_retention,
                 error_code=finish.error_code,
                 error_message=finish.error_message,
+                output=finish.output,
             )
         if final is None:
             raise ApplicationError("job not found", type="job_not_found", non_retryable=True)

@@ -135,6 +135,7 @@ async def finish_job(
     default_retention: timedelta,
     error_code: str | None = None,
     error_message: str | None = None,
+    output: dict[str, Any] | None = None,
 ) -> JobView | None:
     """Writes the final status of an unfinished job: counters recounted from its items
     (the truth), the result of a success built by its kind, ``expires_at`` from the
@@ -148,7 +149,8 @@ async def finish_job(
     counters = await recount(conn, job_id) or job.counters
     result = None
     if status == "succeeded" and kind is not None:
-        result = kind.build_result(kind.payload_model.model_validate(job.payload), counters)
+        payload = kind.payload_model.model_validate(job.payload)
+        result = kind.build_result(payload, counters, output)
     retention = (kind.retention if kind is not None else None) or default_retention
     return await read_model.finish(
         conn,

@@ -82,6 +82,8 @@ class FinishJob(BaseModel):
     status: JobStatus
     error_code: str | None = None
     error_message: str | None = None
+    # What the kind's work returned, for its result (a backup's archive, say).
+    output: dict[str, Any] | None = None
 
 
 class JobOutcome(BaseModel):
@@ -124,6 +126,30 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
+
+
+# --- backup ---------------------------------------------------------------------------
+
+
+class BackupRequest(BaseModel):
+    job_id: uuid.UUID
+
+
+class BackupArchive(BaseModel):
+    """What a finished backup wrote (the job's result, camelCased by the kind)."""
+
+    backup_id: uuid.UUID
+    created_at: datetime
+    size_bytes: int
+    table_count: int
+    attachment_count: int
+    schema_version: str
+    archive_path: str
+
+
+class BackupRun(BaseModel):
+    # None when the backup stopped on a cancellation request (and left no file).
+    archive: BackupArchive | None = None
 
 
 # --- course tagging ------------------------------------------------------------

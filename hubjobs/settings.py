@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
 
+    # Where backups are written, and where attachment files live (their rows hold paths
+    # relative to it). Default: inside the state folder.
+    backup_dir: Path | None = None
+    attachments_dir: Path | None = None
+
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
     # The "lease": a worker that stops heartbeating for this long loses its activity.
@@ -53,6 +58,14 @@ class Settings(BaseSettings):
     reconcile_seconds: float = 60.0
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
+
+    @property
+    def resolved_backup_dir(self) -> Path:
+        return (self.backup_dir or self.home / "backups").resolve()
+
+    @property
+    def resolved_attachments_dir(self) -> Path:
+        return (self.attachments_dir or self.home / "attachments").resolve()
 
     @property
     def heartbeat_timeout(self) -> timedelta:

@@ -1,7 +1,8 @@
 """Deterministic workflow code: one workflow per job kind, on a shared lifecycle, and
 the scheduled maintenance workflows."""
 
+from workflows.backup import BackupWorkflow
 from workflows.course_tagging import CourseTaggingWorkflow
 from workflows.maintenance import ReconcilerWorkflow, RetentionSweepWorkflow
 
-WORKFLOWS = [CourseTaggingWorkflow, RetentionSweepWorkflow, ReconcilerWorkflow]
+WORKFLOWS = [CourseTaggingWorkflow, BackupWorkflow, RetentionSweepWorkflow, ReconcilerWorkflow]

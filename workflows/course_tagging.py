@@ -5,7 +5,6 @@ when Temporal suggests it."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from hubjobs.models import CancelRequest, JobInput, JobOutcome, TagChunk, TagChunkResult
 
-from workflows.lifecycle import JobWorkflow, WorkResult, settle, work_retry_policy
+from workflows.lifecycle import JobWorkflow, WorkResult, work_retry_policy
 
 CHUNK_TIMEOUT = timedelta(minutes=30)
 
@@ -44,18 +43,7 @@ class CourseTaggingWorkflow(JobWorkflow):
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"Tag pages after #{after} (up to {job.options.chunk_size})",
             )
-            try:
-                await workflow.wait_condition(
-                    lambda h=handle: h.done() or self.cancel_request is not None  # type: ignore[misc]
-                )
-            except asyncio.CancelledError:
-                # Cancelled from Temporal: stop the activity and wait until it has.
-                handle.cancel()
-                await settle(handle)
-                raise
-            if not handle.done():
-                handle.cancel()
-                await settle(handle)
+            if not await self.unless_cancelled(handle):
                 return "cancelled"
             chunk = handle.result()
             self.report(chunk.counters, "Tagging pages")

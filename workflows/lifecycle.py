@@ -101,6 +101,8 @@ class JobWorkflow:
         self.counters = Counters()
         self.message: str | None = None
         self.cancel_request: CancelRequest | None = None
+        # What the kind's work produced, handed to its result builder at the finish.
+        self.output: dict[str, Any] | None = None
 
     # --- signal and query -------------------------------------------------------
 
@@ -134,6 +136,23 @@ class JobWorkflow:
 
     async def execute(self, job: JobInput) -> WorkResult:
         raise NotImplementedError
+
+    async def unless_cancelled(self, handle: workflow.ActivityHandle[Any]) -> bool:
+        """Waits for a running activity unless a cancellation comes first. True when it
+        finished (its result or error is in the handle). False when the ``cancel``
+        signal came: the activity was cancelled and has stopped. Cancelled from
+        Temporal: the activity is cancelled, has stopped, and CancelledError goes on."""
+        try:
+            await workflow.wait_condition(lambda: handle.done() or self.cancel_request is not None)
+        except asyncio.CancelledError:
+            handle.cancel()
+            await settle(handle)
+            raise
+        if handle.done():
+            return True
+        handle.cancel()
+        await settle(handle)
+        return False
 
     def report(self, counters: Counters, message: str) -> None:
         """Progress for the query and the Temporal UI's current details."""
@@ -209,7 +228,11 @@ class JobWorkflow:
         outcome: JobOutcome = await workflow.execute_activity(
             "finish_job",
             FinishJob(
-                job_id=self.job.job_id, status=status, error_code=code, error_message=message
+                job_id=self.job.job_id,
+                status=status,
+                error_code=code,
+                error_message=message,
+                output=self.output,
             ),
             result_type=JobOutcome,
             start_to_close_timeout=LIFECYCLE_TIMEOUT,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hubjobs.errors import InvalidInput
+from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.base import JobKind, NewJob, Prepared
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 
@@ -22,5 +23,6 @@ def get_kind(name: str) -> JobKind:
 
 
 register(COURSE_TAGGING)
+register(BACKUP)
 
 __all__ = ["REGISTRY", "JobKind", "NewJob", "Prepared", "get_kind", "register"]

@@ -35,7 +35,8 @@ class Prepared:
 
 
 Prepare = Callable[[AsyncConnection, NewJob, Any], Awaitable[Prepared]]
-BuildResult = Callable[[Any, Counters], dict[str, Any]]
+# (payload, final counters, what the work returned) -> the result of a success.
+BuildResult = Callable[[Any, Counters, dict[str, Any] | None], dict[str, Any]]
 Expire = Callable[[JobView], Awaitable[None]]
 
 

@@ -86,7 +86,9 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
     )
 
 
-def build_result(payload: CourseTaggingPayload, counters: Counters) -> dict[str, Any]:
+def build_result(
+    payload: CourseTaggingPayload, counters: Counters, output: dict[str, Any] | None
+) -> dict[str, Any]:
     return {
         "rootPageId": str(payload.root_page_id),
         "tag": payload.tag,

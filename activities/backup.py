@@ -1,0 +1,298 @@
+"""The backup activity: one consistent snapshot of every hub table and attachment,
+streamed into one archive (see hubjobs.backup_format).
+
+One REPEATABLE READ, READ ONLY transaction reads everything, so tables and
+attachment rows agree; COPY output and files go through the zip writer chunk by
+chunk, so memory stays flat whatever the size. The archive is written under a
+temporary name, fsynced and renamed: a cancelled, failed or killed backup leaves no
+archive, and a retry removes a killed attempt's temporary file and starts clean (a
+new snapshot, never a mix). Files are readable by their owner only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+import uuid
+import zipfile
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from hubjobs import read_model
+from hubjobs.access import ADMINISTRATOR, role_of
+from hubjobs.backup_format import (
+    ATTACHMENT_INDEX,
+    HUB_TABLES,
+    MANIFEST,
+    AttachmentEntry,
+    Manifest,
+    TableEntry,
+    archive_name,
+    attachment_member,
+    table_member,
+)
+from hubjobs.db import plain_url
+from hubjobs.models import BackupArchive, BackupRequest, BackupRun
+from hubjobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+# Progress reaches the read model (and a cancellation request is looked for) this often.
+PROGRESS_EVERY = 1.0
+
+
+class CancelRequested(Exception):
+    pass
+
+
+class Progress:
+    """Heartbeats carry the stage and bytes done; the read model hears of them about
+    once a second, which is also when a cancellation request is looked for."""
+
+    def __init__(self, engine: AsyncEngine, job_id: uuid.UUID) -> None:
+        self.engine = engine
+        self.job_id = job_id
+        self.total = 0
+        self.steps = 0
+        self.bytes = 0
+        self.stage = "starting"
+        self._last = 0.0
+
+    async def advance(
+        self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
+    ) -> None:
+        self.bytes += nbytes
+        self.steps += int(step)
+        self.stage = stage or self.stage
+        activity.heartbeat({"stage": self.stage, "steps": self.steps, "bytes": self.bytes})
+        if time.monotonic() - self._last >= PROGRESS_EVERY:
+            await self.flush()
+
+    async def flush(self, *, check_cancel: bool = True) -> None:
+        self._last = time.monotonic()
+        message = (
+            f"{self.steps} of {self.total} tables and attachments, "
+            f"{self.bytes / 1e6:.1f} MB read ({self.stage})"
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE jobs SET total = :total, processed = :steps, succeeded = :steps, "
+                    "progress_message = :message, updated_at = now() WHERE id = :id"
+                ),
+                {"id": self.job_id, "total": self.total, "steps": self.steps, "message": message},
+            )
+            cancel = (
+                await conn.execute(
+                    text("SELECT cancel_requested_at IS NOT NULL FROM jobs WHERE id = :id"),
+                    {"id": self.job_id},
+                )
+            ).scalar_one()
+        if cancel and check_cancel:
+            raise CancelRequested()
+
+
+class BackupActivities:
+    def __init__(self, engine: AsyncEngine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+
+    @activity.defn(name="create_backup")
+    async def create_backup(self, request: BackupRequest) -> BackupRun:
+        async with self.engine.connect() as conn:
+            job = await read_model.get_job(conn, request.job_id)
+        if job is None:
+            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        folder = self.settings.resolved_backup_dir
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        final = folder / archive_name(job.id)
+        partial = final.with_name(final.name + ".partial")
+        if final.exists():
+            # An earlier attempt renamed its archive but died before reporting it.
+            return BackupRun(archive=describe_archive(final))
+        partial.unlink(missing_ok=True)  # what a killed attempt left behind
+        progress = Progress(self.engine, job.id)
+        try:
+            manifest = await self._write(partial, progress)
+            await self._require_administrator(job.workspace_id, job.actor_id)
+            os.replace(partial, final)
+            _fsync_dir(folder)
+        except CancelRequested:
+            partial.unlink(missing_ok=True)
+            log.info("backup %s cancelled; no archive kept", job.id)
+            return BackupRun()
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        await progress.flush(check_cancel=False)
+        return BackupRun(archive=_archive(final, manifest))
+
+    async def _require_administrator(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+        """Checked again before the archive is committed: the start's check is old news."""
+        async with self.engine.connect() as conn:
+            if await role_of(conn, workspace_id, actor_id) != ADMINISTRATOR:
+                raise ApplicationError(
+                    "the actor is no longer an enabled administrator",
+                    type="actor_unavailable",
+                    non_retryable=True,
+                )
+
+    async def _write(self, path: Path, progress: Progress) -> Manifest:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as raw:
+            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+                manifest = await self._snapshot(zf, progress)
+                zf.writestr(MANIFEST, manifest.model_dump_json(indent=2))
+            raw.flush()
+            os.fsync(raw.fileno())
+        return manifest
+
+    async def _snapshot(self, zf: zipfile.ZipFile, progress: Progress) -> Manifest:
+        url = plain_url(self.settings.resolved_database_url())
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await conn.set_read_only(True)
+            async with conn.transaction():
+                head = await (
+                    await conn.execute(
+                        "SELECT (SELECT version_num FROM alembic_version), now(), "
+                        "(SELECT count(*) FROM attachments)"
+                    )
+                ).fetchone()
+                assert head is not None
+                schema_version, created_at, attachment_count = head
+                progress.total = len(HUB_TABLES) + attachment_count
+                tables = [
+                    await self._dump_table(conn, zf, t, key, progress) for t, key in HUB_TABLES
+                ]
+                count, nbytes, index_sha = await self._dump_attachments(conn, zf, progress)
+        return Manifest(
+            backup_id=progress.job_id,
+            created_at=created_at,
+            schema_version=schema_version,
+            tables=tables,
+            attachment_count=count,
+            attachment_bytes=nbytes,
+            attachment_index_sha256=index_sha,
+        )
+
+    async def _dump_table(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        zf: zipfile.ZipFile,
+        table: str,
+        key: str,
+        progress: Progress,
+    ) -> TableEntry:
+        digest, rows, size = hashlib.sha256(), 0, 0
+        with zf.open(table_member(table), "w", force_zip64=True) as member:
+            async with conn.cursor().copy(
+                f"COPY (SELECT * FROM {table} ORDER BY {key}) TO STDOUT"
+            ) as copy:
+                async for chunk in copy:
+                    data = bytes(chunk)
+                    member.write(data)
+                    digest.update(data)
+                    rows += data.count(b"\n")
+                    size += len(data)
+                    await progress.advance(nbytes=len(data), stage=table)
+        await progress.advance(step=True)
+        return TableEntry(name=table, rows=rows, bytes=size, sha256=digest.hexdigest())
+
+    async def _dump_attachments(
+        self, conn: psycopg.AsyncConnection[Any], zf: zipfile.ZipFile, progress: Progress
+    ) -> tuple[int, int, str]:
+        """Each file into the archive, checked against its row; the index goes last
+        (zip takes one member at a time, so it waits in a spooled file)."""
+        root = self.settings.resolved_attachments_dir
+        count = nbytes = 0
+        with tempfile.SpooledTemporaryFile(max_size=CHUNK) as index:
+            async with conn.cursor(name="backup_attachments") as cursor:
+                await cursor.execute(
+                    "SELECT id, storage_path, size_bytes, sha256 FROM attachments ORDER BY id"
+                )
+                async for row in cursor:
+                    entry = AttachmentEntry(
+                        id=row[0], storage_path=row[1], size_bytes=row[2], sha256=row[3]
+                    )
+                    await self._dump_file(zf, root, entry, progress)
+                    index.write(entry.model_dump_json().encode() + b"\n")
+                    count += 1
+                    nbytes += entry.size_bytes
+            index.seek(0)
+            index_sha = _copy_member(index, zf, ATTACHMENT_INDEX)
+        return count, nbytes, index_sha
+
+    async def _dump_file(
+        self, zf: zipfile.ZipFile, root: Path, entry: AttachmentEntry, progress: Progress
+    ) -> None:
+        path = (root / entry.storage_path).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise ApplicationError(
+                f"attachment {entry.id} is missing from storage",
+                type="attachment_missing",
+                non_retryable=True,
+            )
+        digest, size = hashlib.sha256(), 0
+        with (
+            path.open("rb") as source,
+            zf.open(attachment_member(entry.id), "w", force_zip64=True) as member,
+        ):
+            while data := source.read(CHUNK):
+                member.write(data)
+                digest.update(data)
+                size += len(data)
+                await progress.advance(nbytes=len(data), stage="attachments")
+        if size != entry.size_bytes or digest.hexdigest() != entry.sha256:
+            raise ApplicationError(
+                f"attachment {entry.id} does not match its recorded size and checksum",
+                type="attachment_corrupt",
+                non_retryable=True,
+            )
+        await progress.advance(step=True)
+
+
+def _copy_member(source: IO[bytes], zf: zipfile.ZipFile, name: str) -> str:
+    digest = hashlib.sha256()
+    with zf.open(name, "w", force_zip64=True) as member:
+        while data := source.read(CHUNK):
+            member.write(data)
+            digest.update(data)
+    return digest.hexdigest()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _archive(path: Path, manifest: Manifest) -> BackupArchive:
+    return BackupArchive(
+        backup_id=manifest.backup_id,
+        created_at=manifest.created_at,
+        size_bytes=path.stat().st_size,
+        table_count=len(manifest.tables),
+        attachment_count=manifest.attachment_count,
+        schema_version=manifest.schema_version,
+        archive_path=str(path),
+    )
+
+
+def describe_archive(path: Path) -> BackupArchive:
+    with zipfile.ZipFile(path) as zf:
+        manifest = Manifest.model_validate(json.loads(zf.read(MANIFEST)))
+    return _archive(path, manifest)
