@@ -7,8 +7,10 @@ positions before it, which gives chapters, sections and lessons.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -95,6 +97,33 @@ async def create_course(
         {"system": uuid.UUID(int=0), "ids": ids},
     )
     return ids
+
+
+async def create_attachment(
+    conn: AsyncConnection, attachments_dir: Path, page_id: uuid.UUID, name: str, content: bytes
+) -> uuid.UUID:
+    """Writes the file under ``attachments_dir`` and records it."""
+    attachment_id = uuid.uuid4()
+    relative = f"{attachment_id.hex[:2]}/{attachment_id}"
+    path = attachments_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    await conn.execute(
+        text(
+            "INSERT INTO attachments (id, page_id, file_name, content_type, storage_path, "
+            "size_bytes, sha256) VALUES (:id, :page, :name, 'application/octet-stream', "
+            ":path, :size, :sha)"
+        ),
+        {
+            "id": attachment_id,
+            "page": page_id,
+            "name": name,
+            "path": relative,
+            "size": len(content),
+            "sha": hashlib.sha256(content).hexdigest(),
+        },
+    )
+    return attachment_id
 
 
 async def seed_demo(conn: AsyncConnection, pages: int, *, name: str = "Demo hub") -> DemoCourse:

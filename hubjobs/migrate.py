@@ -8,6 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from hubjobs.db import driver_url
@@ -24,6 +25,24 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
+
+
+def upgrade_on(connection: Connection, revision: str = "head") -> None:
+    """Migrates inside the caller's transaction."""
+    config = alembic_config("postgresql://unused")
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def known_revisions() -> set[str]:
+    script = ScriptDirectory.from_config(alembic_config("postgresql://unused"))
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("postgresql://unused")).get_current_head()
+    assert head is not None
+    return head
 
 
 def schema_version(connection: Connection) -> str | None:

@@ -14,6 +14,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -284,6 +285,59 @@ def tag_course(
     print_job(job, as_json)
     if wait and job.status != "succeeded":
         raise typer.Exit(1)
+
+
+@app.command()
+@command
+def backup(
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR)."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            job = await jobs.start_backup(idempotency_key=idempotency_key)
+            if wait:
+                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
+            return job
+
+    job = run(go())
+    print_job(job, as_json)
+    if wait and job.status != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+@command
+def restore(
+    archive: Annotated[Path, typer.Argument(metavar="ARCHIVE", help="A backup archive.")],
+    database_url: Annotated[str, typer.Option(help="An empty database to restore into.")],
+    attachments_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild an empty database and its attachment files from an archive."""
+    from starter.restore import restore as restore_archive
+
+    folder = attachments_dir or Settings().resolved_attachments_dir
+    report = restore_archive(archive, database_url, folder)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    out.print(f"Restored backup {report.backup_id} of {report.created_at}")
+    for table, rows in report.tables.items():
+        out.print(f"  {table:24} {rows:>10} rows")
+    out.print(
+        f"  {'attachments':24} {report.attachments:>10} files ({report.attachment_bytes} bytes)"
+    )
+    out.print(f"Schema {report.archive_schema_version} -> {report.schema_version}")
 
 
 @app.command()

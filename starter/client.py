@@ -27,6 +27,7 @@ from hubjobs.db import async_engine
 from hubjobs.errors import HubJobsError, NotFound, Unavailable
 from hubjobs.jobs import create_job
 from hubjobs.kinds import get_kind
+from hubjobs.kinds.backup import NAME as BACKUP
 from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
 from hubjobs.launch import launch
 from hubjobs.models import CancelRequest, JobStatus
@@ -133,6 +134,13 @@ class WorkspaceJobs:
             {"root_page_id": str(root_page_id), "tag": tag},
             correlation_id=correlation_id,
             idempotency_key=idempotency_key,
+        )
+
+    async def start_backup(
+        self, *, correlation_id: str | None = None, idempotency_key: str | None = None
+    ) -> JobView:
+        return await self.start(
+            BACKUP, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
         )
 
     async def _start_workflow(self, job: JobView) -> None:
