@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from activities.backup import BackupActivities
@@ -23,8 +24,10 @@ from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
 from activities.maintenance import MaintenanceActivities
 from hubjobs.db import async_engine
+from hubjobs.logs import setup_logging
 from hubjobs.schedules import ensure_schedules
 from hubjobs.settings import Settings
+from hubjobs.telemetry import JobMetrics, metrics_runtime, refresh_queue_state, setup_tracing
 from hubjobs.temporal import connect
 from workflows import WORKFLOWS
 
@@ -44,14 +47,18 @@ def build_worker(
     """``before_write`` runs between reading and writing each batch of pages (tests use
     it to act as a concurrent editor); ``extra_*`` add the workflows and activities of
     kinds registered outside this package."""
-    jobs = JobActivities(engine, default_retention=timedelta(hours=settings.retention_hours))
+    metrics = metrics_of(client)
+    jobs = JobActivities(
+        engine, default_retention=timedelta(hours=settings.retention_hours), metrics=metrics
+    )
     tagging = TaggingActivities(
         engine,
         batch_size=settings.tagging_batch_size,
         batch_pause=settings.tagging_batch_pause_seconds,
         before_write=before_write,
+        metrics=metrics,
     )
-    maintenance = MaintenanceActivities(engine, client, settings)
+    maintenance = MaintenanceActivities(engine, client, settings, metrics)
     backup = BackupActivities(engine, settings)
     return Worker(
         client,
@@ -77,9 +84,18 @@ def build_worker(
     )
 
 
+def metrics_of(client: Client) -> JobMetrics:
+    """Our instruments on the client's runtime: exported when it serves metrics."""
+    runtime = client.service_client.config.runtime or Runtime.default()
+    return JobMetrics(runtime.metric_meter)
+
+
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Runs until SIGINT/SIGTERM (or ``stop``), then drains: in-flight activities get
+    the graceful-shutdown period to finish, and what does not is retried elsewhere."""
     stop = stop or asyncio.Event()
-    client = await connect(settings)
+    setup_tracing(settings)
+    client = await connect(settings, runtime=metrics_runtime(settings))
     engine = async_engine(
         settings.resolved_database_url(), pool_size=max(5, settings.max_concurrent_activities)
     )
@@ -89,18 +105,21 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     if settings.maintenance_schedules:
         await ensure_schedules(client, settings)
     worker = build_worker(client, engine, settings)
+    queue = asyncio.create_task(refresh_queue_state(engine, metrics_of(client), stop))
     log.info("worker started on task queue %s", worker.task_queue)
     try:
         async with worker:
             await stop.wait()
         log.info("worker stopped")
     finally:
+        await queue
         await engine.dispose()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(Settings()))
+    settings = Settings()
+    setup_logging(json_lines=settings.log_json, level=settings.log_level)
+    asyncio.run(run(settings))
 
 
 if __name__ == "__main__":

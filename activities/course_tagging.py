@@ -24,8 +24,10 @@ from temporalio.exceptions import ApplicationError
 
 from hubjobs import read_model
 from hubjobs.kinds.course_tagging import CourseTaggingPayload, change_summary
+from hubjobs.logs import bind
 from hubjobs.models import Counters, TagChunk, TagChunkResult, TaggingCursor
 from hubjobs.pages import PageState, TagChange, add_tag_if_match, has_tag, read_pages
+from hubjobs.telemetry import JobMetrics
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +93,9 @@ class BatchResult:
     counters: Counters
     cancel_requested: bool = False
     empty: bool = False
-    # Items this batch recorded.
+    # Items this batch recorded, and their outcomes.
     items: int = 0
+    delta: Counters | None = None
 
 
 class CourseTagger:
@@ -150,7 +153,7 @@ class CourseTagger:
             delta = await self._record(conn, job, outcomes)
             counters = await read_model.add_progress(conn, job.job_id, delta)
             await read_model.set_progress_message(conn, job.job_id, progress_message(counters))
-            return BatchResult(items[-1].ordinal, counters, items=len(items))
+            return BatchResult(items[-1].ordinal, counters, items=len(items), delta=delta)
 
     async def _tag(
         self, conn: AsyncConnection, job: JobContext, items: list[Item]
@@ -275,8 +278,10 @@ class TaggingActivities:
         batch_size: int = 200,
         batch_pause: float = 0.0,
         before_write: BeforeWrite | None = None,
+        metrics: JobMetrics | None = None,
     ) -> None:
         self.tagger = CourseTagger(engine, before_write=before_write)
+        self.metrics = metrics
         self.batch_size = batch_size
         self.batch_pause = batch_pause
 
@@ -295,7 +300,11 @@ class TaggingActivities:
                 )
             except ValueError:
                 log.warning("ignoring malformed heartbeat details of job %s", chunk.job_id)
+        bind(job_id=chunk.job_id, attempt=info.attempt, activity=info.activity_type)
         job = await self.tagger.load_job(chunk.job_id)
+        bind(
+            kind="course_tagging", workspace_id=job.workspace_id, correlation_id=job.correlation_id
+        )
         done_in_chunk = 0
         counters = Counters()
         while done_in_chunk < chunk.limit:
@@ -315,6 +324,12 @@ class TaggingActivities:
             if batch.empty:
                 return TagChunkResult(last_ordinal=cursor, counters=counters, done=True)
             cursor, counters = batch.last_ordinal, batch.counters
+            if self.metrics is not None and batch.delta is not None:
+                d = batch.delta
+                self.metrics.items_processed(
+                    "course_tagging",
+                    {"succeeded": d.succeeded, "skipped": d.skipped, "failed": d.failed},
+                )
             done_in_chunk += batch.items
             activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
             if self.batch_pause:

@@ -14,15 +14,20 @@ from temporalio.exceptions import ApplicationError
 from hubjobs import jobs, read_model
 from hubjobs.errors import HubJobsError
 from hubjobs.kinds import get_kind
+from hubjobs.logs import bind
 from hubjobs.models import CancelRequest, FinishJob, JobInput, JobOutcome, OpenedJob
+from hubjobs.telemetry import JobMetrics
 
 log = logging.getLogger(__name__)
 
 
 class JobActivities:
-    def __init__(self, engine: AsyncEngine, *, default_retention: timedelta) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, default_retention: timedelta, metrics: JobMetrics
+    ) -> None:
         self.engine = engine
         self.default_retention = default_retention
+        self.metrics = metrics
 
     @activity.defn(name="open_job")
     async def open_job(self, job: JobInput) -> OpenedJob:
@@ -30,6 +35,14 @@ class JobActivities:
         yet: it is created here with the checks a start through the client makes, and
         a refused one gets a failed row and fails its workflow at once."""
         info = activity.info()
+        bind(
+            job_id=job.job_id,
+            kind=job.kind,
+            workspace_id=job.workspace_id,
+            correlation_id=job.correlation_id,
+            attempt=info.attempt,
+            activity=info.activity_type,
+        )
         refused: HubJobsError | None = None
         async with self.engine.begin() as conn:
             row = await read_model.get_job(conn, job.job_id)
@@ -79,8 +92,9 @@ class JobActivities:
     @activity.defn(name="finish_job")
     async def finish_job(self, finish: FinishJob) -> JobOutcome:
         """Writes the final status (see hubjobs.jobs.finish_job); a finished row stays."""
+        bind(job_id=finish.job_id)
         async with self.engine.begin() as conn:
-            final = await jobs.finish_job(
+            final, changed = await jobs.finish_job(
                 conn,
                 finish.job_id,
                 status=finish.status,
@@ -91,6 +105,12 @@ class JobActivities:
             )
         if final is None:
             raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        if changed:
+            seconds = None
+            if final.started_at is not None and final.finished_at is not None:
+                seconds = (final.finished_at - final.started_at).total_seconds()
+            self.metrics.job_finished(final.kind, final.status, seconds)
+            log.info("job finished: %s %s", final.status, final.error_code or "")
         return JobOutcome(
             job_id=final.id,
             status=final.status,

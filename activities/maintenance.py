@@ -27,6 +27,7 @@ from hubjobs.models import (
 )
 from hubjobs.read_model import JOB_COLUMNS, JobView
 from hubjobs.settings import Settings
+from hubjobs.telemetry import JobMetrics
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,13 @@ HOOK_RETRY_AFTER = timedelta(hours=1)
 
 
 class MaintenanceActivities:
-    def __init__(self, engine: AsyncEngine, client: Client, settings: Settings) -> None:
+    def __init__(
+        self, engine: AsyncEngine, client: Client, settings: Settings, metrics: JobMetrics
+    ) -> None:
         self.engine = engine
         self.client = client
         self.settings = settings
+        self.metrics = metrics
 
     @activity.defn(name="sweep_expired")
     async def sweep_expired(self, request: SweepRequest) -> SweepResult:
@@ -111,7 +115,7 @@ class MaintenanceActivities:
                 continue
             status, code, message = verdict
             async with self.engine.begin() as conn:
-                await jobs.finish_job(
+                final, changed = await jobs.finish_job(
                     conn,
                     job.id,
                     status=status,
@@ -119,8 +123,10 @@ class MaintenanceActivities:
                     error_message=message,
                     default_retention=timedelta(hours=self.settings.retention_hours),
                 )
-            log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
-            finished += 1
+            if final is not None and changed:
+                log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
+                self.metrics.job_finished(final.kind, final.status, None)
+                finished += 1
         return ReconcileResult(checked=len(unfinished), finished=finished, restarted=restarted)
 
     async def _closed_status(self, job: JobView) -> tuple[JobStatus, str | None, str | None] | None:

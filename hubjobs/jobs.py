@@ -136,15 +136,16 @@ async def finish_job(
     error_code: str | None = None,
     error_message: str | None = None,
     output: dict[str, Any] | None = None,
-) -> JobView | None:
+) -> tuple[JobView | None, bool]:
     """Writes the final status of an unfinished job: counters recounted from its items
     (the truth), the result of a success built by its kind, ``expires_at`` from the
-    kind's retention. A finished row is left as it is. None if there is no such job."""
+    kind's retention. A finished row is left as it is. Returns the row (None if there is
+    no such job) and whether this call finished it."""
     job = await read_model.get_job(conn, job_id)
     if job is None:
-        return None
+        return None, False
     if job.is_final:
-        return job
+        return job, False
     kind = REGISTRY.get(job.kind)
     counters = await recount(conn, job_id) or job.counters
     result = None
@@ -152,7 +153,7 @@ async def finish_job(
         payload = kind.payload_model.model_validate(job.payload)
         result = kind.build_result(payload, counters, output)
     retention = (kind.retention if kind is not None else None) or default_retention
-    return await read_model.finish(
+    final = await read_model.finish(
         conn,
         job_id,
         status=status,
@@ -162,6 +163,7 @@ async def finish_job(
         error_code=error_code,
         error_message=error_message,
     )
+    return final, True
 
 
 async def recount(conn: AsyncConnection, job_id: uuid.UUID) -> Counters | None:

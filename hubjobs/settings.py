@@ -39,6 +39,16 @@ class Settings(BaseSettings):
     backup_dir: Path | None = None
     attachments_dir: Path | None = None
 
+    # The worker's Prometheus endpoint (0 turns it off): the SDK's metrics and ours.
+    metrics_port: int = 9464
+    metrics_host: str = "127.0.0.1"
+    # Traces go to this OTLP/HTTP endpoint when set (e.g. http://collector:4318/v1/traces).
+    otlp_endpoint: str | None = None
+    service_name: str = "hubjobs"
+    # One JSON object a line (for log shippers) instead of plain text.
+    log_json: bool = False
+    log_level: str = "INFO"
+
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
     # The "lease": a worker that stops heartbeating for this long loses its activity.

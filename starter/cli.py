@@ -181,18 +181,21 @@ def up(as_json: JsonOpt = False) -> None:
         temporal_port=s.temporal_port,
         ui_port=s.temporal_ui_port,
     )
+    metrics_url = f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else None
     if as_json:
         print_json(
             {
                 "database_url": info.database_url,
                 "temporal_address": info.temporal_address,
                 "ui_url": info.ui_url,
+                "metrics_url": metrics_url,
             }
         )
     else:
         out.print(f"PostgreSQL   {info.database_url}")
         out.print(f"Temporal     {info.temporal_address}")
         out.print(f"Temporal UI  {info.ui_url}")
+        out.print(f"Metrics      {metrics_url}  (served by a running worker)")
 
 
 @app.command()
@@ -211,9 +214,11 @@ def down(as_json: JsonOpt = False) -> None:
 def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
+    from hubjobs.logs import setup_logging
 
-    logging.getLogger().addHandler(logging.StreamHandler())
-    run(worker_module.run(Settings()))
+    settings = Settings()
+    setup_logging(json_lines=settings.log_json, level=settings.log_level)
+    run(worker_module.run(settings))
 
 
 # --- demo data ---------------------------------------------------------------------

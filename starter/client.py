@@ -33,6 +33,7 @@ from hubjobs.launch import launch
 from hubjobs.models import CancelRequest, JobStatus
 from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
+from hubjobs.telemetry import job_span
 from hubjobs.temporal import connect
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,19 @@ class WorkspaceJobs:
                 idempotency_key=idempotency_key,
             )
 
-        created = await self.client.db(create)
-        job: JobView = created.job
-        if job.status == "queued":
-            await self._start_workflow(job)
+        # One trace from here through the workflow and its activities, with the
+        # correlation id in its baggage.
+        with job_span(
+            "hubjobs.start",
+            job_id=str(job_id),
+            kind=kind.name,
+            workspace_id=str(self.workspace_id),
+            correlation_id=correlation_id,
+        ):
+            created = await self.client.db(create)
+            job: JobView = created.job
+            if job.status == "queued":
+                await self._start_workflow(job)
         return job
 
     async def start_course_tagging(

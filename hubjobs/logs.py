@@ -1,0 +1,82 @@
+"""Structured logs: every line written while an activity works on a job carries the
+job id, kind, workspace, correlation id and attempt; with HUBJOBS_LOG_JSON=true each
+line is one JSON object. What goes in is ids and codes only: never payloads, page text
+or secrets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+_fields: ContextVar[dict[str, Any]] = ContextVar("hubjobs_log_fields", default={})  # noqa: B039
+
+CONTEXT_KEYS = ("job_id", "kind", "workspace_id", "correlation_id", "attempt", "activity")
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Adds fields to every log line written inside (this task and what it awaits)."""
+    token = _fields.set(
+        {**_fields.get(), **{k: str(v) for k, v in fields.items() if v is not None}}
+    )
+    try:
+        yield
+    finally:
+        _fields.reset(token)
+
+
+def bind(**fields: Any) -> None:
+    """Adds fields for the rest of the current context (an activity's task)."""
+    _fields.set({**_fields.get(), **{k: str(v) for k, v in fields.items() if v is not None}})
+
+
+class ContextFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _fields.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in CONTEXT_KEYS:
+            if hasattr(record, key):
+                line[key] = getattr(record, key)
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        context = " ".join(f"{k}={getattr(record, k)}" for k in CONTEXT_KEYS if hasattr(record, k))
+        return f"{text} [{context}]" if context else text
+
+
+def setup_logging(*, json_lines: bool, level: str = "INFO", stream: TextIO | None = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(
+        JsonFormatter()
+        if json_lines
+        else TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The SDK's own activity/workflow loggers add their context in `extra`; ours above.
+    logging.getLogger("temporalio").setLevel(max(root.level, logging.INFO))

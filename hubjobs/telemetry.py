@@ -1,0 +1,134 @@
+"""Metrics and traces.
+
+Metrics go through the Temporal SDK's runtime: one Prometheus endpoint on the worker
+(HUBJOBS_METRICS_PORT) serves the SDK's own metrics and ours, which activities record
+with ``activity.metric_meter()``: job durations and outcomes by kind, items processed
+by outcome, and the queue state (refreshed from the read model every 10 s, as seed
+000 does). Traces: the SDK's OpenTelemetry interceptor links the start, the workflow
+and its activities in one trace; spans leave through OTLP when an endpoint is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import baggage, context, trace
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.common import MetricMeter
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+from hubjobs import read_model
+from hubjobs.settings import Settings
+
+log = logging.getLogger(__name__)
+QUEUE_REFRESH_SECONDS = 10.0
+_tracing_configured = False
+
+
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """A runtime serving Prometheus metrics, or None when turned off or the port is taken."""
+    if not settings.metrics_port:
+        return None
+    try:
+        return Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(
+                    bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
+                    counters_total_suffix=True,
+                    durations_as_seconds=True,
+                )
+            )
+        )
+    except Exception as err:  # the SDK reports a taken port as a generic error
+        log.warning("metrics endpoint not started on port %s: %s", settings.metrics_port, err)
+        return None
+
+
+class JobMetrics:
+    """hubjobs' own instruments on a meter (the SDK's, or a no-op one)."""
+
+    def __init__(self, meter: MetricMeter) -> None:
+        self.duration = meter.create_histogram_float(
+            "hubjobs_job_duration_seconds", "Time from a job's start to its end", "s"
+        )
+        self.finished = meter.create_counter("hubjobs_jobs_finished", "Jobs finished, by outcome")
+        self.items = meter.create_counter("hubjobs_items_processed", "Items processed, by outcome")
+        self.queue = meter.create_gauge("hubjobs_queue_jobs", "Jobs in the read model, by status")
+        self.oldest = meter.create_gauge_float(
+            "hubjobs_queue_oldest_queued_age_seconds", "Age of the oldest queued job", "s"
+        )
+
+    def job_finished(self, kind: str, status: str, seconds: float | None) -> None:
+        self.finished.add(1, {"kind": kind, "status": status})
+        if seconds is not None:
+            self.duration.record(seconds, {"kind": kind, "status": status})
+
+    def items_processed(self, kind: str, outcomes: dict[str, int]) -> None:
+        for outcome, count in outcomes.items():
+            if count:
+                self.items.add(count, {"kind": kind, "outcome": outcome})
+
+    def queue_state(self, state: read_model.QueueState) -> None:
+        for status in ("queued", "running", "failed"):
+            self.queue.set(getattr(state, status), {"status": status})
+        self.oldest.set(state.oldest_queued_age_seconds or 0.0)
+
+
+async def refresh_queue_state(
+    engine: AsyncEngine, metrics: JobMetrics, stop: asyncio.Event
+) -> None:
+    """Keeps the queue gauges current until ``stop`` is set; a failed read is logged and
+    tried again at the next tick."""
+    while not stop.is_set():
+        try:
+            async with engine.connect() as conn:
+                metrics.queue_state(await read_model.queue_state(conn))
+        except Exception:
+            log.warning("queue state refresh failed", exc_info=True)
+        try:
+            await asyncio.wait_for(stop.wait(), QUEUE_REFRESH_SECONDS)
+        except TimeoutError:
+            pass
+
+
+def setup_tracing(settings: Settings) -> None:
+    """With an OTLP endpoint, spans are exported there; without, the tracer is a no-op."""
+    global _tracing_configured
+    if _tracing_configured or not settings.otlp_endpoint:
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
+    )
+    trace.set_tracer_provider(provider)
+    _tracing_configured = True
+
+
+def interceptors() -> list[Any]:
+    return [TracingInterceptor()]
+
+
+@contextmanager
+def job_span(name: str, **attributes: str) -> Iterator[None]:
+    """A span around a client call, with the job's correlation id in the baggage that
+    the tracing interceptor carries to the workflow and its activities."""
+    ctx = baggage.set_baggage("hubjobs.correlation_id", attributes.get("correlation_id", ""))
+    token = context.attach(ctx)
+    try:
+        tracer = trace.get_tracer("hubjobs")
+        with tracer.start_as_current_span(
+            name, attributes={f"hubjobs.{k}": v for k, v in attributes.items()}
+        ):
+            yield
+    finally:
+        context.detach(token)
