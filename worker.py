@@ -25,6 +25,7 @@ from activities.jobs import JobActivities
 from activities.maintenance import MaintenanceActivities
 from hubjobs.db import async_engine
 from hubjobs.logs import setup_logging
+from hubjobs.process import run_and_exit
 from hubjobs.schedules import ensure_schedules
 from hubjobs.settings import Settings
 from hubjobs.telemetry import JobMetrics, metrics_runtime, refresh_queue_state, setup_tracing
@@ -119,7 +120,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
 def main() -> None:
     settings = Settings()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    asyncio.run(run(settings))
+    run_and_exit(lambda: asyncio.run(run(settings)))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import asyncio
 import functools
 import json
 import logging
-import os
 import sys
 import uuid
 from collections.abc import Callable, Coroutine
@@ -25,6 +24,7 @@ from rich.table import Table
 from hubjobs import embedded
 from hubjobs.errors import HubJobsError
 from hubjobs.models import JobStatus
+from hubjobs.process import run_and_exit
 from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
@@ -500,23 +500,7 @@ def demo(
 
 
 def main() -> None:
-    """Runs the command, then leaves without interpreter finalization: the Temporal
-    client's Rust runtime threads can outlive it and abort the process (SIGABRT, "Fatal
-    Python error: PyGILState_Release", temporalio/sdk-python#300) after the command
-    succeeded. Output is flushed and logging shut down first."""
-    try:
-        app()
-        code = 0
-    except SystemExit as exit_:
-        if exit_.code is None or isinstance(exit_.code, int):
-            code = exit_.code or 0
-        else:
-            sys.stderr.write(f"{exit_.code}\n")
-            code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
+    run_and_exit(app)
 
 
 if __name__ == "__main__":

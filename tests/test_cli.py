@@ -144,6 +144,11 @@ async def test_errors_are_one_plain_line(
     )
     _assert_one_error_line(long_tag, "invalid_payload")
 
+    control = await _hubjobs(
+        settings, tmp_path, "tag-course", *scope, "--root-page", root, "--tag", "a\nb"
+    )
+    _assert_one_error_line(control, "invalid_payload")
+
     missing = await _hubjobs(settings, tmp_path, "status", str(uuid.uuid4()), *scope, "--json")
     _assert_one_error_line(missing, "job_not_found")
     assert missing.returncode == 1 and missing.stdout == ""

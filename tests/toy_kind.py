@@ -33,7 +33,9 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: EchoPayload) -> P
     return Prepared(total=1, summary=f"Echo {payload.message!r}")
 
 
-def build_result(payload: EchoPayload, counters: Counters) -> dict[str, Any]:
+def build_result(
+    payload: EchoPayload, counters: Counters, output: dict[str, Any] | None
+) -> dict[str, Any]:
     return {"echo": payload.message}
 
 
