@@ -12,7 +12,7 @@ from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     # One JSON object a line (for log shippers) instead of plain text.
     log_json: bool = False
     log_level: str = "INFO"
+
+    # The HTTP API: tokens are JWTs signed with this secret (HS256), or verified with
+    # this PEM public key (RS256/ES256). Neither is ever committed.
+    api_jwt_secret: SecretStr | None = None
+    api_jwt_public_key: str | None = None
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
 
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8

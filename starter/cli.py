@@ -221,6 +221,82 @@ def worker() -> None:
     run(worker_module.run(settings))
 
 
+@app.command()
+@command
+def migrate(as_json: JsonOpt = False) -> None:
+    """Apply the database migrations (HUBJOBS_DATABASE_URL), e.g. before workers start."""
+    from hubjobs.db import sync_engine
+    from hubjobs.migrate import schema_version, upgrade
+
+    url = Settings().resolved_database_url()
+    upgrade(url)
+    engine = sync_engine(url)
+    with engine.connect() as conn:
+        version = schema_version(conn)
+    engine.dispose()
+    if as_json:
+        print_json({"schema_version": version})
+    else:
+        out.print(f"schema at {version}")
+
+
+@app.command()
+@command
+def api() -> None:
+    """Serve the HTTP API (HUBJOBS_API_HOST, HUBJOBS_API_PORT) until interrupted."""
+    import uvicorn
+
+    from hubjobs.logs import setup_logging
+    from starter.api import create_app
+
+    settings = Settings()
+    setup_logging(json_lines=settings.log_json, level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+@command
+def token(
+    actor: ActorOpt,
+    ttl: Annotated[int, typer.Option(help="Seconds the token is valid.", min=1)] = 3600,
+    as_json: JsonOpt = False,
+) -> None:
+    """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
+    from starter.auth import mint
+
+    value = mint(actor, Settings(), ttl_seconds=ttl)
+    if as_json:
+        print_json({"token": value})
+    else:
+        sys.stdout.write(value + "\n")
+
+
+@app.command()
+@command
+def health(as_json: JsonOpt = False) -> None:
+    """Check that PostgreSQL and Temporal answer (exit 1 if not): for container health checks."""
+    from starter.api import check_health
+
+    async def go() -> Any:
+        client = await HubJobsClient.connect(Settings())
+        async with client:
+            return await check_health(client)
+
+    report = run(go())
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        out.print(f"database {report.database}, temporal {report.temporal}")
+    if report.status != "ok":
+        raise typer.Exit(1)
+
+
 # --- demo data ---------------------------------------------------------------------
 
 
