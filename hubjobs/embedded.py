@@ -75,12 +75,12 @@ def choose_port(preferred: int, taken: set[int] = frozenset()) -> int:  # type: 
             return port
 
 
-def wait_for_port(port: int, timeout: float, what: str) -> None:
+def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.settimeout(0.5)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            if probe.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.2)
     raise Unavailable(f"{what} did not start listening on port {port} within {timeout:.0f} s")
@@ -122,12 +122,23 @@ def _pg_bin_path() -> Path:
 class EmbeddedPostgres:
     """A PostgreSQL cluster in ``<home>/pgdata`` listening on 127.0.0.1 only."""
 
-    def __init__(self, home: Path, *, durable: bool = True) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        durable: bool = True,
+        listen: str = "127.0.0.1",
+        trusted_network: str | None = None,
+    ) -> None:
         self.home = home.resolve()
         self.pgdata = self.home / "pgdata"
         self.logfile = self.home / "postgres.log"
         # Tests trade crash safety of the server itself for speed; `up` keeps it.
         self.durable = durable
+        # Addresses to listen on, and a network (CIDR) whose hosts may connect: the
+        # project's own test hosts in network namespaces. Loopback only by default.
+        self.listen = listen
+        self.trusted_network = trusted_network
 
     def _bin(self, name: str) -> str:
         return str(_pg_bin_path() / name)
@@ -192,10 +203,13 @@ class EmbeddedPostgres:
                 **run_as,  # type: ignore[call-overload]
             )
             with open(self.pgdata / "postgresql.auto.conf", "a") as conf:
-                conf.write("listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n")
+                conf.write(f"listen_addresses = '{self.listen}'\nunix_socket_directories = ''\n")
                 conf.write("max_connections = 200\n")
                 if not self.durable:
                     conf.write("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+            if self.trusted_network:
+                with open(self.pgdata / "pg_hba.conf", "a") as hba:
+                    hba.write(f"host all all {self.trusted_network} trust\n")
         port = choose_port(preferred_port, taken)
         result = subprocess.run(
             [
@@ -229,9 +243,9 @@ class EmbeddedPostgres:
             **self._run_as(),  # type: ignore[call-overload]
         )
 
-    @staticmethod
-    def url(port: int, database: str = DATABASE) -> str:
-        return f"postgresql://postgres@127.0.0.1:{port}/{database}"
+    def url(self, port: int, database: str = DATABASE) -> str:
+        host = self.listen.split(",")[0].strip()
+        return f"postgresql://postgres@{host}:{port}/{database}"
 
     def ensure_database(self, port: int, database: str = DATABASE) -> str:
         import psycopg
@@ -251,11 +265,12 @@ class EmbeddedPostgres:
 class EmbeddedTemporal:
     """``temporal server start-dev`` with its history in ``<home>/temporal.db``."""
 
-    def __init__(self, home: Path, *, persistent: bool = True) -> None:
+    def __init__(self, home: Path, *, persistent: bool = True, ip: str = "127.0.0.1") -> None:
         self.home = home.resolve()
         self.pidfile = self.home / "temporal.pid"
         self.logfile = self.home / "temporal.log"
         self.persistent = persistent
+        self.ip = ip
 
     def running_pid(self) -> int | None:
         if not self.pidfile.exists():
@@ -270,7 +285,7 @@ class EmbeddedTemporal:
             "server",
             "start-dev",
             "--ip",
-            "127.0.0.1",
+            self.ip,
             "--port",
             str(port),
             "--ui-port",
@@ -294,8 +309,8 @@ class EmbeddedTemporal:
             )
         self.pidfile.write_text(str(process.pid))
         try:
-            wait_for_port(port, 60, "Temporal")
-            wait_for_port(ui_port, 30, "Temporal UI")
+            wait_for_port(port, 60, "Temporal", self.ip)
+            wait_for_port(ui_port, 30, "Temporal UI", self.ip)
         except Unavailable:
             self.stop()
             raise
