@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install run test lint down bench clean
+.PHONY: install system-deps run test lint compose-check down bench clean
 
 install: $(VENV)/.installed
 
@@ -19,8 +19,17 @@ run: install
 	$(BIN)/hubjobs up
 	$(BIN)/hubjobs demo --pages 2000
 
-test: install lint
+test: install system-deps lint compose-check
 	$(BIN)/pytest
+
+# Debian packages the tests use: Chromium (the Temporal UI browser test) and
+# docker-compose (validating docker-compose.yml; no Docker engine is needed for that).
+system-deps:
+	@command -v chromium >/dev/null && command -v docker-compose >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium docker-compose >/dev/null; }
+
+compose-check:
+	docker-compose --env-file .env.example config --quiet
 
 lint: install
 	$(BIN)/ruff check .
@@ -32,6 +41,7 @@ down: install
 
 bench: install
 	$(BIN)/python bench/bench_tagging.py
+	$(BIN)/python bench/bench_backup.py
 
 clean:
 	-$(BIN)/hubjobs down

@@ -1,0 +1,29 @@
+# The hubjobs image: workers (`worker`, the default) and the HTTP API (`api`).
+# Everything is configured from the environment (HUBJOBS_*); nothing secret is baked in.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --create-home --uid 10001 hubjobs
+WORKDIR /app
+COPY pyproject.toml README.md worker.py ./
+COPY hubjobs ./hubjobs
+COPY workflows ./workflows
+COPY activities ./activities
+COPY starter ./starter
+RUN pip install .
+
+USER hubjobs
+ENV HUBJOBS_HOME=/home/hubjobs/.hubjobs \
+    HUBJOBS_METRICS_HOST=0.0.0.0 \
+    HUBJOBS_API_HOST=0.0.0.0 \
+    HUBJOBS_LOG_JSON=true
+EXPOSE 8080 9464
+# Workers drain on SIGTERM (in-flight activities get 10 s, the rest retry elsewhere).
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=30s --timeout=10s --start-period=20s CMD ["hubjobs", "health"]
+ENTRYPOINT ["hubjobs"]
+CMD ["worker"]
