@@ -20,10 +20,10 @@ from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
 
 
-def job_options(settings: Settings) -> JobOptions:
+def job_options(settings: Settings, kind: str) -> JobOptions:
     return JobOptions(
         heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
-        max_attempts=settings.max_activity_attempts,
+        max_attempts=get_kind(kind).max_attempts or settings.max_activity_attempts,
         chunk_size=settings.tagging_chunk_size,
     )
 
@@ -39,7 +39,7 @@ async def launch(client: Client, job: JobView, settings: Settings) -> None:
         actor_id=job.actor_id,
         correlation_id=job.correlation_id,
         payload=job.payload,
-        options=job_options(settings),
+        options=job_options(settings, job.kind),
     )
     try:
         await client.start_workflow(

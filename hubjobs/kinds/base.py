@@ -53,4 +53,7 @@ class JobKind:
     result_content_type: str = "application/json"
     # None takes the deployment's default (HUBJOBS_RETENTION_HOURS).
     retention: timedelta | None = None
+    # Attempts of the kind's work before the job fails; None takes the deployment's
+    # default (HUBJOBS_MAX_ACTIVITY_ATTEMPTS). Retries wait 2 s, 10 s, 30 s, 30 s…
+    max_attempts: int | None = None
     expire: Expire | None = None
