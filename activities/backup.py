@@ -11,6 +11,7 @@ new snapshot, never a mix). Files are readable by their owner only.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -79,6 +80,11 @@ class Progress:
         activity.heartbeat({"stage": self.stage, "steps": self.steps, "bytes": self.bytes})
         if time.monotonic() - self._last >= PROGRESS_EVERY:
             await self.flush()
+        else:
+            # Compressing and hashing run on the event loop: hand it back after every
+            # chunk, so the worker's other activities, its heartbeats and its polling
+            # are not starved for a whole second at a time.
+            await asyncio.sleep(0)
 
     async def flush(self, *, check_cancel: bool = True) -> None:
         self._last = time.monotonic()
@@ -136,6 +142,10 @@ class BackupActivities:
         try:
             manifest = await self._write(partial, progress)
             await self._require_administrator(job.workspace_id, job.actor_id)
+            # A cancellation that came after the last progress beat (and after the last
+            # heartbeat, so Temporal may never tell this activity) ends the job cancelled
+            # all the same: the archive must not be committed.
+            await progress.flush()
             os.replace(partial, final)
             _fsync_dir(folder)
         except CancelRequested:
@@ -145,7 +155,12 @@ class BackupActivities:
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
-        await progress.flush(check_cancel=False)
+        try:
+            await progress.flush(check_cancel=False)
+        except asyncio.CancelledError:
+            # Cancelled by Temporal after the rename: the job ends cancelled, without it.
+            final.unlink(missing_ok=True)
+            raise
         return BackupRun(archive=_archive(final, manifest))
 
     async def _require_administrator(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
@@ -165,7 +180,7 @@ class BackupActivities:
                 manifest = await self._snapshot(zf, progress)
                 zf.writestr(MANIFEST, manifest.model_dump_json(indent=2))
             raw.flush()
-            os.fsync(raw.fileno())
+            await asyncio.to_thread(os.fsync, raw.fileno())
         return manifest
 
     async def _snapshot(self, zf: zipfile.ZipFile, progress: Progress) -> Manifest:

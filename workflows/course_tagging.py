@@ -30,7 +30,7 @@ class CourseTaggingWorkflow(JobWorkflow):
     async def execute(self, job: JobInput) -> WorkResult:
         after = int((job.checkpoint or {}).get("after_ordinal", 0))
         while True:
-            if self.cancel_request is not None:
+            if self.cancel_request is not None or self.cancelled_in_temporal:
                 return "cancelled"
             handle = workflow.start_activity(
                 "tag_course_chunk",

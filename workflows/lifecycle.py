@@ -81,13 +81,16 @@ def failure_message(err: ActivityError, code: str) -> str:
     return ERROR_MESSAGES["processing_failed"]
 
 
-async def settle(handle: workflow.ActivityHandle[object]) -> None:
-    """Waits for a cancelled activity to stop; its cancellation is expected, not an error."""
+async def settle(handle: workflow.ActivityHandle[object]) -> bool:
+    """Waits for a cancelled activity to stop; its cancellation is expected, not an error.
+    True when it finished its work before the cancellation reached it."""
     try:
         await handle
     except ActivityError as err:
         if not is_cancelled_exception(err):
             raise
+        return False
+    return True
 
 
 class JobWorkflow:
@@ -103,6 +106,8 @@ class JobWorkflow:
         self.cancel_request: CancelRequest | None = None
         # What the kind's work produced, handed to its result builder at the finish.
         self.output: dict[str, Any] | None = None
+        # Cancelled from Temporal (the UI) while an activity was finishing anyway.
+        self.cancelled_in_temporal = False
 
     # --- signal and query -------------------------------------------------------
 
@@ -113,6 +118,9 @@ class JobWorkflow:
         if self.cancel_request is not None or self.status in ("succeeded", "failed", "cancelled"):
             return
         self.cancel_request = request
+        await self.record_cancel_request(request)
+
+    async def record_cancel_request(self, request: CancelRequest) -> None:
         await workflow.wait_condition(lambda: self.job is not None)
         assert self.job is not None
         await workflow.execute_activity(
@@ -139,20 +147,26 @@ class JobWorkflow:
 
     async def unless_cancelled(self, handle: workflow.ActivityHandle[Any]) -> bool:
         """Waits for a running activity unless a cancellation comes first. True when it
-        finished (its result or error is in the handle). False when the ``cancel``
-        signal came: the activity was cancelled and has stopped. Cancelled from
-        Temporal: the activity is cancelled, has stopped, and CancelledError goes on."""
+        finished (its result or error is in the handle), also when it did so while the
+        cancellation was on its way: work completed stands (a backup's archive is kept
+        and reported, never left behind unowned). False when the ``cancel`` signal
+        stopped it. Cancelled from Temporal and stopped: CancelledError goes on."""
         try:
             await workflow.wait_condition(lambda: handle.done() or self.cancel_request is not None)
         except asyncio.CancelledError:
+            self.cancelled_in_temporal = True
             handle.cancel()
-            await settle(handle)
+            # Into the read model too, where an activity about to commit looks last.
+            # (Patched: runs cancelled before this existed replay without it.)
+            if workflow.patched("record-temporal-cancellation"):
+                await self.record_cancel_request(CancelRequest())
+            if await settle(handle):
+                return True
             raise
         if handle.done():
             return True
         handle.cancel()
-        await settle(handle)
-        return False
+        return await settle(handle)
 
     def report(self, counters: Counters, message: str) -> None:
         """Progress for the query and the Temporal UI's current details."""
@@ -214,6 +228,9 @@ class JobWorkflow:
                 return await self.finish("failed", code, failure_message(err, code))
             workflow_cancelled = self.cancel_request is None
             result = "cancelled"
+        workflow_cancelled = workflow_cancelled or (
+            self.cancelled_in_temporal and result == "cancelled"
+        )
         outcome = await self.finish(result)
         if workflow_cancelled:
             # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
