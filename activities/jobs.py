@@ -92,7 +92,8 @@ class JobActivities:
     @activity.defn(name="finish_job")
     async def finish_job(self, finish: FinishJob) -> JobOutcome:
         """Writes the final status (see hubjobs.jobs.finish_job); a finished row stays."""
-        bind(job_id=finish.job_id)
+        info = activity.info()
+        bind(job_id=finish.job_id, attempt=info.attempt, activity=info.activity_type)
         async with self.engine.begin() as conn:
             final, changed = await jobs.finish_job(
                 conn,
@@ -105,6 +106,7 @@ class JobActivities:
             )
         if final is None:
             raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        bind(kind=final.kind, workspace_id=final.workspace_id, correlation_id=final.correlation_id)
         if changed:
             seconds = None
             if final.started_at is not None and final.finished_at is not None:
