@@ -43,6 +43,7 @@ from starter.client import HubJobsClient, WorkspaceJobs
 from starter.restore import RestoreReport, restore
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import edit
+from tests.histories import record
 
 REPO = Path(__file__).resolve().parent.parent
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
@@ -295,6 +296,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert source["attachments"][0] == len(created)
 
     done = await run_backup(jobs)
+    await record(backup_hub.temporal.get_workflow_handle(done.workflow_id), "backup_succeeded")
     result = done.result
     assert result is not None and set(result) == RESULT_KEYS
     assert result["backupId"] == str(done.id)

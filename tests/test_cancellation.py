@@ -148,7 +148,7 @@ async def test_cancelling_from_the_temporal_ui_ends_the_same_way(
     description = await _closed(temporal, done.workflow_id)
     assert description.status == WorkflowExecutionStatus.CANCELED
     assert description.typed_search_attributes.get(sa.JOB_STATUS) == "cancelled"
-    await record(handle, "course_tagging_cancelled_in_temporal")
+    await record(handle, "course_tagging_cancelled_in_temporal_recorded")
 
 
 @pytest.mark.parametrize("demotion", ["role", "disabled"])

@@ -23,7 +23,9 @@ def test_histories_are_recorded() -> None:
         "course_tagging_outcomes",
         "course_tagging_cancelled_by_signal",
         "course_tagging_cancelled_in_temporal",
+        "course_tagging_cancelled_in_temporal_recorded",
         "course_tagging_actor_unavailable",
+        "backup_succeeded",
     } <= names
 
 

@@ -1,0 +1,581 @@
+"""Two workers on two hosts share one job, and one of them dies mid-job.
+
+The hosts are the project's own: two network namespaces made by the test, each joined
+by a veth pair to a bridge in the root namespace, where a dedicated PostgreSQL and
+Temporal dev server listen on the bridge's address. Two real ``python worker.py``
+processes, one per namespace, reach both servers over their veth link only. They share
+a course of 10,000 pages chunk by chunk; while worker A runs a chunk it is killed with
+SIGKILL. Its lease (the heartbeat timeout) runs out, worker B takes the chunk over from
+the heartbeat cursor and finishes the job, and the job ends exact: every page tagged
+once, one revision per page, and a read model that agrees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import IO
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.enums.v1 import (
+    EventType,
+    PendingActivityState,
+    TaskQueueKind,
+    TaskQueueType,
+    TimeoutType,
+)
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from hubjobs.db import async_engine
+from hubjobs.demo_data import DemoCourse, seed_demo
+from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port
+from hubjobs.migrate import upgrade
+from hubjobs.read_model import JobView
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient, WorkspaceJobs
+from tests.helpers import item_counts, job_revisions
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = 10_000
+TAG = "scale-out"
+TASK_QUEUE = "scale-out"
+CHUNK = "tag_course_chunk"
+# Worker A is killed before this many pages are done, so B has most of the job left.
+KILL_BEFORE = 7_000
+
+
+# --- the test network ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    namespace: str
+    address: str
+
+
+@dataclass(frozen=True)
+class HostNetwork:
+    bridge: str
+    gateway: str  # the bridge's address in the root namespace, where the servers listen
+    cidr: str
+    hosts: dict[str, Host]
+
+
+def ip(*args: str) -> str:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, f"ip {' '.join(args)}: {result.stderr.strip()}"
+    return result.stdout
+
+
+def _free_subnet() -> int:
+    """A 10.231.<n>.0/24 that no interface or route of the root namespace uses yet."""
+    used = ip("-4", "addr") + ip("-4", "route")
+    candidates = [n for n in range(1, 255) if f"10.231.{n}." not in used]
+    assert candidates, "every 10.231.x.0/24 is in use"
+    return random.choice(candidates)
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[HostNetwork]:
+    suffix = secrets.token_hex(3)
+    n = _free_subnet()
+    bridge = f"hjbr{suffix}"
+    net = HostNetwork(
+        bridge=bridge,
+        gateway=f"10.231.{n}.1",
+        cidr=f"10.231.{n}.0/24",
+        hosts={
+            name: Host(name, f"hj-{suffix}-{name}", f"10.231.{n}.{last}")
+            for name, last in (("a", 2), ("b", 3))
+        },
+    )
+    made_links: list[str] = []
+    made_namespaces: list[str] = []
+    try:
+        ip("link", "add", bridge, "type", "bridge")
+        made_links.append(bridge)
+        ip("addr", "add", f"{net.gateway}/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
+        for host in net.hosts.values():
+            outer, inner = f"hjv{suffix}{host.name}", f"hjv{suffix}{host.name}i"
+            ip("netns", "add", host.namespace)
+            made_namespaces.append(host.namespace)
+            ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", host.namespace)
+            made_links.append(outer)
+            ip("link", "set", outer, "master", bridge)
+            ip("link", "set", outer, "up")
+            ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inner)
+            ip("-n", host.namespace, "link", "set", inner, "up")
+            ip("-n", host.namespace, "link", "set", "lo", "up")
+        yield net
+    finally:
+        for namespace in made_namespaces:
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=30)
+        for link in reversed(made_links):
+            # A veth went with its namespace; the bridge is still there.
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=30)
+
+
+# --- dedicated servers on the bridge ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Servers:
+    home: Path
+    local_database_url: str  # for this process: loopback
+    bridge_database_url: str  # for the hosts: the bridge's address
+    temporal_address: str  # on the bridge's address
+
+
+@pytest.fixture(scope="module")
+def servers(network: HostNetwork) -> Iterator[Servers]:
+    # Not under pytest's tmp folder: as root, PostgreSQL runs as its own system user,
+    # which must reach its data folder, and pytest's is private to root (0700).
+    home = Path(tempfile.mkdtemp(prefix="hubjobs-scale-out-"))
+    postgres = EmbeddedPostgres(
+        home,
+        durable=False,
+        listen=f"127.0.0.1,{network.gateway}",
+        trusted_network=network.cidr,
+    )
+    temporal = EmbeddedTemporal(home, persistent=False, ip=network.gateway)
+    try:
+        pg_port = postgres.start(0)
+        local_url = postgres.ensure_database(pg_port)
+        assert local_url.startswith("postgresql://postgres@127.0.0.1:")
+        upgrade(local_url)
+        temporal_port = choose_port(0, {pg_port})
+        # Without eager activity dispatch, which this dev server has on: with it, every
+        # chunk goes back to the worker that ran the workflow task before it (that one
+        # is sticky), so B would get no work while A lives; without it, each chunk goes
+        # to whichever worker polls for it.
+        temporal.start(
+            temporal_port,
+            choose_port(0, {pg_port, temporal_port}),
+            ["--dynamic-config-value", "system.enableActivityEagerExecution=false"],
+        )
+        yield Servers(
+            home=home,
+            local_database_url=local_url,
+            bridge_database_url=f"postgresql://postgres@{network.gateway}:{pg_port}/hubjobs",
+            temporal_address=f"{network.gateway}:{temporal_port}",
+        )
+    finally:
+        temporal.stop()
+        postgres.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# --- worker processes on the hosts -------------------------------------------------------
+
+
+@dataclass
+class HostWorker:
+    """``ip netns exec <namespace> python worker.py``, its output in a file."""
+
+    host: Host
+    env: dict[str, str]
+    logs: Path
+    process: subprocess.Popen[bytes] = field(init=False)
+    _log: IO[bytes] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.logs / f"worker-{self.host.name}.log"
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            ["ip", "netns", "exec", self.host.namespace, sys.executable, "worker.py"],
+            cwd=REPO,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def identity(self) -> str:
+        """The Temporal identity the SDK gives the worker: ``<pid>@<host name>``. The
+        namespaces share the UTS namespace, so the host name is this one's."""
+        return f"{self.pid}@{os.uname().nodename}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> int:
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        code = self.process.wait(timeout=15)
+        self._log.close()
+        return code
+
+    def tail(self, lines: int = 40) -> str:
+        content = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(content[-lines:])
+
+
+def worker_env(servers: Servers, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+    env.update(
+        HUBJOBS_DATABASE_URL=servers.bridge_database_url,
+        HUBJOBS_TEMPORAL_ADDRESS=servers.temporal_address,
+        HUBJOBS_TASK_QUEUE=TASK_QUEUE,
+        HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS="3",
+        HUBJOBS_TAGGING_BATCH_SIZE="50",
+        HUBJOBS_TAGGING_CHUNK_SIZE="250",
+        HUBJOBS_TAGGING_BATCH_PAUSE_SECONDS="0.01",
+        HUBJOBS_MAINTENANCE_SCHEDULES="false",
+        HUBJOBS_METRICS_PORT="0",
+        HUBJOBS_HOME=str(home),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def start_workers(net: HostNetwork, servers: Servers) -> list[HostWorker]:
+    workers = []
+    for host in net.hosts.values():
+        home = servers.home / f"worker-{host.name}"
+        home.mkdir()
+        workers.append(HostWorker(host, worker_env(servers, home), servers.home))
+    return workers
+
+
+def network_namespace_of(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def check_on_its_host(worker: HostWorker) -> None:
+    """The worker is the exec'd python process itself (its pid is the identity's), and
+    it runs in its host's network namespace, not in this one."""
+    wanted = [sys.executable.encode(), b"worker.py"]
+    deadline = time.monotonic() + 10
+    while True:  # until `ip netns exec` has exec'd the worker
+        cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
+        if cmdline[:2] == wanted or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert cmdline[:2] == wanted, cmdline
+    named = os.stat(f"/run/netns/{worker.host.namespace}").st_ino
+    assert network_namespace_of(worker.pid) == f"net:[{named}]"
+    assert network_namespace_of(worker.pid) != os.readlink("/proc/self/ns/net")
+    addresses = ip("-n", worker.host.namespace, "-4", "-o", "addr")
+    assert f"inet {worker.host.address}/24" in addresses, addresses
+
+
+def established_peers(host: Host) -> set[tuple[str, str]]:
+    """(local address, peer address:port) of the host's established TCP connections."""
+    result = subprocess.run(
+        ["ip", "netns", "exec", host.namespace, "ss", "-Htn4", "state", "established"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    peers = set()
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        # Recv-Q Send-Q Local:Port Peer:Port (the state column is left out)
+        local, peer = parts[2], parts[3]
+        peers.add((local.rsplit(":", 1)[0], peer))
+    return peers
+
+
+# --- Temporal and read-model views ---------------------------------------------------------
+
+
+async def pollers(client: Client) -> set[str]:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=TASK_QUEUE, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        ),
+        timeout=timedelta(seconds=5),
+    )
+    return {p.identity for p in response.pollers}
+
+
+async def check_serving(client: Client, servers: Servers) -> None:
+    """The frontend answers on the bridge, and so do the services behind it (a task
+    queue lives in the matching service): a server that only half works fails here,
+    with its log, rather than as workers that never get a task."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            await pollers(client)
+            return
+        except RPCError as err:
+            if time.monotonic() > deadline:
+                log = (servers.home / "temporal.log").read_text(errors="replace")
+                raise AssertionError(
+                    f"the Temporal server at {servers.temporal_address} does not serve "
+                    f"task queues: {err}\n--- temporal.log (tail):\n"
+                    + "\n".join(log.splitlines()[-15:])
+                ) from None
+        await asyncio.sleep(0.5)
+
+
+async def all_runs_history(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
+    """The events of every run of the workflow, oldest run first (it may continue as new)."""
+    runs: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    for _ in range(100):
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        events = list(history.events)
+        runs.insert(0, events)
+        started = events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return runs
+        run_id = started.continued_execution_run_id
+    raise AssertionError("more than 100 runs")
+
+
+@dataclass(frozen=True)
+class ChunkAttempt:
+    identity: str
+    attempt: int
+    after_heartbeat_timeout: bool
+
+
+async def chunk_attempts(client: Client, workflow_id: str) -> list[ChunkAttempt]:
+    """The recorded start of every finished tag_course_chunk activity (that of its last
+    attempt, the one that finished it), with the worker that took it."""
+    attempts: list[ChunkAttempt] = []
+    for events in await all_runs_history(client, workflow_id):
+        types = {
+            e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        }
+        for e in events:
+            if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                continue
+            started = e.activity_task_started_event_attributes
+            if types[started.scheduled_event_id] != CHUNK:
+                continue
+            timeout = started.last_failure.timeout_failure_info.timeout_type
+            attempts.append(
+                ChunkAttempt(
+                    started.identity,
+                    started.attempt,
+                    timeout == TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
+                )
+            )
+    return attempts
+
+
+async def running_chunk_worker(client: Client, workflow_id: str) -> str | None:
+    """The identity of the worker running a chunk right now, if one is."""
+    description = await client.get_workflow_handle(workflow_id).describe()
+    for pending in description.raw_description.pending_activities:
+        if (
+            pending.activity_type.name == CHUNK
+            and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        ):
+            return pending.last_worker_identity
+    return None
+
+
+async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
+    async with engine.connect() as conn:
+        processed: int = (
+            await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
+        ).scalar_one()
+    return processed
+
+
+def database_clients(url: str) -> set[str]:
+    """The addresses the database's sessions come from."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT host(client_addr) FROM pg_stat_activity "
+            "WHERE datname = 'hubjobs' AND client_addr IS NOT NULL"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: float) -> JobView:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = await jobs.get(job_id)
+        if job.is_final or time.monotonic() > deadline:
+            return job
+        await asyncio.sleep(0.25)
+
+
+def _tails(workers: list[HostWorker]) -> str:
+    return "".join(f"\n--- worker {w.host.name} ({w.log_path}):\n{w.tail()}" for w in workers)
+
+
+# --- the test ---------------------------------------------------------------------------
+
+
+async def test_two_hosts_share_a_job_through_the_kill_of_one(
+    network: HostNetwork, servers: Servers
+) -> None:
+    started_at = time.monotonic()
+    engine = async_engine(servers.local_database_url, pool_size=5)
+    client = await Client.connect(servers.temporal_address, data_converter=pydantic_data_converter)
+    settings = Settings(
+        home=servers.home / "starter",
+        database_url=servers.local_database_url,
+        temporal_address=servers.temporal_address,
+        task_queue=TASK_QUEUE,
+        heartbeat_timeout_seconds=3,
+        tagging_chunk_size=250,
+        max_activity_attempts=5,
+        maintenance_schedules=False,
+    )
+    workers: list[HostWorker] = []
+    try:
+        await check_serving(client, servers)
+        async with engine.begin() as conn:
+            course: DemoCourse = await seed_demo(conn, PAGES)
+        jobs = HubJobsClient(client, engine, settings).scope(course.workspace_id, course.actor_id)
+        print(f"\n{PAGES} pages seeded after {time.monotonic() - started_at:.1f} s")
+
+        workers = await asyncio.to_thread(start_workers, network, servers)
+        a, b = workers
+        for w in workers:
+            check_on_its_host(w)
+        assert network_namespace_of(a.pid) != network_namespace_of(b.pid)
+
+        # Both hosts poll the task queue over their link before the job starts.
+        deadline = time.monotonic() + 60
+        while {a.identity, b.identity} - await pollers(client):
+            for w in workers:
+                assert w.alive(), f"worker {w.host.name} exited:{_tails(workers)}"
+            assert time.monotonic() < deadline, f"workers never polled:{_tails(workers)}"
+            await asyncio.sleep(0.2)
+        print(f"both workers polling after {time.monotonic() - started_at:.1f} s")
+
+        # Both hosts talk to both servers over their veth link, from their own address.
+        hosts = {a.host.address, b.host.address}
+        deadline = time.monotonic() + 15
+        while not hosts <= (
+            clients := await asyncio.to_thread(database_clients, servers.local_database_url)
+        ):
+            assert time.monotonic() < deadline, f"database sessions come from {clients}"
+            await asyncio.sleep(0.2)
+        temporal_port = servers.temporal_address.rsplit(":", 1)[1]
+        for w in workers:
+            peers = await asyncio.to_thread(established_peers, w.host)
+            assert (w.host.address, f"{network.gateway}:{temporal_port}") in peers, peers
+
+        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        assert job.total == PAGES
+        job_started = time.monotonic()
+
+        # Kill A while it runs a chunk, once both have run one and most pages remain.
+        deadline = time.monotonic() + 60
+        while True:
+            for w in workers:
+                assert w.alive(), f"worker {w.host.name} exited:{_tails(workers)}"
+            processed = await processed_of(engine, job.id)
+            takers = {c.identity for c in await chunk_attempts(client, job.workflow_id)}
+            running = await running_chunk_worker(client, job.workflow_id)
+            assert processed < KILL_BEFORE, (
+                f"{processed} pages done and the chunks went only to {takers}; "
+                f"A is {a.identity}, B is {b.identity}{_tails(workers)}"
+            )
+            if {a.identity, b.identity} <= takers and running == a.identity:
+                break
+            assert time.monotonic() < deadline, f"no moment to kill A:{_tails(workers)}"
+            await asyncio.sleep(0.05)
+
+        exit_code = await asyncio.to_thread(a.kill)
+        assert exit_code == -signal.SIGKILL
+        at_kill = await processed_of(engine, job.id)
+        print(
+            f"killed worker A {time.monotonic() - job_started:.1f} s into the job, "
+            f"with {at_kill} of {PAGES} pages done"
+        )
+        assert at_kill < KILL_BEFORE
+        # A died holding the chunk: Temporal still has it on A until the lease runs out.
+        assert await running_chunk_worker(client, job.workflow_id) == a.identity
+
+        kill_time = time.monotonic()
+        done = await wait_until_final(jobs, job.id, timeout=120)
+        print(
+            f"job {done.status} {time.monotonic() - kill_time:.1f} s after the kill "
+            f"({time.monotonic() - job_started:.1f} s in all)"
+        )
+        assert done.status == "succeeded", (
+            f"job ended {done.status} ({done.error_code}: {done.error_message}), "
+            f"{done.processed}/{done.total} done{_tails(workers)}"
+        )
+        assert b.alive(), f"worker B died:{_tails(workers)}"
+        attempts = await chunk_attempts(client, job.workflow_id)
+        description = await client.get_workflow_handle(job.workflow_id).describe()
+    except BaseException:
+        print(_tails(workers))
+        await engine.dispose()
+        raise
+    finally:
+        for w in workers:
+            await asyncio.to_thread(w.kill)
+
+    try:
+        # Lost nothing, repeated nothing.
+        assert (done.total, done.processed, done.succeeded, done.skipped, done.failed) == (
+            PAGES,
+            PAGES,
+            PAGES,
+            0,
+            0,
+        )
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT id, (SELECT count(*) FROM unnest(tags) t WHERE t = :tag) AS n "
+                    "FROM pages WHERE id = ANY(:ids)"
+                ),
+                {"tag": TAG, "ids": course.page_ids},
+            )
+            tag_counts = {row.id: row.n for row in rows}
+        assert len(tag_counts) == PAGES
+        assert {page: n for page, n in tag_counts.items() if n != 1} == {}
+
+        revisions = await job_revisions(engine, TAG)
+        assert set(revisions) == set(course.page_ids)
+        assert {page: n for page, n in revisions.items() if n != 1} == {}
+
+        assert await item_counts(engine, job.id) == {"succeeded": PAGES}
+
+        # Temporal agrees: both hosts ran chunks, and the chunk A held at its death ran
+        # out of lease and was finished by B.
+        assert description.status == WorkflowExecutionStatus.COMPLETED
+        takers = {c.identity for c in attempts}
+        assert {a.identity, b.identity} <= takers, (takers, a.identity, b.identity)
+        assert takers == {a.identity, b.identity}, takers
+        resumed = [c for c in attempts if c.after_heartbeat_timeout]
+        assert [c.identity for c in resumed] == [b.identity], resumed
+        shares = {w.host.name: sum(c.identity == w.identity for c in attempts) for w in workers}
+        print(f"chunk attempts per worker: {shares}; {time.monotonic() - started_at:.1f} s")
+    finally:
+        await engine.dispose()
