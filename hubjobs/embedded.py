@@ -265,12 +265,14 @@ class EmbeddedPostgres:
 class EmbeddedTemporal:
     """``temporal server start-dev`` with its history in ``<home>/temporal.db``."""
 
-    def __init__(self, home: Path, *, persistent: bool = True, ip: str = "127.0.0.1") -> None:
+    def __init__(self, home: Path, *, persistent: bool = True) -> None:
         self.home = home.resolve()
         self.pidfile = self.home / "temporal.pid"
         self.logfile = self.home / "temporal.log"
         self.persistent = persistent
-        self.ip = ip
+        # Loopback only: the dev server's services reach each other at 127.0.0.1, so
+        # it serves nothing bound elsewhere. Other hosts reach it through a relay.
+        self.ip = "127.0.0.1"
 
     def running_pid(self) -> int | None:
         if not self.pidfile.exists():

@@ -49,7 +49,7 @@ from temporalio.service import RPCError
 
 from hubjobs.db import async_engine
 from hubjobs.demo_data import DemoCourse, seed_demo
-from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port
+from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wait_for_port
 from hubjobs.migrate import upgrade
 from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
@@ -160,7 +160,8 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
         listen=f"127.0.0.1,{network.gateway}",
         trusted_network=network.cidr,
     )
-    temporal = EmbeddedTemporal(home, persistent=False, ip=network.gateway)
+    temporal = EmbeddedTemporal(home, persistent=False)
+    relay: subprocess.Popen[bytes] | None = None
     try:
         pg_port = postgres.start(0)
         local_url = postgres.ensure_database(pg_port)
@@ -176,13 +177,31 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
             choose_port(0, {pg_port, temporal_port}),
             ["--dynamic-config-value", "system.enableActivityEagerExecution=false"],
         )
+        # The dev server serves only on loopback; the hosts reach it through a relay on
+        # the bridge (tests/relay.py), so their traffic still crosses the veth link.
+        relay_port = choose_port(0, {pg_port, temporal_port})
+        relay = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.relay",
+                network.gateway,
+                str(relay_port),
+                str(temporal_port),
+            ],
+            cwd=REPO,
+        )
+        wait_for_port(relay_port, 10, "the Temporal relay", network.gateway)
         yield Servers(
             home=home,
             local_database_url=local_url,
             bridge_database_url=f"postgresql://postgres@{network.gateway}:{pg_port}/hubjobs",
-            temporal_address=f"{network.gateway}:{temporal_port}",
+            temporal_address=f"{network.gateway}:{relay_port}",
         )
     finally:
+        if relay is not None:
+            relay.kill()
+            relay.wait()
         temporal.stop()
         postgres.stop()
         shutil.rmtree(home, ignore_errors=True)
