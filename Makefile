@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 # bar, print where to see it in the Temporal UI. The stack stays up: `make down`.
 run: install
 	$(BIN)/hubjobs up
-	$(BIN)/hubjobs demo --pages 2000
+	$(BIN)/hubjobs demo --pages 20000
 
 test: install system-deps lint compose-check
 	$(BIN)/pytest

@@ -147,23 +147,23 @@ async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobVie
     if not show_bar:
         return await jobs.wait(job.id)
     with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=32),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[message]}"),
         console=err,
     ) as bar:
-        task = bar.add_task(job.kind, total=job.total or None, message="")
+        task = bar.add_task(job.kind, total=job.total or None)
         async for current in jobs.watch(job.id, interval=0.25):
             bar.update(
                 task,
                 total=current.total or None,
                 completed=current.processed,
-                description=f"{current.kind} [{current.status}]",
-                message=current.progress_message or "",
+                description=f"{current.kind} ({current.status})",
             )
             job = current
+    if job.progress_message:
+        err.print(job.progress_message, markup=False, highlight=False)
     return job
 
 
