@@ -241,11 +241,14 @@ class CourseTagger:
                               CAST(:codes AS text[]), CAST(:messages AS text[]))
                        AS o(ordinal, state, code, message)
                  WHERE i.job_id = :job AND i.ordinal = o.ordinal AND i.state = 'pending'
+                   AND i.ordinal BETWEEN :first AND :last
              RETURNING i.state
                 """
             ),
             {
                 "job": job.job_id,
+                "first": ordinals[0],
+                "last": ordinals[-1],
                 "ordinals": ordinals,
                 "states": [outcomes[o].state for o in ordinals],
                 "codes": [outcomes[o].code for o in ordinals],
@@ -305,6 +308,8 @@ class TaggingActivities:
         bind(
             kind="course_tagging", workspace_id=job.workspace_id, correlation_id=job.correlation_id
         )
+        # Alive from the start, not only after the first batch has committed.
+        activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
         done_in_chunk = 0
         counters = Counters()
         while done_in_chunk < chunk.limit:

@@ -18,6 +18,8 @@ from hubjobs.models import Counters
 from hubjobs.pages import normalize_tag
 
 NAME = "course_tagging"
+# Snapshots this large refresh job_items' planner statistics in their own transaction.
+ANALYZE_FROM = 10_000
 
 
 class CourseTaggingPayload(BaseModel):
@@ -81,6 +83,11 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
             },
         )
     ).scalar_one()
+    if total >= ANALYZE_FROM:
+        # A big snapshot changes job_items' statistics at once; without fresh ones the
+        # planner takes this job's items for a handful and sorts them all for every
+        # batch. (Autovacuum would get there, but only after the job has started.)
+        await conn.execute(text("ANALYZE job_items"))
     return Prepared(
         total=int(total), summary=f"Tag course {root.title} with {payload.tag}, {total} pages"
     )
