@@ -20,9 +20,12 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from temporalio.common import SearchAttributeKey
 
 from hubjobs.errors import Unavailable
 from hubjobs.search_attributes import REGISTERED
@@ -64,7 +67,7 @@ def port_is_free(port: int) -> bool:
         return True
 
 
-def choose_port(preferred: int, taken: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+def choose_port(preferred: int, taken: Collection[int] = ()) -> int:
     if preferred and preferred not in taken and port_is_free(preferred):
         return preferred
     while True:
@@ -143,10 +146,11 @@ class EmbeddedPostgres:
     def _bin(self, name: str) -> str:
         return str(_pg_bin_path() / name)
 
-    def _run_as(self) -> dict[str, object]:
-        """PostgreSQL refuses to run as root; the wheel's helpers give it a system user."""
+    def _run_as(self) -> str | None:
+        """The user PostgreSQL runs as: refusing root, it gets a system user (made with
+        the wheel's helpers, which also open up the folders it needs)."""
         if os.geteuid() != 0:
-            return {}
+            return None
         import pwd
 
         with _quiet_import():
@@ -167,7 +171,7 @@ class EmbeddedPostgres:
         for path in (self.pgdata, self.logfile):
             if path.exists():
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        return {"user": user}
+        return user
 
     def running_port(self) -> int | None:
         pidfile = self.pgdata / "postmaster.pid"
@@ -178,7 +182,7 @@ class EmbeddedPostgres:
             return None
         return int(lines[3])
 
-    def start(self, preferred_port: int, taken: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+    def start(self, preferred_port: int, taken: Collection[int] = ()) -> int:
         port = self.running_port()
         if port is not None:
             return port
@@ -200,7 +204,7 @@ class EmbeddedPostgres:
                 ],
                 check=True,
                 capture_output=True,
-                **run_as,  # type: ignore[call-overload]
+                user=run_as,
             )
             with open(self.pgdata / "postgresql.auto.conf", "a") as conf:
                 conf.write(f"listen_addresses = '{self.listen}'\nunix_socket_directories = ''\n")
@@ -227,7 +231,7 @@ class EmbeddedPostgres:
             ],
             capture_output=True,
             text=True,
-            **run_as,  # type: ignore[call-overload]
+            user=run_as,
         )
         if result.returncode != 0:
             log.error("pg_ctl start failed: %s %s", result.stdout, result.stderr)
@@ -240,7 +244,7 @@ class EmbeddedPostgres:
         subprocess.run(
             [self._bin("pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"],
             capture_output=True,
-            **self._run_as(),  # type: ignore[call-overload]
+            user=self._run_as(),
         )
 
     def url(self, port: int, database: str = DATABASE) -> str:
@@ -330,10 +334,10 @@ class EmbeddedTemporal:
         self.pidfile.unlink(missing_ok=True)
 
 
-def _sa_type(key: object) -> str:
+def _sa_type(key: SearchAttributeKey[Any]) -> str:
     from temporalio.common import SearchAttributeIndexedValueType as T
 
-    indexed = key.indexed_value_type  # type: ignore[attr-defined]
+    indexed = key.indexed_value_type
     return {
         T.KEYWORD: "Keyword",
         T.TEXT: "Text",

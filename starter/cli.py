@@ -12,9 +12,9 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -335,6 +335,31 @@ def seed_demo(
 # --- jobs --------------------------------------------------------------------------------
 
 
+def start_job(
+    workspace: uuid.UUID,
+    actor: uuid.UUID,
+    start: Callable[[WorkspaceJobs], Awaitable[JobView]],
+    *,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Starts a job, follows it with ``--wait`` (a progress bar on a terminal), prints it;
+    exit 1 when a followed job did not succeed."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            job = await start(jobs)
+            if wait:
+                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
+            return job
+
+    job = run(go())
+    print_job(job, as_json)
+    if wait and job.status != "succeeded":
+        raise typer.Exit(1)
+
+
 @app.command("tag-course")
 @command
 def tag_course(
@@ -348,24 +373,18 @@ def tag_course(
     as_json: JsonOpt = False,
 ) -> None:
     """Tag every page of a course."""
-
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            job = await jobs.start_course_tagging(
-                root_page_id=root_page,
-                tag=tag,
-                idempotency_key=idempotency_key,
-                correlation_id=correlation_id,
-            )
-            if wait:
-                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
-            return job
-
-    job = run(go())
-    print_job(job, as_json)
-    if wait and job.status != "succeeded":
-        raise typer.Exit(1)
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_course_tagging(
+            root_page_id=root_page,
+            tag=tag,
+            idempotency_key=idempotency_key,
+            correlation_id=correlation_id,
+        ),
+        wait=wait,
+        as_json=as_json,
+    )
 
 
 @app.command()
@@ -378,19 +397,13 @@ def backup(
     as_json: JsonOpt = False,
 ) -> None:
     """Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR)."""
-
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            job = await jobs.start_backup(idempotency_key=idempotency_key)
-            if wait:
-                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
-            return job
-
-    job = run(go())
-    print_job(job, as_json)
-    if wait and job.status != "succeeded":
-        raise typer.Exit(1)
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_backup(idempotency_key=idempotency_key),
+        wait=wait,
+        as_json=as_json,
+    )
 
 
 @app.command()
@@ -462,8 +475,7 @@ def list_jobs(
     async def go() -> list[JobView]:
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            wanted: JobStatus | None = status  # type: ignore[assignment]
-            return await jobs.list(status=wanted, kind=kind, limit=limit)
+            return await jobs.list(status=cast("JobStatus | None", status), kind=kind, limit=limit)
 
     found = run(go())
     if as_json:
