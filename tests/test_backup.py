@@ -21,7 +21,7 @@ import uuid
 import zipfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import pytest
@@ -44,8 +44,8 @@ from starter.restore import RestoreReport, restore
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import edit
 from tests.histories import record
+from tests.processes import WorkerProcess, hubjobs_env
 
-REPO = Path(__file__).resolve().parent.parent
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 RESULT_KEYS = {
     "backupId",
@@ -595,51 +595,6 @@ async def test_a_cancellation_that_comes_as_the_archive_is_committed_leaves_no_f
 # --- 4. a worker killed mid-stream -------------------------------------------------------------
 
 
-class WorkerProcess:
-    """``python worker.py`` in its own process, its output captured to a file."""
-
-    def __init__(self, name: str, env: dict[str, str], logs: Path) -> None:
-        self.name = name
-        self.log_path = logs / f"{name}.log"
-        self._log: IO[bytes] = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "worker.py"],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> int:
-        if self.alive():
-            os.kill(self.process.pid, signal.SIGKILL)
-        code = self.process.wait(timeout=15)
-        self._log.close()
-        return code
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def worker_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
-    return env | {
-        "HUBJOBS_DATABASE_URL": settings.resolved_database_url(),
-        "HUBJOBS_TEMPORAL_ADDRESS": settings.resolved_temporal_address(),
-        "HUBJOBS_TASK_QUEUE": settings.task_queue,
-        "HUBJOBS_HOME": str(settings.home),
-        "HUBJOBS_BACKUP_DIR": str(settings.resolved_backup_dir),
-        "HUBJOBS_ATTACHMENTS_DIR": str(settings.resolved_attachments_dir),
-        "HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS": "3",
-        "HUBJOBS_MAINTENANCE_SCHEDULES": "false",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
 async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes_a_whole_one(
     temporal: Client,
     engine: AsyncEngine,
@@ -661,7 +616,13 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     backups = backup_settings.resolved_backup_dir
     final = backups / "unknown"
     partial = backups / "unknown.partial"
-    env = worker_env(backup_settings)
+    env = hubjobs_env(
+        backup_settings,
+        backup_settings.home,
+        backup_dir=backup_settings.resolved_backup_dir,
+        attachments_dir=backup_settings.resolved_attachments_dir,
+        heartbeat_timeout_seconds=3,
+    )
     workers: list[WorkerProcess] = []
     try:
         first = WorkerProcess("worker-1", env, tmp_path)

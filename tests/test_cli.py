@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -14,6 +13,7 @@ from typing import Any
 
 from hubjobs.demo_data import DemoCourse
 from hubjobs.settings import Settings
+from tests.processes import hubjobs_env
 
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 JOB_KEYS = {
@@ -36,23 +36,13 @@ JOB_KEYS = {
 }
 
 
-def _env(settings: Settings, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
-    assert settings.database_url is not None and settings.temporal_address is not None
-    return env | {
-        "HUBJOBS_DATABASE_URL": settings.database_url,
-        "HUBJOBS_TEMPORAL_ADDRESS": settings.temporal_address,
-        "HUBJOBS_TASK_QUEUE": settings.task_queue,
-        "HUBJOBS_HOME": str(home),
-    }
-
-
 async def _hubjobs(settings: Settings, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Runs the CLI in a thread, so the worker on this event loop keeps working."""
+    assert settings.database_url is not None and settings.temporal_address is not None
     return await asyncio.to_thread(
         subprocess.run,
         [str(HUBJOBS), *args],
-        env=_env(settings, home),
+        env=hubjobs_env(settings, home),
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,14 +10,10 @@ tag exactly once, with exactly one revision, and the read model agrees with the 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
-from typing import IO
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,65 +25,11 @@ from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import seed
 from tests.helpers import item_counts, job_revisions
+from tests.processes import WorkerProcess, hubjobs_env
 
-REPO = Path(__file__).resolve().parent.parent
 PAGES = 3000
 KILL_AFTER = 600
 TAG = "crash-resume"
-
-
-class WorkerProcess:
-    """``python worker.py`` in its own process, its output captured to files."""
-
-    def __init__(self, name: str, env: dict[str, str], logs: Path) -> None:
-        self.name = name
-        self.log_path = logs / f"{name}.log"
-        self._log: IO[bytes] = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "worker.py"],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> int:
-        """SIGKILL, then reap; returns the exit code."""
-        if self.alive():
-            os.kill(self.process.pid, signal.SIGKILL)
-        code = self.process.wait(timeout=15)
-        self._log.close()
-        return code
-
-    def tail(self, lines: int = 40) -> str:
-        content = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(content[-lines:])
-
-
-def worker_env(settings: Settings, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
-    env.update(
-        HUBJOBS_DATABASE_URL=settings.resolved_database_url(),
-        HUBJOBS_TEMPORAL_ADDRESS=settings.resolved_temporal_address(),
-        HUBJOBS_TASK_QUEUE=settings.task_queue,
-        HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS="3",
-        HUBJOBS_TAGGING_BATCH_SIZE="25",
-        HUBJOBS_TAGGING_CHUNK_SIZE="1000",
-        HUBJOBS_TAGGING_BATCH_PAUSE_SECONDS="0.02",
-        HUBJOBS_HOME=str(home),
-        # The maintenance Schedules are global to the namespace; tests leave them alone.
-        HUBJOBS_MAINTENANCE_SCHEDULES="false",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
 
 
 async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
@@ -133,7 +75,14 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
     )
     hub = HubJobsClient(temporal, engine, starter_settings)
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    env = worker_env(settings, tmp_path)
+    env = hubjobs_env(
+        settings,
+        tmp_path,
+        heartbeat_timeout_seconds=3,
+        tagging_batch_size=25,
+        tagging_chunk_size=1000,
+        tagging_batch_pause_seconds=0.02,
+    )
     workers: list[WorkerProcess] = []
     try:
         first = WorkerProcess("worker-1", env, tmp_path)

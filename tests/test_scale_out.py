@@ -24,10 +24,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
 
 import psycopg
 import pytest
@@ -55,8 +54,8 @@ from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.helpers import item_counts, job_revisions
+from tests.processes import REPO, WorkerProcess, hubjobs_env
 
-REPO = Path(__file__).resolve().parent.parent
 PAGES = 10_000
 TAG = "scale-out"
 TASK_QUEUE = "scale-out"
@@ -210,31 +209,14 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
 # --- worker processes on the hosts -------------------------------------------------------
 
 
-@dataclass
-class HostWorker:
+class HostWorker(WorkerProcess):
     """``ip netns exec <namespace> python worker.py``, its output in a file."""
 
-    host: Host
-    env: dict[str, str]
-    logs: Path
-    process: subprocess.Popen[bytes] = field(init=False)
-    _log: IO[bytes] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.log_path = self.logs / f"worker-{self.host.name}.log"
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            ["ip", "netns", "exec", self.host.namespace, sys.executable, "worker.py"],
-            cwd=REPO,
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+    def __init__(self, host: Host, env: dict[str, str], logs: Path) -> None:
+        self.host = host
+        super().__init__(
+            f"worker-{host.name}", env, logs, prefix=["ip", "netns", "exec", host.namespace]
         )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     @property
     def identity(self) -> str:
@@ -242,45 +224,25 @@ class HostWorker:
         namespaces share the UTS namespace, so the host name is this one's."""
         return f"{self.pid}@{os.uname().nodename}"
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
-    def kill(self) -> int:
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-        code = self.process.wait(timeout=15)
-        self._log.close()
-        return code
-
-    def tail(self, lines: int = 40) -> str:
-        content = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(content[-lines:])
-
-
-def worker_env(servers: Servers, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
-    env.update(
-        HUBJOBS_DATABASE_URL=servers.bridge_database_url,
-        HUBJOBS_TEMPORAL_ADDRESS=servers.temporal_address,
-        HUBJOBS_TASK_QUEUE=TASK_QUEUE,
-        HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS="3",
-        HUBJOBS_TAGGING_BATCH_SIZE="50",
-        HUBJOBS_TAGGING_CHUNK_SIZE="250",
-        HUBJOBS_TAGGING_BATCH_PAUSE_SECONDS="0.01",
-        HUBJOBS_MAINTENANCE_SCHEDULES="false",
-        HUBJOBS_METRICS_PORT="0",
-        HUBJOBS_HOME=str(home),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def start_workers(net: HostNetwork, servers: Servers) -> list[HostWorker]:
+def start_workers(net: HostNetwork, servers: Servers, settings: Settings) -> list[HostWorker]:
+    """One worker per host, on the task queue of ``settings`` but reaching the servers
+    at their bridge addresses."""
     workers = []
     for host in net.hosts.values():
         home = servers.home / f"worker-{host.name}"
         home.mkdir()
-        workers.append(HostWorker(host, worker_env(servers, home), servers.home))
+        env = hubjobs_env(
+            settings,
+            home,
+            database_url=servers.bridge_database_url,
+            temporal_address=servers.temporal_address,
+            heartbeat_timeout_seconds=3,
+            tagging_batch_size=50,
+            tagging_chunk_size=250,
+            tagging_batch_pause_seconds=0.01,
+        )
+        workers.append(HostWorker(host, env, servers.home))
     return workers
 
 
@@ -478,7 +440,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
         jobs = HubJobsClient(client, engine, settings).scope(course.workspace_id, course.actor_id)
         print(f"\n{PAGES} pages seeded after {time.monotonic() - started_at:.1f} s")
 
-        workers = await asyncio.to_thread(start_workers, network, servers)
+        workers = await asyncio.to_thread(start_workers, network, servers, settings)
         a, b = workers
         for w in workers:
             check_on_its_host(w)

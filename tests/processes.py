@@ -1,0 +1,94 @@
+"""Real processes for the tests: the ``HUBJOBS_*`` environment a subprocess gets, and
+``python worker.py`` run as a process of its own with its output in a log file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from hubjobs.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+EnvValue = str | int | float | Path
+
+
+def _env_text(value: EnvValue) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[str, str]:
+    """This process's environment without any ``HUBJOBS_*`` variable, plus the servers and
+    task queue of ``settings``, ``HUBJOBS_HOME=home``, no maintenance Schedules (they are
+    global to the namespace; tests leave them alone), no metrics endpoint, unbuffered
+    output; then each override as ``HUBJOBS_<NAME>`` (``heartbeat_timeout_seconds=3`` is
+    ``HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS=3``). ``database_url``, ``temporal_address`` and
+    ``task_queue`` may be overridden too; ``settings`` is then not asked for them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+    if "database_url" not in overrides:
+        env["HUBJOBS_DATABASE_URL"] = settings.resolved_database_url()
+    if "temporal_address" not in overrides:
+        env["HUBJOBS_TEMPORAL_ADDRESS"] = settings.resolved_temporal_address()
+    env["HUBJOBS_TASK_QUEUE"] = settings.task_queue
+    env["HUBJOBS_HOME"] = str(home)
+    env["HUBJOBS_MAINTENANCE_SCHEDULES"] = "false"
+    env["HUBJOBS_METRICS_PORT"] = "0"
+    env["PYTHONUNBUFFERED"] = "1"
+    for name, value in overrides.items():
+        env[f"HUBJOBS_{name.upper()}"] = _env_text(value)
+    return env
+
+
+class WorkerProcess:
+    """``[*prefix] python worker.py`` in its own process, run in the repository with
+    ``env``; its output (stdout and stderr) goes to ``<logs>/<name>.log``."""
+
+    def __init__(
+        self, name: str, env: dict[str, str], logs: Path, prefix: Sequence[str] = ()
+    ) -> None:
+        self.name = name
+        self.log_path = logs / f"{name}.log"
+        self._log: IO[bytes] = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, "worker.py"],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> int:
+        """SIGKILL (unless it has exited), then reap and close the log; returns the exit
+        code. Safe to call again."""
+        if self.alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        code = self.process.wait(timeout=15)
+        self._log.close()
+        return code
+
+    def terminate(self, timeout: float = 30) -> tuple[int, float]:
+        """SIGTERM, then wait for the exit; returns the exit code and the seconds it took."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=timeout)
+        return code, time.monotonic() - started
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
