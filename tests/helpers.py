@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -9,6 +11,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hubjobs.pages import etag, update_page
+from hubjobs.read_model import JobView
+from starter.client import WorkspaceJobs
 
 EDITOR = uuid.UUID(int=7)
 
@@ -73,3 +77,51 @@ async def item_counts(engine: AsyncEngine, job_id: uuid.UUID) -> dict[str, int]:
             {"id": job_id},
         )
         return {row.state: row.n for row in rows}
+
+
+async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
+    async with engine.connect() as conn:
+        processed: int = (
+            await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
+        ).scalar_one()
+    return processed
+
+
+async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: float) -> JobView:
+    """The job once finished, or as it is when ``timeout`` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = await jobs.get(job_id)
+        if job.is_final or time.monotonic() > deadline:
+            return job
+        await asyncio.sleep(0.25)
+
+
+async def assert_every_page_tagged_once(
+    engine: AsyncEngine, job: JobView, page_ids: list[uuid.UUID], tag: str
+) -> None:
+    """Lost nothing, repeated nothing: every page succeeded, holds the tag exactly once,
+    got exactly one revision from the job, and the counters equal the items."""
+    pages = len(page_ids)
+    assert (job.total, job.processed, job.succeeded, job.skipped, job.failed) == (
+        pages,
+        pages,
+        pages,
+        0,
+        0,
+    )
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT id, (SELECT count(*) FROM unnest(tags) t WHERE t = :tag) AS n "
+                "FROM pages WHERE id = ANY(:ids)"
+            ),
+            {"tag": tag, "ids": page_ids},
+        )
+        tag_counts = {row.id: row.n for row in rows}
+    assert len(tag_counts) == pages
+    assert {page: n for page, n in tag_counts.items() if n != 1} == {}
+    revisions = await job_revisions(engine, tag)
+    assert set(revisions) == set(page_ids)
+    assert {page: n for page, n in revisions.items() if n != 1} == {}
+    assert await item_counts(engine, job.id) == {"succeeded": pages}

@@ -15,29 +15,19 @@ import time
 import uuid
 from pathlib import Path
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient, WorkspaceJobs
+from starter.client import HubJobsClient
 from tests.conftest import seed
-from tests.helpers import item_counts, job_revisions
+from tests.helpers import assert_every_page_tagged_once, processed_of, wait_until_final
 from tests.processes import WorkerProcess, hubjobs_env
 
 PAGES = 3000
 KILL_AFTER = 600
 TAG = "crash-resume"
-
-
-async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
-    async with engine.connect() as conn:
-        processed: int = (
-            await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
-        ).scalar_one()
-    return processed
 
 
 async def wait_until_processed(
@@ -54,15 +44,6 @@ async def wait_until_processed(
         f"only {await processed_of(engine, job_id)} pages done after {timeout:.0f} s:\n"
         f"{worker.tail()}"
     )
-
-
-async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: float) -> JobView:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = await jobs.get(job_id)
-        if job.is_final or time.monotonic() > deadline:
-            return job
-        await asyncio.sleep(0.25)
 
 
 async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
@@ -123,33 +104,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
             w.kill()
 
     # Lost nothing, repeated nothing.
-    assert (done.total, done.processed, done.succeeded, done.skipped, done.failed) == (
-        PAGES,
-        PAGES,
-        PAGES,
-        0,
-        0,
-    )
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            text(
-                "SELECT id, (SELECT count(*) FROM unnest(tags) t WHERE t = :tag) AS n "
-                "FROM pages WHERE id = ANY(:ids)"
-            ),
-            {"tag": TAG, "ids": course.page_ids},
-        )
-        tag_counts = {row.id: row.n for row in rows}
-    assert len(tag_counts) == PAGES
-    assert {page: n for page, n in tag_counts.items() if n != 1} == {}
-
-    revisions = await job_revisions(engine, TAG)
-    assert set(revisions) == set(course.page_ids)
-    assert {page: n for page, n in revisions.items() if n != 1} == {}
-
-    counts = await item_counts(engine, job.id)
-    assert "pending" not in counts
-    assert counts == {"succeeded": done.succeeded}
-    assert sum(counts.values()) == done.processed
+    await assert_every_page_tagged_once(engine, done, course.page_ids, TAG)
 
     # Temporal agrees, and the resumption came from the lease running out: the chunk
     # running at the kill timed out on its heartbeat and succeeded on a later attempt.

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,8 +29,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import (
     EventType,
     PendingActivityState,
@@ -50,10 +47,9 @@ from hubjobs.db import async_engine
 from hubjobs.demo_data import DemoCourse, seed_demo
 from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wait_for_port
 from hubjobs.migrate import upgrade
-from hubjobs.read_model import JobView
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient, WorkspaceJobs
-from tests.helpers import item_counts, job_revisions
+from starter.client import HubJobsClient
+from tests.helpers import assert_every_page_tagged_once, processed_of, wait_until_final
 from tests.processes import REPO, WorkerProcess, hubjobs_env
 
 PAGES = 10_000
@@ -382,14 +378,6 @@ async def running_chunk_worker(client: Client, workflow_id: str) -> str | None:
     return None
 
 
-async def processed_of(engine: AsyncEngine, job_id: uuid.UUID) -> int:
-    async with engine.connect() as conn:
-        processed: int = (
-            await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
-        ).scalar_one()
-    return processed
-
-
 def database_clients(url: str) -> set[str]:
     """The addresses the database's sessions come from."""
     with psycopg.connect(url) as conn:
@@ -398,15 +386,6 @@ def database_clients(url: str) -> set[str]:
             "WHERE datname = 'hubjobs' AND client_addr IS NOT NULL"
         ).fetchall()
     return {row[0] for row in rows}
-
-
-async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: float) -> JobView:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = await jobs.get(job_id)
-        if job.is_final or time.monotonic() > deadline:
-            return job
-        await asyncio.sleep(0.25)
 
 
 def _tails(workers: list[HostWorker]) -> str:
@@ -523,30 +502,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
 
     try:
         # Lost nothing, repeated nothing.
-        assert (done.total, done.processed, done.succeeded, done.skipped, done.failed) == (
-            PAGES,
-            PAGES,
-            PAGES,
-            0,
-            0,
-        )
-        async with engine.connect() as conn:
-            rows = await conn.execute(
-                text(
-                    "SELECT id, (SELECT count(*) FROM unnest(tags) t WHERE t = :tag) AS n "
-                    "FROM pages WHERE id = ANY(:ids)"
-                ),
-                {"tag": TAG, "ids": course.page_ids},
-            )
-            tag_counts = {row.id: row.n for row in rows}
-        assert len(tag_counts) == PAGES
-        assert {page: n for page, n in tag_counts.items() if n != 1} == {}
-
-        revisions = await job_revisions(engine, TAG)
-        assert set(revisions) == set(course.page_ids)
-        assert {page: n for page, n in revisions.items() if n != 1} == {}
-
-        assert await item_counts(engine, job.id) == {"succeeded": PAGES}
+        await assert_every_page_tagged_once(engine, done, course.page_ids, TAG)
 
         # Temporal agrees: both hosts ran chunks, and the chunk A held at its death ran
         # out of lease and was finished by B.
