@@ -24,7 +24,7 @@ from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
 from activities.maintenance import MaintenanceActivities
 from hubjobs.db import async_engine
-from hubjobs.logs import setup_logging
+from hubjobs.logs import LogContextInterceptor, setup_logging
 from hubjobs.process import run_and_exit
 from hubjobs.schedules import ensure_schedules
 from hubjobs.settings import Settings
@@ -82,6 +82,7 @@ def build_worker(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=10),
+        interceptors=[LogContextInterceptor()],
     )
 
 

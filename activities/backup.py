@@ -43,7 +43,7 @@ from hubjobs.backup_format import (
     table_member,
 )
 from hubjobs.db import plain_url
-from hubjobs.logs import bind
+from hubjobs.logs import bind_job
 from hubjobs.models import BackupArchive, BackupRequest, BackupRun
 from hubjobs.settings import Settings
 
@@ -121,15 +121,7 @@ class BackupActivities:
             job = await read_model.get_job(conn, request.job_id)
         if job is None:
             raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
-        info = activity.info()
-        bind(
-            job_id=job.id,
-            kind=job.kind,
-            workspace_id=job.workspace_id,
-            correlation_id=job.correlation_id,
-            attempt=info.attempt,
-            activity=info.activity_type,
-        )
+        bind_job(job)
         folder = self.settings.resolved_backup_dir
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = folder / archive_name(job.id)

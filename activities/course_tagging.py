@@ -23,8 +23,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hubjobs import read_model
-from hubjobs.kinds.course_tagging import CourseTaggingPayload, change_summary
-from hubjobs.logs import bind
+from hubjobs.kinds.course_tagging import NAME, CourseTaggingPayload, change_summary
+from hubjobs.logs import bind_job
 from hubjobs.models import Counters, TagChunk, TagChunkResult, TaggingCursor
 from hubjobs.pages import PageState, TagChange, add_tag_if_match, has_tag, read_pages
 from hubjobs.telemetry import JobMetrics
@@ -81,6 +81,7 @@ class JobContext:
     actor_id: uuid.UUID
     correlation_id: str
     tag: str
+    kind: str = NAME
 
 
 class ActorUnavailable(Exception):
@@ -303,11 +304,8 @@ class TaggingActivities:
                 )
             except ValueError:
                 log.warning("ignoring malformed heartbeat details of job %s", chunk.job_id)
-        bind(job_id=chunk.job_id, attempt=info.attempt, activity=info.activity_type)
         job = await self.tagger.load_job(chunk.job_id)
-        bind(
-            kind="course_tagging", workspace_id=job.workspace_id, correlation_id=job.correlation_id
-        )
+        bind_job(job)
         # Alive from the start, not only after the first batch has committed.
         activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
         done_in_chunk = 0

@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from hubjobs import jobs, read_model
 from hubjobs.errors import HubJobsError
 from hubjobs.kinds import get_kind
-from hubjobs.logs import bind
+from hubjobs.logs import bind_job
 from hubjobs.models import CancelRequest, FinishJob, JobInput, JobOutcome, OpenedJob
 from hubjobs.telemetry import JobMetrics
 
@@ -35,14 +35,7 @@ class JobActivities:
         yet: it is created here with the checks a start through the client makes, and
         a refused one gets a failed row and fails its workflow at once."""
         info = activity.info()
-        bind(
-            job_id=job.job_id,
-            kind=job.kind,
-            workspace_id=job.workspace_id,
-            correlation_id=job.correlation_id,
-            attempt=info.attempt,
-            activity=info.activity_type,
-        )
+        bind_job(job)
         refused: HubJobsError | None = None
         async with self.engine.begin() as conn:
             row = await read_model.get_job(conn, job.job_id)
@@ -92,8 +85,6 @@ class JobActivities:
     @activity.defn(name="finish_job")
     async def finish_job(self, finish: FinishJob) -> JobOutcome:
         """Writes the final status (see hubjobs.jobs.finish_job); a finished row stays."""
-        info = activity.info()
-        bind(job_id=finish.job_id, attempt=info.attempt, activity=info.activity_type)
         async with self.engine.begin() as conn:
             final, changed = await jobs.finish_job(
                 conn,
@@ -106,7 +97,7 @@ class JobActivities:
             )
         if final is None:
             raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
-        bind(kind=final.kind, workspace_id=final.workspace_id, correlation_id=final.correlation_id)
+        bind_job(final)
         if changed:
             seconds = None
             if final.started_at is not None and final.finished_at is not None:

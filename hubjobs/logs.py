@@ -9,10 +9,14 @@ import contextlib
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 _fields: ContextVar[dict[str, Any]] = ContextVar("hubjobs_log_fields", default={})  # noqa: B039
 
@@ -80,3 +84,32 @@ def setup_logging(*, json_lines: bool, level: str = "INFO", stream: TextIO | Non
     root.setLevel(level.upper())
     # The SDK's own activity/workflow loggers add their context in `extra`; ours above.
     logging.getLogger("temporalio").setLevel(max(root.level, logging.INFO))
+
+
+def bind_job(job: Any) -> None:
+    """Adds a job's identity (a JobView, a JobInput or a row alike) to the log context."""
+    bind(
+        job_id=getattr(job, "job_id", None) or getattr(job, "id", None),
+        kind=getattr(job, "kind", None),
+        workspace_id=getattr(job, "workspace_id", None),
+        correlation_id=getattr(job, "correlation_id", None),
+    )
+
+
+class LogContextInterceptor(Interceptor):
+    """Every activity logs with its name, its attempt and, when its argument names a
+    job, the job id; activities add the rest of the job with ``bind_job``."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityLogContext(next)
+
+
+class _ActivityLogContext(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        first = input.args[0] if input.args else None
+        job_id = first if isinstance(first, uuid.UUID) else getattr(first, "job_id", None)
+        # Bound for the rest of the activity's own task (each activity runs in one), so
+        # the SDK's lines after it returned or failed carry the context too.
+        bind(activity=info.activity_type, attempt=info.attempt, job_id=job_id)
+        return await super().execute_activity(input)
