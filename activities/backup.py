@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from hubjobs import read_model
 from hubjobs.access import ADMINISTRATOR, role_of
@@ -44,13 +45,14 @@ from hubjobs.backup_format import (
 )
 from hubjobs.db import plain_url
 from hubjobs.logs import bind_job
-from hubjobs.models import BackupArchive, BackupRequest, BackupRun
+from hubjobs.models import BackupArchive, BackupRequest, BackupRun, Counters, JobProgressReport
 from hubjobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-# Progress reaches the read model (and a cancellation request is looked for) this often.
+# Progress reaches the read model (and a cancellation request is looked for) this often;
+# the workflow hears of it every HUBJOBS_PROGRESS_REPORT_SECONDS.
 PROGRESS_EVERY = 1.0
 
 
@@ -62,14 +64,16 @@ class Progress:
     """Heartbeats carry the stage and bytes done; the read model hears of them about
     once a second, which is also when a cancellation request is looked for."""
 
-    def __init__(self, engine: AsyncEngine, job_id: uuid.UUID) -> None:
+    def __init__(self, engine: AsyncEngine, job_id: uuid.UUID, report_every: float = 10.0) -> None:
         self.engine = engine
         self.job_id = job_id
+        self.report_every = report_every
         self.total = 0
         self.steps = 0
         self.bytes = 0
         self.stage = "starting"
         self._last = 0.0
+        self._reported = time.monotonic()
 
     async def advance(
         self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
@@ -108,6 +112,11 @@ class Progress:
             ).scalar_one()
         if cancel and check_cancel:
             raise CancelRequested()
+        if time.monotonic() - self._reported >= self.report_every:
+            self._reported = time.monotonic()
+            await report_progress(
+                Counters(total=self.total, processed=self.steps, succeeded=self.steps), message
+            )
 
 
 class BackupActivities:
@@ -130,7 +139,7 @@ class BackupActivities:
             # An earlier attempt renamed its archive but died before reporting it.
             return BackupRun(archive=describe_archive(final))
         partial.unlink(missing_ok=True)  # what a killed attempt left behind
-        progress = Progress(self.engine, job.id)
+        progress = Progress(self.engine, job.id, self.settings.progress_report_seconds)
         try:
             manifest = await self._write(partial, progress)
             await self._require_administrator(job.workspace_id, job.actor_id)
@@ -278,6 +287,22 @@ class BackupActivities:
                 non_retryable=True,
             )
         await progress.advance(step=True)
+
+
+async def report_progress(counters: Counters, message: str) -> None:
+    """Tells the running activity's workflow how far it got (the ``report_progress``
+    signal); a report that does not get through is only logged."""
+    info = activity.info()
+    if info.workflow_id is None:
+        return
+    report = JobProgressReport(counters=counters, message=message)
+    try:
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id, run_id=info.workflow_run_id
+        )
+        await handle.signal("report_progress", report)
+    except (RuntimeError, RPCError) as err:
+        log.debug("progress report not delivered: %s", err)
 
 
 def _copy_member(source: IO[bytes], zf: zipfile.ZipFile, name: str) -> str:

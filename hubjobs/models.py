@@ -65,6 +65,14 @@ class JobProgress(BaseModel):
     cancel_requested: bool = False
 
 
+class JobProgressReport(BaseModel):
+    """The ``report_progress`` signal: how far a long activity got, for the progress
+    query and the UI's details between its start and its end."""
+
+    counters: Counters
+    message: str
+
+
 class CancelRequest(BaseModel):
     """The ``cancel`` signal: who asked, and why."""
 

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     # Breathing room between batches, so a huge course does not hog the database.
     tagging_batch_pause_seconds: float = 0.0
     max_activity_attempts: int = 5
+    # How often a long activity (a backup) reports its progress to its workflow, for
+    # the progress query and the UI's details; each report is a signal in the history.
+    progress_report_seconds: float = 10.0
     retention_hours: float = 24.0
     # The maintenance Schedules (hubjobs-retention, hubjobs-reconciler), created when a
     # worker starts unless turned off.

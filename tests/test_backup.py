@@ -45,6 +45,7 @@ from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import edit
 from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
+from workflows.backup import BackupWorkflow
 
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 RESULT_KEYS = {
@@ -453,6 +454,41 @@ async def test_restore_refuses_and_then_leaves_everything_as_it_was(
 def mb_read(job: JobView) -> float:
     match = re.search(r"([\d.]+) MB read", job.progress_message or "")
     return float(match.group(1)) if match else 0.0
+
+
+async def test_a_running_backup_reports_its_progress_to_its_workflow(
+    temporal: Client, engine: AsyncEngine, backup_settings: Settings
+) -> None:
+    """The progress query and the UI's details move while the backup runs, not only at
+    its end, and end on the read model's counters."""
+    reporting = backup_settings.model_copy(update={"progress_report_seconds": 0.3})
+    folder = reporting.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 50)
+    await add_attachments(engine, folder, course.page_ids, [MB] * 200)
+    jobs = HubJobsClient(temporal, engine, reporting).scope(course.workspace_id, course.actor_id)
+    async with running_worker(temporal, reporting):
+        job = await jobs.start_backup()
+        handle = temporal.get_workflow_handle(job.workflow_id)
+        seen = None
+        deadline = time.monotonic() + 60
+        while seen is None and time.monotonic() < deadline:
+            progress = await handle.query(BackupWorkflow.progress)
+            current = await jobs.get(job.id)
+            if progress.status == "running" and progress.counters.processed > 0:
+                seen = (progress, current)
+            elif current.is_final:
+                break
+            await asyncio.sleep(0.05)
+        assert seen is not None, "the workflow heard of no progress while the backup ran"
+        mid, row = seen
+        assert 0 < mid.counters.processed <= row.processed < row.total
+        assert mid.counters.total == row.total
+        assert mid.message is not None and "MB read" in mid.message
+        done = await jobs.wait(job.id, timeout=60)
+        final = await handle.query(BackupWorkflow.progress)
+    assert done.status == "succeeded"
+    assert final.counters == done.counters
 
 
 async def test_a_cancelled_backup_leaves_no_file_at_all(

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         JobInput,
         JobOutcome,
         JobProgress,
+        JobProgressReport,
         JobStatus,
         OpenedJob,
     )
@@ -130,6 +131,11 @@ class JobWorkflow:
             retry_policy=LIFECYCLE_RETRY,
             summary="Record the cancellation request",
         )
+
+    @workflow.signal(name="report_progress")
+    def report_progress(self, report: JobProgressReport) -> None:
+        if self.status == "running":
+            self.report(report.counters, report.message)
 
     @workflow.query(name="progress")
     def progress(self) -> JobProgress:
