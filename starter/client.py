@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -25,7 +26,7 @@ from hubjobs import read_model
 from hubjobs.access import require_administrator, require_member
 from hubjobs.db import async_engine
 from hubjobs.errors import HubJobsError, NotFound, Unavailable
-from hubjobs.jobs import create_job
+from hubjobs.jobs import create_job, finish_job
 from hubjobs.kinds import get_kind
 from hubjobs.kinds.backup import NAME as BACKUP
 from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
@@ -211,23 +212,16 @@ class WorkspaceJobs:
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None
-            # Closed or never started: the workflow will not finish the row; do it here.
-            await self.client.db(
-                lambda conn: read_model.finish(
-                    conn,
-                    job_id,
-                    status="cancelled",
-                    retention=self._retention(job.kind),
+            if job.status == "queued":
+                # Recorded but never started: no workflow will finish the row; do it here.
+                # (A running row whose workflow is gone is the reconciler's to settle.)
+                retention = timedelta(hours=self.client.settings.retention_hours)
+                await self.client.db(
+                    lambda conn: finish_job(
+                        conn, job_id, status="cancelled", default_retention=retention
+                    )
                 )
-            )
         return await self.get(job_id)
-
-    def _retention(self, kind_name: str) -> Any:
-        from datetime import timedelta
-
-        return get_kind(kind_name).retention or timedelta(
-            hours=self.client.settings.retention_hours
-        )
 
     # --- waiting ------------------------------------------------------------------------
 

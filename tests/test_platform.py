@@ -318,3 +318,24 @@ async def test_queue_state_comes_from_the_read_model(
     assert (state.queued, state.running, state.failed) == (2, 1, 1)
     assert state.oldest_queued_age_seconds is not None
     assert 89 <= state.oldest_queued_age_seconds < 120
+
+
+async def test_cancelling_a_job_whose_workflow_never_started_cancels_its_row(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    job_id = uuid.uuid4()
+    async with engine.begin() as conn:  # the starter died right after this commit
+        await create_job(
+            conn,
+            get_kind("toy_echo"),
+            job_id=job_id,
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="c",
+            payload={"message": "never"},
+        )
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    cancelled = await jobs.cancel(job_id)
+    assert cancelled.status == "cancelled"
+    assert cancelled.cancel_requested_by == course.actor_id
+    assert cancelled.finished_at is not None and cancelled.expires_at is not None
