@@ -5,6 +5,7 @@ A real worker process (``python worker.py``) tags a course of 3000 pages; once s
 The activity's lease (the heartbeat timeout) runs out, Temporal retries it, and a second
 worker process picks it up from the heartbeat cursor. In the end every page holds the
 tag exactly once, with exactly one revision, and the read model agrees with the items.
+Without attempts left, the same kill ends the job as ``abandoned``.
 """
 
 from __future__ import annotations
@@ -129,3 +130,37 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
         attempt.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
         for attempt in retried
     ), f"no chunk was retried after a heartbeat timeout: {retried}"
+
+
+async def test_a_job_whose_last_attempt_loses_its_worker_fails_as_abandoned(
+    temporal: Client, engine: AsyncEngine, settings: Settings, tmp_path: Path
+) -> None:
+    """With no attempts left, a worker that stops heartbeating ends the job: failed with
+    the stable code ``abandoned`` and a plain message, the work done so far kept."""
+    course = await seed(engine, 1000)
+    starter_settings = settings.model_copy(
+        update={"heartbeat_timeout_seconds": 2, "max_activity_attempts": 1}
+    )
+    jobs = HubJobsClient(temporal, engine, starter_settings).scope(
+        course.workspace_id, course.actor_id
+    )
+    env = hubjobs_env(settings, tmp_path, tagging_batch_size=10, tagging_batch_pause_seconds=0.05)
+    workers = [WorkerProcess("worker-1", env, tmp_path)]
+    try:
+        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        await wait_until_processed(engine, job.id, 50, workers[0], timeout=60)
+        assert workers[0].kill() == -signal.SIGKILL
+        at_kill = await processed_of(engine, job.id)
+        # Another worker runs the workflow's next task; the activity is not retried.
+        workers.append(WorkerProcess("worker-2", env, tmp_path))
+        done = await wait_until_final(jobs, job.id, timeout=60)
+    finally:
+        for w in workers:
+            w.kill()
+    assert done.status == "failed" and done.error_code == "abandoned", (done, workers[1].tail())
+    assert done.error_message == (
+        "The job was abandoned: its worker stopped responding and no attempts are left."
+    )
+    assert done.processed == at_kill < done.total
+    description = await temporal.get_workflow_handle(done.workflow_id).describe()
+    assert description.status == WorkflowExecutionStatus.FAILED
