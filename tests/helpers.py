@@ -9,6 +9,9 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
+from temporalio.client import WorkflowHistory
 
 from hubjobs.pages import etag, update_page
 from hubjobs.read_model import JobView
@@ -125,3 +128,20 @@ async def assert_every_page_tagged_once(
     assert set(revisions) == set(page_ids)
     assert {page: n for page, n in revisions.items() if n != 1} == {}
     assert await item_counts(engine, job.id) == {"succeeded": pages}
+
+
+def activity_starts(
+    history: WorkflowHistory, activity_type: str
+) -> list[ActivityTaskStartedEventAttributes]:
+    """The recorded starts of one activity type (Temporal keeps each attempt's last)."""
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    return [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == activity_type
+    ]

@@ -42,7 +42,7 @@ from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from starter.restore import RestoreReport, restore
 from tests.conftest import TEMPLATE, running_worker
-from tests.helpers import edit
+from tests.helpers import activity_starts, edit
 from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
 from workflows.backup import BackupWorkflow
@@ -698,18 +698,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
 
     # The second attempt came from the lease running out on the killed one.
     history = await temporal.get_workflow_handle(done.workflow_id).fetch_history()
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
-    attempts = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
-        == "create_backup"
-    ]
+    attempts = activity_starts(history, "create_backup")
     # Temporal records only the last attempt's start: the second, after a heartbeat timeout.
     assert [a.attempt for a in attempts] == [2]
     assert (

@@ -17,13 +17,18 @@ import uuid
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.conftest import seed
-from tests.helpers import assert_every_page_tagged_once, processed_of, wait_until_final
+from tests.helpers import (
+    activity_starts,
+    assert_every_page_tagged_once,
+    processed_of,
+    wait_until_final,
+)
 from tests.processes import WorkerProcess, hubjobs_env
 
 PAGES = 3000
@@ -113,19 +118,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
     history = await handle.fetch_history()
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
-    retried = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
-        == "tag_course_chunk"
-        and e.activity_task_started_event_attributes.attempt > 1
-    ]
+    retried = [a for a in activity_starts(history, "tag_course_chunk") if a.attempt > 1]
     assert any(
         attempt.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
         for attempt in retried

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -50,6 +51,18 @@ async def platform_worker(temporal: Client, settings: Settings) -> AsyncIterator
             yield
     finally:
         await engine.dispose()
+
+
+def direct_input(job_id: uuid.UUID, course: DemoCourse, payload: dict[str, Any]) -> dict[str, Any]:
+    """A course-tagging workflow input as another service would send it, as JSON."""
+    return JobInput(
+        job_id=job_id,
+        kind="course_tagging",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="other-service",
+        payload=payload,
+    ).model_dump(mode="json")
 
 
 async def _row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
@@ -94,14 +107,7 @@ async def test_a_bad_payload_sent_straight_to_temporal_fails_at_once(
     settings: Settings,
 ) -> None:
     job_id = uuid.uuid4()
-    raw = JobInput(
-        job_id=job_id,
-        kind="course_tagging",
-        workspace_id=course.workspace_id,
-        actor_id=course.actor_id,
-        correlation_id="other-service",
-        payload={"root_page_id": "not-a-page", "tag": "\x07"},
-    ).model_dump(mode="json")
+    raw = direct_input(job_id, course, {"root_page_id": "not-a-page", "tag": "\x07"})
     started = time.monotonic()
     handle = await temporal.start_workflow(
         "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
@@ -136,14 +142,7 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
     settings: Settings,
 ) -> None:
     job_id = uuid.uuid4()
-    raw = JobInput(
-        job_id=job_id,
-        kind="course_tagging",
-        workspace_id=course.workspace_id,
-        actor_id=course.actor_id,
-        correlation_id="other-service",
-        payload={"root_page_id": str(course.root_page_id), "tag": "direct"},
-    ).model_dump(mode="json")
+    raw = direct_input(job_id, course, {"root_page_id": str(course.root_page_id), "tag": "direct"})
     handle = await temporal.start_workflow(
         "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
     )
