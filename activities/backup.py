@@ -97,17 +97,19 @@ class Progress:
             f"{self.bytes / 1e6:.1f} MB read ({self.stage})"
         )
         async with self.engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "UPDATE jobs SET total = :total, processed = :steps, succeeded = :steps, "
-                    "progress_message = :message, updated_at = now() WHERE id = :id"
-                ),
-                {"id": self.job_id, "total": self.total, "steps": self.steps, "message": message},
-            )
             cancel = (
                 await conn.execute(
-                    text("SELECT cancel_requested_at IS NOT NULL FROM jobs WHERE id = :id"),
-                    {"id": self.job_id},
+                    text(
+                        "UPDATE jobs SET total = :total, processed = :steps, succeeded = :steps, "
+                        "progress_message = :message, updated_at = now() WHERE id = :id "
+                        "RETURNING cancel_requested_at IS NOT NULL"
+                    ),
+                    {
+                        "id": self.job_id,
+                        "total": self.total,
+                        "steps": self.steps,
+                        "message": message,
+                    },
                 )
             ).scalar_one()
         if cancel and check_cancel:
