@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
-from temporalio.client import WorkflowHistory
+from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
+from temporalio.client import Client, WorkflowHistory
 
 from hubjobs.pages import etag, update_page
 from hubjobs.read_model import JobView
@@ -145,3 +145,18 @@ def activity_starts(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
         and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == activity_type
     ]
+
+
+async def all_runs_history(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
+    """The events of every run of the workflow, oldest run first (it may continue as new)."""
+    runs: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    for _ in range(100):
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        events = list(history.events)
+        runs.insert(0, events)
+        started = events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return runs
+        run_id = started.continued_execution_run_id
+    raise AssertionError("more than 100 runs")

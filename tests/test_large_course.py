@@ -7,25 +7,19 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.conftest import SUGGEST_CONTINUE_AS_NEW, running_worker, seed
-from tests.helpers import item_counts
+from tests.helpers import all_runs_history, item_counts
 
 PAGES = 100_000
 
 
 async def _runs(temporal: Client, workflow_id: str) -> list[int]:
     """Event counts of every run of the workflow, first to last."""
-    sizes = []
-    async for execution in temporal.list_workflows(f'WorkflowId = "{workflow_id}"'):
-        handle: WorkflowHandle[object, object] = temporal.get_workflow_handle(
-            workflow_id, run_id=execution.run_id
-        )
-        sizes.append(len((await handle.fetch_history()).events))
-    return sizes
+    return [len(events) for events in await all_runs_history(temporal, workflow_id)]
 
 
 async def test_a_100000_page_course_keeps_its_history_small(

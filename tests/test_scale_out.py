@@ -36,7 +36,6 @@ from temporalio.api.enums.v1 import (
     TaskQueueType,
     TimeoutType,
 )
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -49,7 +48,12 @@ from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wa
 from hubjobs.migrate import upgrade
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.helpers import assert_every_page_tagged_once, processed_of, wait_until_final
+from tests.helpers import (
+    all_runs_history,
+    assert_every_page_tagged_once,
+    processed_of,
+    wait_until_final,
+)
 from tests.processes import REPO, WorkerProcess, hubjobs_env
 
 PAGES = 10_000
@@ -315,21 +319,6 @@ async def check_serving(client: Client, servers: Servers) -> None:
                     + "\n".join(log.splitlines()[-15:])
                 ) from None
         await asyncio.sleep(0.5)
-
-
-async def all_runs_history(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
-    """The events of every run of the workflow, oldest run first (it may continue as new)."""
-    runs: list[list[HistoryEvent]] = []
-    run_id: str | None = None
-    for _ in range(100):
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        events = list(history.events)
-        runs.insert(0, events)
-        started = events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return runs
-        run_id = started.continued_execution_run_id
-    raise AssertionError("more than 100 runs")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ sees another's jobs."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -33,7 +34,14 @@ async def _workflows_on_queue(temporal: Client, settings: Settings) -> int:
 
 
 async def _workflows_with_id(temporal: Client, workflow_id: str) -> int:
-    return len([wf async for wf in temporal.list_workflows(f'WorkflowId = "{workflow_id}"')])
+    """Runs with this id as visibility lists them. Visibility lags a start a little, so
+    wait (boundedly) for the first run to show before counting."""
+    deadline = time.monotonic() + 10
+    while True:
+        runs = [wf async for wf in temporal.list_workflows(f'WorkflowId = "{workflow_id}"')]
+        if runs or time.monotonic() > deadline:
+            return len(runs)
+        await asyncio.sleep(0.1)
 
 
 async def _account(
