@@ -23,13 +23,18 @@ from activities.backup import BackupActivities
 from activities.course_tagging import BeforeWrite, TaggingActivities
 from activities.jobs import JobActivities
 from activities.maintenance import MaintenanceActivities
-from hubjobs.db import async_engine
-from hubjobs.logs import LogContextInterceptor, setup_logging
-from hubjobs.process import run_and_exit
-from hubjobs.schedules import ensure_schedules
+from hubjobs.db.engine import async_engine
+from hubjobs.observability.logs import LogContextInterceptor, setup_logging
+from hubjobs.observability.telemetry import (
+    JobMetrics,
+    metrics_runtime,
+    refresh_queue_state,
+    setup_tracing,
+)
 from hubjobs.settings import Settings
-from hubjobs.telemetry import JobMetrics, metrics_runtime, refresh_queue_state, setup_tracing
-from hubjobs.temporal import connect
+from hubjobs.temporal.client import connect
+from hubjobs.temporal.process import run_and_exit
+from hubjobs.temporal.schedules import ensure_schedules
 from workflows import WORKFLOWS
 
 log = logging.getLogger("hubjobs.worker")

@@ -1,5 +1,5 @@
 """The backup activity: one consistent snapshot of every hub table and attachment,
-streamed into one archive (see hubjobs.backup_format).
+streamed into one archive (see hubjobs.archive.format).
 
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and
 attachment rows agree; COPY output and files go through the zip writer chunk by
@@ -30,9 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from hubjobs import read_model
-from hubjobs.access import ADMINISTRATOR, role_of
-from hubjobs.backup_format import (
+from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     HUB_TABLES,
     MANIFEST,
@@ -43,10 +41,18 @@ from hubjobs.backup_format import (
     attachment_member,
     table_member,
 )
-from hubjobs.db import plain_url
-from hubjobs.logs import bind_job
-from hubjobs.models import BackupArchive, BackupRequest, BackupRun, Counters, JobProgressReport
+from hubjobs.db.engine import plain_url
+from hubjobs.domain.access import ADMINISTRATOR, role_of
+from hubjobs.observability.logs import bind_job
+from hubjobs.readmodel import store as read_model
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import (
+    BackupArchive,
+    BackupRequest,
+    BackupRun,
+    Counters,
+    JobProgressReport,
+)
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from hubjobs import read_model
+from hubjobs.domain.pages import PageState, TagChange, add_tag_if_match, has_tag, read_pages
 from hubjobs.kinds.course_tagging import NAME, CourseTaggingPayload, change_summary
-from hubjobs.logs import bind_job
-from hubjobs.models import Counters, TagChunk, TagChunkResult, TaggingCursor
-from hubjobs.pages import PageState, TagChange, add_tag_if_match, has_tag, read_pages
-from hubjobs.telemetry import JobMetrics
+from hubjobs.observability.logs import bind_job
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import store as read_model
+from hubjobs.temporal.messages import Counters, TagChunk, TagChunkResult, TaggingCursor
 
 log = logging.getLogger(__name__)
 

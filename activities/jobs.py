@@ -11,12 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from hubjobs import jobs, read_model
 from hubjobs.errors import HubJobsError
 from hubjobs.kinds import get_kind
-from hubjobs.logs import bind_job
-from hubjobs.models import CancelRequest, FinishJob, JobInput, JobOutcome, OpenedJob
-from hubjobs.telemetry import JobMetrics
+from hubjobs.observability.logs import bind_job
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import lifecycle as jobs
+from hubjobs.readmodel import store as read_model
+from hubjobs.temporal.messages import CancelRequest, FinishJob, JobInput, JobOutcome, OpenedJob
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from hubjobs import jobs
 from hubjobs.kinds import REGISTRY
-from hubjobs.launch import launch
-from hubjobs.models import (
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import lifecycle as jobs
+from hubjobs.readmodel.store import JOB_COLUMNS, JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.launch import launch
+from hubjobs.temporal.messages import (
     ERROR_MESSAGES,
     JobOutcome,
     JobStatus,
@@ -25,9 +28,6 @@ from hubjobs.models import (
     SweepRequest,
     SweepResult,
 )
-from hubjobs.read_model import JOB_COLUMNS, JobView
-from hubjobs.settings import Settings
-from hubjobs.telemetry import JobMetrics
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import psycopg
 
-from hubjobs.backup_format import HUB_TABLES
-from hubjobs.embedded import EmbeddedPostgres
-from hubjobs.migrate import upgrade
+from hubjobs.archive.format import HUB_TABLES
+from hubjobs.db.migrate import upgrade
+from hubjobs.devstack.embedded import EmbeddedPostgres
 
 LIMIT_MB = 200.0
 # Markdown per page: this many random md5 digests (32 hex characters each).
@@ -130,10 +130,10 @@ async def hubjobs_backup(url: str, out: Path, attachments_dir: Path) -> dict[str
     from temporalio.testing import ActivityEnvironment
 
     from activities.backup import BackupActivities
-    from hubjobs.db import async_engine
-    from hubjobs.models import BackupRequest
-    from hubjobs.read_model import insert_job
+    from hubjobs.db.engine import async_engine
+    from hubjobs.readmodel.store import insert_job
     from hubjobs.settings import Settings
+    from hubjobs.temporal.messages import BackupRequest
 
     settings = Settings(
         home=out,

@@ -20,12 +20,12 @@ import uuid
 from pathlib import Path
 
 from activities.course_tagging import CourseTagger
-from hubjobs.db import async_engine
-from hubjobs.demo_data import seed_demo
-from hubjobs.embedded import EmbeddedPostgres
-from hubjobs.jobs import create_job
+from hubjobs.db.engine import async_engine
+from hubjobs.db.migrate import upgrade
+from hubjobs.devstack.demo_data import seed_demo
+from hubjobs.devstack.embedded import EmbeddedPostgres
 from hubjobs.kinds import get_kind
-from hubjobs.migrate import upgrade
+from hubjobs.readmodel.lifecycle import create_job
 
 
 async def tag_once(url: str, pages: int, batch: int) -> float:

@@ -39,9 +39,9 @@ from hubjobs.errors import (
     NotFound,
     Unavailable,
 )
-from hubjobs.models import JobStatus
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import JobStatus
 from starter.auth import Unauthorized, actor_of
 from starter.client import HubJobsClient, WorkspaceJobs
 

@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hubjobs import embedded
+from hubjobs.devstack import embedded
 from hubjobs.errors import HubJobsError
-from hubjobs.models import JobStatus
-from hubjobs.process import run_and_exit
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import JobStatus
+from hubjobs.temporal.process import run_and_exit
 from starter.client import HubJobsClient, WorkspaceJobs
 
 app = typer.Typer(
@@ -214,7 +214,7 @@ def down(as_json: JsonOpt = False) -> None:
 def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
-    from hubjobs.logs import setup_logging
+    from hubjobs.observability.logs import setup_logging
 
     settings = Settings()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
@@ -225,8 +225,8 @@ def worker() -> None:
 @command
 def migrate(as_json: JsonOpt = False) -> None:
     """Apply the database migrations (HUBJOBS_DATABASE_URL), e.g. before workers start."""
-    from hubjobs.db import sync_engine
-    from hubjobs.migrate import schema_version, upgrade
+    from hubjobs.db.engine import sync_engine
+    from hubjobs.db.migrate import schema_version, upgrade
 
     url = Settings().resolved_database_url()
     upgrade(url)
@@ -246,7 +246,7 @@ def api() -> None:
     """Serve the HTTP API (HUBJOBS_API_HOST, HUBJOBS_API_PORT) until interrupted."""
     import uvicorn
 
-    from hubjobs.logs import setup_logging
+    from hubjobs.observability.logs import setup_logging
     from starter.api import create_app
 
     settings = Settings()
@@ -307,8 +307,8 @@ def seed_demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a workspace, an administrator and a course of N pages."""
-    from hubjobs.db import async_engine
-    from hubjobs.demo_data import seed_demo as seed
+    from hubjobs.db.engine import async_engine
+    from hubjobs.devstack.demo_data import seed_demo as seed
 
     async def go() -> Any:
         engine = async_engine(Settings().resolved_database_url(), pool_size=1)
@@ -418,7 +418,7 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild an empty database and its attachment files from an archive."""
-    from starter.restore import restore as restore_archive
+    from hubjobs.ops.restore import restore as restore_archive
 
     folder = attachments_dir or Settings().resolved_attachments_dir
     report = restore_archive(archive, database_url, folder)
@@ -550,8 +550,8 @@ def demo(
 ) -> None:
     """Seed a demo course and tag it with a worker running in this process."""
     import worker as worker_module
-    from hubjobs.db import async_engine
-    from hubjobs.demo_data import seed_demo as seed
+    from hubjobs.db.engine import async_engine
+    from hubjobs.devstack.demo_data import seed_demo as seed
 
     settings = Settings()
 

@@ -22,20 +22,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from hubjobs import read_model
-from hubjobs.access import require_administrator, require_member
-from hubjobs.db import async_engine
+from hubjobs.db.engine import async_engine
+from hubjobs.domain.access import require_administrator, require_member
 from hubjobs.errors import HubJobsError, NotFound, Unavailable
-from hubjobs.jobs import create_job, finish_job
 from hubjobs.kinds import get_kind
 from hubjobs.kinds.backup import NAME as BACKUP
 from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
-from hubjobs.launch import launch
-from hubjobs.models import CancelRequest, JobStatus
-from hubjobs.read_model import JobView
+from hubjobs.observability.telemetry import job_span
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.lifecycle import create_job, finish_job
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
-from hubjobs.telemetry import job_span
-from hubjobs.temporal import connect
+from hubjobs.temporal.client import connect
+from hubjobs.temporal.launch import launch
+from hubjobs.temporal.messages import CancelRequest, JobStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

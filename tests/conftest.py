@@ -26,10 +26,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker as worker_module
 from activities.course_tagging import BeforeWrite
-from hubjobs import embedded
-from hubjobs.db import async_engine
-from hubjobs.demo_data import DemoCourse, seed_demo
-from hubjobs.migrate import upgrade
+from hubjobs.db.engine import async_engine
+from hubjobs.db.migrate import upgrade
+from hubjobs.devstack import embedded
+from hubjobs.devstack.demo_data import DemoCourse, seed_demo
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 

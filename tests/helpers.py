@@ -13,8 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
-from hubjobs.pages import etag, update_page
-from hubjobs.read_model import JobView
+from hubjobs.domain.pages import etag, update_page
+from hubjobs.readmodel.store import JobView
 from starter.client import WorkspaceJobs
 
 EDITOR = uuid.UUID(int=7)

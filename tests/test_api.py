@@ -22,8 +22,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from hubjobs.demo_data import DemoCourse, create_account
-from hubjobs.embedded import choose_port, wait_for_port
+from hubjobs.devstack.demo_data import DemoCourse, create_account
+from hubjobs.devstack.embedded import choose_port, wait_for_port
 from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.auth import mint
@@ -238,7 +238,7 @@ async def test_health_and_openapi(
         "/health",
     } <= set(spec["paths"])
 
-    from hubjobs.db import async_engine
+    from hubjobs.db.engine import async_engine
 
     dead = async_engine(f"postgresql://postgres@127.0.0.1:{choose_port(0)}/nothing")
     app = create_app(api_settings, client=HubJobsClient(temporal, dead, api_settings))

@@ -31,16 +31,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
-from hubjobs.backup_format import HUB_TABLES, MANIFEST, SEQUENCES, archive_name
-from hubjobs.demo_data import DemoCourse, create_account, create_attachment, seed_demo
-from hubjobs.embedded import StackInfo
+from hubjobs.archive.format import HUB_TABLES, MANIFEST, SEQUENCES, archive_name
+from hubjobs.db.migrate import head_revision
+from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
+from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput
-from hubjobs.migrate import head_revision
-from hubjobs.models import CancelRequest, SweepResult
-from hubjobs.read_model import JobView
+from hubjobs.ops.restore import RestoreReport, restore
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import CancelRequest, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
-from starter.restore import RestoreReport, restore
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import activity_starts, edit
 from tests.histories import record

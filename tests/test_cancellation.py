@@ -22,11 +22,11 @@ from temporalio.client import (
     WorkflowFailureError,
 )
 
-from hubjobs import search_attributes as sa
-from hubjobs.demo_data import DemoCourse
-from hubjobs.models import CancelRequest
-from hubjobs.read_model import JobView
+from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal import search_attributes as sa
+from hubjobs.temporal.messages import CancelRequest
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import running_worker, seed
 from tests.helpers import item_counts, job_revisions

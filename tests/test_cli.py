@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hubjobs.demo_data import DemoCourse
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from tests.processes import hubjobs_env
 

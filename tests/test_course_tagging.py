@@ -9,9 +9,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from hubjobs import search_attributes as sa
-from hubjobs.demo_data import DemoCourse, create_workspace
+from hubjobs.devstack.demo_data import DemoCourse, create_workspace
 from hubjobs.settings import Settings
+from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient
 from tests.conftest import running_worker
 from tests.helpers import edit, item_counts, items_of, job_revisions, tags_of

@@ -29,8 +29,8 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
-from hubjobs import embedded
-from hubjobs.migrate import alembic_config
+from hubjobs.db.migrate import alembic_config
+from hubjobs.devstack import embedded
 
 HUBJOBS = str(Path(sys.executable).parent / "hubjobs")
 SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId")

@@ -35,10 +35,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker as worker_module
-from hubjobs import embedded, read_model, telemetry
-from hubjobs.demo_data import DemoCourse
-from hubjobs.logs import setup_logging
-from hubjobs.read_model import JobView
+from hubjobs.devstack import embedded
+from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.observability import telemetry
+from hubjobs.observability.logs import setup_logging
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import running_worker, seed

@@ -11,9 +11,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from activities.course_tagging import CourseTagger
-from hubjobs.demo_data import DemoCourse
-from hubjobs.jobs import create_job
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import get_kind
+from hubjobs.readmodel.lifecycle import create_job
 from tests.helpers import edit, items_of, job_revisions, tags_of
 
 TAG = "reviewed"

@@ -22,15 +22,15 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 import worker as worker_module
-from hubjobs import read_model
-from hubjobs.db import async_engine
-from hubjobs.demo_data import DemoCourse
-from hubjobs.jobs import create_job
+from hubjobs.db.engine import async_engine
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import get_kind
-from hubjobs.models import JobInput, ReconcileRequest, ReconcileResult
-from hubjobs.read_model import JobView
-from hubjobs.schedules import RECONCILER, RETENTION, ensure_schedules
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.lifecycle import create_job
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult
+from hubjobs.temporal.schedules import RECONCILER, RETENTION, ensure_schedules
 from starter.client import HubJobsClient
 from tests import toy_kind
 from tests.conftest import seed

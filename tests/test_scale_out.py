@@ -42,10 +42,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from hubjobs.db import async_engine
-from hubjobs.demo_data import DemoCourse, seed_demo
-from hubjobs.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wait_for_port
-from hubjobs.migrate import upgrade
+from hubjobs.db.engine import async_engine
+from hubjobs.db.migrate import upgrade
+from hubjobs.devstack.demo_data import DemoCourse, seed_demo
+from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wait_for_port
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.helpers import (

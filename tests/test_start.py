@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from hubjobs.demo_data import DemoCourse, create_account, create_course, create_workspace
+from hubjobs.devstack.demo_data import DemoCourse, create_account, create_course, create_workspace
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient

@@ -41,12 +41,12 @@ from temporalio.worker import Worker
 import tests.toy_kind as toy
 import worker as worker_module
 from activities.maintenance import HOOK_RETRY_AFTER
-from hubjobs import read_model
-from hubjobs import search_attributes as sa
-from hubjobs.demo_data import DemoCourse
-from hubjobs.models import ERROR_MESSAGES, JobOutcome, SweepRequest, SweepResult
-from hubjobs.read_model import JobView
+from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal import search_attributes as sa
+from hubjobs.temporal.messages import ERROR_MESSAGES, JobOutcome, SweepRequest, SweepResult
 from starter.client import HubJobsClient
 from tests.helpers import tags_of
 

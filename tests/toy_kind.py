@@ -11,10 +11,10 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity, workflow
 
-from hubjobs.access import require_administrator
+from hubjobs.domain.access import require_administrator
 from hubjobs.kinds import JobKind, NewJob, Prepared, register
-from hubjobs.models import Counters, JobInput, JobOutcome
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
+from hubjobs.temporal.messages import Counters, JobInput, JobOutcome
 from workflows.lifecycle import JobWorkflow, WorkResult, work_retry_policy
 
 NAME = "toy_echo"

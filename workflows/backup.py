@@ -10,7 +10,13 @@ from temporalio import workflow
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from hubjobs.models import BackupRequest, BackupRun, CancelRequest, JobInput, JobOutcome
+    from hubjobs.temporal.messages import (
+        BackupRequest,
+        BackupRun,
+        CancelRequest,
+        JobInput,
+        JobOutcome,
+    )
 
 from workflows.lifecycle import JobWorkflow, WorkResult, work_retry_policy
 

@@ -12,7 +12,13 @@ from temporalio import workflow
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from hubjobs.models import CancelRequest, JobInput, JobOutcome, TagChunk, TagChunkResult
+    from hubjobs.temporal.messages import (
+        CancelRequest,
+        JobInput,
+        JobOutcome,
+        TagChunk,
+        TagChunkResult,
+    )
 
 from workflows.lifecycle import JobWorkflow, WorkResult, work_retry_policy
 

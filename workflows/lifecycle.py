@@ -26,8 +26,8 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from hubjobs import search_attributes as sa
-    from hubjobs.models import (
+    from hubjobs.temporal import search_attributes as sa
+    from hubjobs.temporal.messages import (
         ERROR_MESSAGES,
         CancelRequest,
         Counters,

@@ -9,7 +9,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from hubjobs.models import ReconcileRequest, ReconcileResult, SweepRequest, SweepResult
+    from hubjobs.temporal.messages import (
+        ReconcileRequest,
+        ReconcileResult,
+        SweepRequest,
+        SweepResult,
+    )
 
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 

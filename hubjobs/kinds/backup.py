@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.access import require_administrator
-from hubjobs.backup_format import HUB_TABLES
+from hubjobs.archive.format import HUB_TABLES
+from hubjobs.domain.access import require_administrator
 from hubjobs.kinds.base import JobKind, NewJob, Prepared
-from hubjobs.models import BackupArchive, Counters
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
+from hubjobs.temporal.messages import BackupArchive, Counters
 
 NAME = "backup"
 log = logging.getLogger(__name__)

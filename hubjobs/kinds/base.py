@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.models import Counters
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
+from hubjobs.temporal.messages import Counters
 
 
 @dataclass(frozen=True)

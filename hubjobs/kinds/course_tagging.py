@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.access import require_administrator
+from hubjobs.domain.access import require_administrator
+from hubjobs.domain.pages import normalize_tag
 from hubjobs.errors import InvalidInput, NotFound
 from hubjobs.kinds.base import JobKind, NewJob, Prepared
-from hubjobs.models import Counters
-from hubjobs.pages import normalize_tag
+from hubjobs.temporal.messages import Counters
 
 NAME = "course_tagging"
 # Snapshots this large refresh job_items' planner statistics in their own transaction.

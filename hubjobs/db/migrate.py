@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from hubjobs.db import driver_url
+from hubjobs.db.engine import driver_url
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs import read_model
-from hubjobs.access import require_administrator
+from hubjobs.domain.access import require_administrator
 from hubjobs.errors import InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, NewJob
-from hubjobs.models import Counters, JobStatus
-from hubjobs.read_model import JobView
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.store import JobView
+from hubjobs.temporal.messages import Counters, JobStatus
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from hubjobs.errors import Unavailable
+from hubjobs.observability.telemetry import interceptors
 from hubjobs.settings import Settings
-from hubjobs.telemetry import interceptors
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from temporalio.common import MetricMeter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from hubjobs import read_model
+from hubjobs.readmodel import store as read_model
 from hubjobs.settings import Settings
 
 log = logging.getLogger(__name__)

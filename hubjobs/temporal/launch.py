@@ -13,11 +13,11 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from hubjobs import search_attributes as sa
 from hubjobs.kinds import get_kind
-from hubjobs.models import JobInput, JobOptions
-from hubjobs.read_model import JobView
+from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal import search_attributes as sa
+from hubjobs.temporal.messages import JobInput, JobOptions
 
 
 def job_options(settings: Settings, kind: str) -> JobOptions:

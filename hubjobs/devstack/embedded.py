@@ -28,8 +28,8 @@ from typing import Any
 from temporalio.common import SearchAttributeKey
 
 from hubjobs.errors import Unavailable
-from hubjobs.search_attributes import REGISTERED
 from hubjobs.settings import STACK_FILE
+from hubjobs.temporal.search_attributes import REGISTERED
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ def up(
     temporal_extra_args: list[str] | None = None,
 ) -> StackInfo:
     """Bring the stack up (or find it up), migrate the database, record the addresses."""
-    from hubjobs.migrate import upgrade
+    from hubjobs.db.migrate import upgrade
 
     home.mkdir(parents=True, exist_ok=True)
     postgres = EmbeddedPostgres(home, durable=durable)

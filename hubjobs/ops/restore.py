@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from hubjobs.backup_format import (
+from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     FORMAT,
     HUB_TABLES,
@@ -34,9 +34,9 @@ from hubjobs.backup_format import (
     attachment_member,
     table_member,
 )
-from hubjobs.db import sync_engine
+from hubjobs.db.engine import sync_engine
+from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput
-from hubjobs.migrate import head_revision, known_revisions, upgrade_on
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.models import Counters, JobStatus
+from hubjobs.temporal.messages import Counters, JobStatus
 
 JOB_COLUMNS = (
     "id, workflow_id, kind, status, workspace_id, actor_id, correlation_id, idempotency_key, "

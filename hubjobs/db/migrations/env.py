@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from hubjobs.schema import Base
+from hubjobs.db.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -85,7 +85,7 @@ class WorkspaceMembership(Base):
 
 
 class Page(Base):
-    """A page of the hub. Its ETag is derived from ``version`` (see hubjobs.pages)."""
+    """A page of the hub. Its ETag is derived from ``version`` (see hubjobs.domain.pages)."""
 
     __tablename__ = "pages"
     __table_args__ = (

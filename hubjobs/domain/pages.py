@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.errors import HubJobsError, InvalidInput
-from hubjobs.schema import MAX_TAGS_PER_PAGE
 
 MAX_TAG_LENGTH = 64
 

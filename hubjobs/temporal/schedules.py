@@ -20,8 +20,8 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from hubjobs.models import ReconcileRequest
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import ReconcileRequest
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The database: the tables (``schema``), their Alembic migrations, and engines."""

@@ -1,0 +1,1 @@
+"""Metrics, traces and structured logs."""

@@ -1,0 +1,1 @@
+"""Operator tools that work on a database directly, outside the job system: restore."""
