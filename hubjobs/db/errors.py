@@ -1,0 +1,52 @@
+"""Telling a database outage from a real error, by the error's class.
+
+An outage (the server refused or dropped the connection, is shutting down or starting
+up, has no connection slot left) says nothing about the work: waiting and trying again
+is right, and it must never cost a job an attempt nor reach a client as anything but
+``unavailable``. Everything else (bad data, a constraint, a bug in a query) is a real
+error. Messages are never looked at: they change between versions and locales.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import errors as pg
+from sqlalchemy import exc as sa
+
+# SQLSTATEs of a server that is going away, coming back, or full.
+_OUTAGE_STATES = frozenset(
+    {
+        pg.AdminShutdown.sqlstate,  # 57P01: pg_ctl stop, a restart
+        pg.CrashShutdown.sqlstate,  # 57P02
+        pg.CannotConnectNow.sqlstate,  # 57P03: starting up, in recovery
+        pg.TooManyConnections.sqlstate,  # 53300
+    }
+)
+
+
+def _psycopg_outage(err: BaseException) -> bool:
+    if isinstance(err, pg.ConnectionException):  # SQLSTATE class 08
+        return True
+    if isinstance(err, psycopg.OperationalError):
+        # No SQLSTATE: the failure is the connection itself (refused, reset, closed).
+        return err.sqlstate is None or err.sqlstate in _OUTAGE_STATES
+    return False
+
+
+def is_outage(err: BaseException) -> bool:
+    """True when ``err`` (psycopg's, SQLAlchemy's wrapping one, or a socket error) means
+    the database does not answer, rather than that the work itself went wrong."""
+    if isinstance(err, sa.DBAPIError):
+        if err.connection_invalidated:
+            return True
+        return err.orig is not None and _psycopg_outage(err.orig)
+    if isinstance(err, ConnectionError):  # refused, reset, broken pipe
+        return True
+    return _psycopg_outage(err)
+
+
+def is_data_error(err: BaseException) -> bool:
+    """The input itself was refused by the database (an invalid character, a value out
+    of range): the caller's fault, never worth a retry."""
+    orig = err.orig if isinstance(err, sa.DBAPIError) else err
+    return isinstance(orig, psycopg.DataError)
