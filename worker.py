@@ -1,16 +1,22 @@
-"""The hubjobs worker: runs every kind's workflows and activities on one task queue.
+"""The hubjobs worker: runs every registered kind's workflow and activities, the
+lifecycle's local activities and the maintenance workflows, on one task queue.
 
-Run as many as you like, on as many hosts: Temporal hands each activity to one worker,
-and a worker that dies stops heartbeating, so its activity goes to another after the
-heartbeat timeout. ``python worker.py`` or ``hubjobs worker``.
+It builds itself from the kind registry (hubjobs/kinds/__init__.py): for each kind, the
+workflow declared with ``@kind_workflow(KIND)`` in ``workflows/<kind>.py`` and the
+``KindActivities`` class naming it in ``activities/<kind>.py``. Run as many workers as
+you like, on as many hosts: Temporal hands each activity to one worker, and a worker
+that dies stops heartbeating, so its work goes to another after the heartbeat timeout.
+``python worker.py`` or ``hubjobs worker``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,12 +24,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.backup import BackupActivities
-from activities.course_tagging import BeforeWrite, TaggingActivities
-from activities.jobs import JobActivities
+from activities.base import Deps, KindActivities
+from activities.lifecycle import LifecycleActivities
 from activities.maintenance import MaintenanceActivities
 from hubjobs.db.engine import async_engine
+from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.logs import LogContextInterceptor, setup_logging
 from hubjobs.observability.telemetry import (
     JobMetrics,
@@ -35,9 +42,69 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.process import run_and_exit
 from hubjobs.temporal.schedules import ensure_schedules
-from workflows import WORKFLOWS
+from workflows.maintenance import MAINTENANCE_WORKFLOWS
 
 log = logging.getLogger("hubjobs.worker")
+
+# Imported once by the worker and shared by every workflow run: the sandbox would
+# otherwise import them again for each run (measured: twice the latency per job).
+PASSED_THROUGH = ("hubjobs", "activities", "pydantic", "pydantic_core", "sqlalchemy", "psycopg")
+
+
+@dataclass(frozen=True)
+class KindImplementation:
+    kind: JobKind[Any]
+    workflow: type
+    activities: type[KindActivities[Any]]
+
+
+def _declared_in(module_name: str, wanted: Callable[[Any], bool], kind: JobKind[Any]) -> type:
+    module = importlib.import_module(module_name)
+    found = [obj for obj in vars(module).values() if isinstance(obj, type) and wanted(obj)]
+    if len(found) != 1:
+        raise ValueError(
+            f"{module_name} must declare exactly one implementation of job kind "
+            f"{kind.name!r}; found {len(found)}"
+        )
+    return found[0]
+
+
+def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplementation]:
+    """Each registered kind's workflow and activities, where the kind says they are."""
+    found = []
+    for kind in kinds:
+        workflow = _declared_in(
+            kind.workflow_module,
+            lambda obj, kind=kind: (
+                getattr(obj, "kind", None) is kind  # type: ignore[misc]
+                and hasattr(obj, "__temporal_workflow_definition")
+            ),
+            kind,
+        )
+        activities = _declared_in(
+            kind.activities_module,
+            lambda obj, kind=kind: (
+                issubclass(obj, KindActivities)  # type: ignore[misc]
+                and obj.__dict__.get("kind") is kind
+            ),
+            kind,
+        )
+        found.append(KindImplementation(kind, workflow, activities))
+    return found
+
+
+def workflows() -> list[type]:
+    """Every workflow the worker runs (the replay test replays histories against these)."""
+    return [*(k.workflow for k in implementations()), *MAINTENANCE_WORKFLOWS]
+
+
+def activity_methods(instance: object) -> list[Callable[..., Any]]:
+    """The bound ``@activity.defn`` methods of an activities object."""
+    return [
+        getattr(instance, name)
+        for name in dir(type(instance))
+        if hasattr(getattr(type(instance), name), "__temporal_activity_definition")
+    ]
 
 
 def build_worker(
@@ -46,46 +113,38 @@ def build_worker(
     settings: Settings,
     *,
     task_queue: str | None = None,
-    before_write: BeforeWrite | None = None,
-    extra_workflows: Sequence[type] = (),
-    extra_activities: Sequence[Callable[..., Any]] = (),
+    hooks: Mapping[str, Any] | None = None,
 ) -> Worker:
-    """``before_write`` runs between reading and writing each batch of pages (tests use
-    it to act as a concurrent editor); ``extra_*`` add the workflows and activities of
-    kinds registered outside this package."""
-    metrics = metrics_of(client)
-    jobs = JobActivities(
-        engine, default_retention=timedelta(hours=settings.retention_hours), metrics=metrics
+    """``hooks`` reach activities through their dependencies (tests use
+    ``before_write`` to act as a concurrent editor between a batch's read and write)."""
+    deps = Deps(
+        engine=engine,
+        settings=settings,
+        metrics=metrics_of(client),
+        client=client,
+        hooks=dict(hooks or {}),
     )
-    tagging = TaggingActivities(
-        engine,
-        batch_size=settings.tagging_batch_size,
-        batch_pause=settings.tagging_batch_pause_seconds,
-        before_write=before_write,
-        metrics=metrics,
-    )
-    maintenance = MaintenanceActivities(engine, client, settings, metrics)
-    backup = BackupActivities(engine, settings)
+    kinds = implementations()
+    activities: list[Callable[..., Any]] = []
+    for implementation in kinds:
+        activities += activity_methods(implementation.activities(deps))
+    activities += activity_methods(LifecycleActivities(deps))
+    activities += activity_methods(MaintenanceActivities(deps))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[*WORKFLOWS, *extra_workflows],
-        activities=[
-            jobs.open_job,
-            jobs.record_cancel_request,
-            jobs.finish_job,
-            tagging.tag_course_chunk,
-            backup.create_backup,
-            maintenance.sweep_expired,
-            maintenance.reconcile,
-            *extra_activities,
-        ],
+        workflows=[*(k.workflow for k in kinds), *MAINTENANCE_WORKFLOWS],
+        activities=activities,
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+        ),
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
-        # Heartbeats (and with them cancellations) reach the server within a second,
-        # whatever the heartbeat timeout.
+        # Heartbeats reach the server within a second, whatever the heartbeat timeout.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
+        # SIGTERM: attempts give their slot back at their next step (the job is handed
+        # over, at no cost); this bounds the wait for those that cannot.
         graceful_shutdown_timeout=timedelta(seconds=10),
         interceptors=[LogContextInterceptor()],
     )
@@ -98,8 +157,8 @@ def metrics_of(client: Client) -> JobMetrics:
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Runs until SIGINT/SIGTERM (or ``stop``), then drains: in-flight activities get
-    the graceful-shutdown period to finish, and what does not is retried elsewhere."""
+    """Runs until SIGINT/SIGTERM (or ``stop``), then drains: in-flight attempts hand
+    their jobs over at their next step, and what does not is retried elsewhere."""
     stop = stop or asyncio.Event()
     setup_tracing(settings)
     client = await connect(settings, runtime=metrics_runtime(settings))

@@ -1,12 +1,13 @@
-"""The backup activity: one consistent snapshot of every hub table and attachment,
-streamed into one archive (see hubjobs.archive.format).
+"""The backup work: one consistent snapshot of every hub table and attachment, streamed
+into one archive (see hubjobs.archive.format).
 
-One REPEATABLE READ, READ ONLY transaction reads everything, so tables and
-attachment rows agree; COPY output and files go through the zip writer chunk by
-chunk, so memory stays flat whatever the size. The archive is written under a
-temporary name, fsynced and renamed: a cancelled, failed or killed backup leaves no
-archive, and a retry removes a killed attempt's temporary file and starts clean (a
-new snapshot, never a mix). Files are readable by their owner only.
+One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
+rows agree; COPY output and files go through the zip writer chunk by chunk, so memory
+stays flat whatever the size. The archive is written under a temporary name, fsynced
+and renamed: a cancelled, failed, killed or handed-over backup leaves no archive, and
+the next attempt removes a killed one's temporary file and starts clean (a new
+snapshot, never a mix). A database outage mid-stream restarts the stream once the
+database answers. Files are readable by their owner only.
 """
 
 from __future__ import annotations
@@ -18,18 +19,15 @@ import logging
 import os
 import tempfile
 import time
-import uuid
 import zipfile
 from pathlib import Path
 from typing import IO, Any
 
 import psycopg
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 
+from activities.base import Done, KindActivities, Paused, Refused, Stopped, WorkContext, WorkEnd
 from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     HUB_TABLES,
@@ -43,16 +41,10 @@ from hubjobs.archive.format import (
 )
 from hubjobs.db.engine import plain_url
 from hubjobs.domain.access import ADMINISTRATOR, role_of
-from hubjobs.observability.logs import bind_job
-from hubjobs.readmodel import store as read_model
-from hubjobs.settings import Settings
-from hubjobs.temporal.messages import (
-    BackupArchive,
-    BackupRequest,
-    BackupRun,
-    Counters,
-    JobProgressReport,
-)
+from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +58,22 @@ class CancelRequested(Exception):
     pass
 
 
-class Progress:
-    """Heartbeats carry the stage and bytes done; the read model hears of them about
-    once a second, which is also when a cancellation request is looked for."""
+class HandOver(Exception):
+    """The worker is shutting down: drop the stream, let another worker start over."""
 
-    def __init__(self, engine: AsyncEngine, job_id: uuid.UUID, report_every: float = 10.0) -> None:
-        self.engine = engine
-        self.job_id = job_id
-        self.report_every = report_every
+
+class Progress:
+    """Heartbeats after every chunk; the read model hears of the tables and attachments
+    done about once a second, which is also when a cancellation request is looked for
+    and whether the worker is shutting down."""
+
+    def __init__(self, ctx: WorkContext[BackupPayload]) -> None:
+        self.ctx = ctx
         self.total = 0
         self.steps = 0
         self.bytes = 0
         self.stage = "starting"
         self._last = 0.0
-        self._reported = time.monotonic()
 
     async def advance(
         self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
@@ -87,7 +81,9 @@ class Progress:
         self.bytes += nbytes
         self.steps += int(step)
         self.stage = stage or self.stage
-        activity.heartbeat({"stage": self.stage, "steps": self.steps, "bytes": self.bytes})
+        self.ctx.beat()
+        if self.ctx.shutting_down():
+            raise HandOver()
         if time.monotonic() - self._last >= PROGRESS_EVERY:
             await self.flush()
         else:
@@ -102,98 +98,88 @@ class Progress:
             f"{self.steps} of {self.total} tables and attachments, "
             f"{self.bytes / 1e6:.1f} MB read ({self.stage})"
         )
-        async with self.engine.begin() as conn:
-            cancel = (
-                await conn.execute(
-                    text(
-                        "UPDATE jobs SET total = :total, processed = :steps, succeeded = :steps, "
-                        "progress_message = :message, updated_at = now() WHERE id = :id "
-                        "RETURNING cancel_requested_at IS NOT NULL"
-                    ),
-                    {
-                        "id": self.job_id,
-                        "total": self.total,
-                        "steps": self.steps,
-                        "message": message,
-                    },
-                )
-            ).scalar_one()
+        counters = Counters(total=self.total, processed=self.steps, succeeded=self.steps)
+        self.ctx.counters = counters
+        job_id = self.ctx.job.id
+
+        async def write(conn: AsyncConnection) -> bool:
+            return await store.set_progress(conn, job_id, counters, message)
+
+        cancel = await self.ctx.db(write)
         if cancel and check_cancel:
             raise CancelRequested()
-        if time.monotonic() - self._reported >= self.report_every:
-            self._reported = time.monotonic()
-            await report_progress(
-                Counters(total=self.total, processed=self.steps, succeeded=self.steps), message
-            )
+        await self.ctx.report(message)
 
 
-class BackupActivities:
-    def __init__(self, engine: AsyncEngine, settings: Settings) -> None:
-        self.engine = engine
-        self.settings = settings
+class BackupActivities(KindActivities[BackupPayload]):
+    kind = BACKUP
 
-    @activity.defn(name="create_backup")
-    async def create_backup(self, request: BackupRequest) -> BackupRun:
-        async with self.engine.connect() as conn:
-            job = await read_model.get_job(conn, request.job_id)
-        if job is None:
-            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
-        bind_job(job)
-        folder = self.settings.resolved_backup_dir
+    @activity.defn
+    async def write_backup(self, request: WorkRequest) -> WorkResult:
+        """One attempt: the whole archive, or nothing."""
+        return await self.attempt(request, self.work)
+
+    async def work(self, ctx: WorkContext[BackupPayload]) -> WorkEnd:
+        job = ctx.job
+        folder = ctx.settings.resolved_backup_dir
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = folder / archive_name(job.id)
         partial = final.with_name(final.name + ".partial")
         if final.exists():
             # An earlier attempt renamed its archive but died before reporting it.
-            return BackupRun(archive=describe_archive(final))
-        partial.unlink(missing_ok=True)  # what a killed attempt left behind
-        progress = Progress(self.engine, job.id, self.settings.progress_report_seconds)
+            return Done(describe_archive(final).model_dump(mode="json"))
+        progress = Progress(ctx)
+
+        async def stream() -> Manifest:
+            partial.unlink(missing_ok=True)  # what a killed or cut attempt left behind
+            progress.steps = progress.bytes = 0
+            return await self._write(ctx, partial, progress)
+
         try:
-            manifest = await self._write(partial, progress)
-            await self._require_administrator(job.workspace_id, job.actor_id)
-            # A cancellation that came after the last progress beat (and after the last
-            # heartbeat, so Temporal may never tell this activity) ends the job cancelled
-            # all the same: the archive must not be committed.
+            manifest = await ctx.retrying(stream)
+            await ctx.db(lambda conn: self._require_administrator(conn, job))
+            # A cancellation that came after the last progress beat ends the job
+            # cancelled all the same: the archive must not be committed.
             await progress.flush()
             os.replace(partial, final)
             _fsync_dir(folder)
         except CancelRequested:
             partial.unlink(missing_ok=True)
-            log.info("backup %s cancelled; no archive kept", job.id)
-            return BackupRun()
+            log.info("backup cancelled; no archive kept")
+            return Stopped()
+        except HandOver:
+            partial.unlink(missing_ok=True)
+            log.info("worker shutting down: backup handed over")
+            return Paused()
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
-        try:
-            await progress.flush(check_cancel=False)
-        except asyncio.CancelledError:
-            # Cancelled by Temporal after the rename: the job ends cancelled, without it.
-            final.unlink(missing_ok=True)
-            raise
-        return BackupRun(archive=_archive(final, manifest))
+        return Done(_archive(final, manifest).model_dump(mode="json"))
 
-    async def _require_administrator(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+    @staticmethod
+    async def _require_administrator(conn: AsyncConnection, job: JobView) -> None:
         """Checked again before the archive is committed: the start's check is old news."""
-        async with self.engine.connect() as conn:
-            if await role_of(conn, workspace_id, actor_id) != ADMINISTRATOR:
-                raise ApplicationError(
-                    "the actor is no longer an enabled administrator",
-                    type="actor_unavailable",
-                    non_retryable=True,
-                )
+        if await role_of(conn, job.workspace_id, job.actor_id) != ADMINISTRATOR:
+            raise Refused(
+                "the actor is no longer an enabled administrator", code="actor_unavailable"
+            )
 
-    async def _write(self, path: Path, progress: Progress) -> Manifest:
+    async def _write(
+        self, ctx: WorkContext[BackupPayload], path: Path, progress: Progress
+    ) -> Manifest:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as raw:
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-                manifest = await self._snapshot(zf, progress)
+                manifest = await self._snapshot(ctx, zf, progress)
                 zf.writestr(MANIFEST, manifest.model_dump_json(indent=2))
             raw.flush()
             await asyncio.to_thread(os.fsync, raw.fileno())
         return manifest
 
-    async def _snapshot(self, zf: zipfile.ZipFile, progress: Progress) -> Manifest:
-        url = plain_url(self.settings.resolved_database_url())
+    async def _snapshot(
+        self, ctx: WorkContext[BackupPayload], zf: zipfile.ZipFile, progress: Progress
+    ) -> Manifest:
+        url = plain_url(ctx.settings.resolved_database_url())
         async with await psycopg.AsyncConnection.connect(url) as conn:
             await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             await conn.set_read_only(True)
@@ -210,9 +196,9 @@ class BackupActivities:
                 tables = [
                     await self._dump_table(conn, zf, t, key, progress) for t, key in HUB_TABLES
                 ]
-                count, nbytes, index_sha = await self._dump_attachments(conn, zf, progress)
+                count, nbytes, index_sha = await self._dump_attachments(ctx, conn, zf, progress)
         return Manifest(
-            backup_id=progress.job_id,
+            backup_id=ctx.job.id,
             created_at=created_at,
             schema_version=schema_version,
             tables=tables,
@@ -245,11 +231,15 @@ class BackupActivities:
         return TableEntry(name=table, rows=rows, bytes=size, sha256=digest.hexdigest())
 
     async def _dump_attachments(
-        self, conn: psycopg.AsyncConnection[Any], zf: zipfile.ZipFile, progress: Progress
+        self,
+        ctx: WorkContext[BackupPayload],
+        conn: psycopg.AsyncConnection[Any],
+        zf: zipfile.ZipFile,
+        progress: Progress,
     ) -> tuple[int, int, str]:
         """Each file into the archive, checked against its row; the index goes last
         (zip takes one member at a time, so it waits in a spooled file)."""
-        root = self.settings.resolved_attachments_dir
+        root = ctx.settings.resolved_attachments_dir
         count = nbytes = 0
         with tempfile.SpooledTemporaryFile(max_size=CHUNK) as index:
             async with conn.cursor(name="backup_attachments") as cursor:
@@ -273,10 +263,8 @@ class BackupActivities:
     ) -> None:
         path = (root / entry.storage_path).resolve()
         if not path.is_relative_to(root) or not path.is_file():
-            raise ApplicationError(
-                f"attachment {entry.id} is missing from storage",
-                type="attachment_missing",
-                non_retryable=True,
+            raise Refused(
+                f"attachment {entry.id} is missing from storage", code="attachment_missing"
             )
         digest, size = hashlib.sha256(), 0
         with (
@@ -289,28 +277,11 @@ class BackupActivities:
                 size += len(data)
                 await progress.advance(nbytes=len(data), stage="attachments")
         if size != entry.size_bytes or digest.hexdigest() != entry.sha256:
-            raise ApplicationError(
+            raise Refused(
                 f"attachment {entry.id} does not match its recorded size and checksum",
-                type="attachment_corrupt",
-                non_retryable=True,
+                code="attachment_corrupt",
             )
         await progress.advance(step=True)
-
-
-async def report_progress(counters: Counters, message: str) -> None:
-    """Tells the running activity's workflow how far it got (the ``report_progress``
-    signal); a report that does not get through is only logged."""
-    info = activity.info()
-    if info.workflow_id is None:
-        return
-    report = JobProgressReport(counters=counters, message=message)
-    try:
-        handle = activity.client().get_workflow_handle(
-            info.workflow_id, run_id=info.workflow_run_id
-        )
-        await handle.signal("report_progress", report)
-    except (RuntimeError, RPCError) as err:
-        log.debug("progress report not delivered: %s", err)
 
 
 def _copy_member(source: IO[bytes], zf: zipfile.ZipFile, name: str) -> str:

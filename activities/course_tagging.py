@@ -1,11 +1,16 @@
-"""The course-tagging activity: tags the pending pages of a job in batches.
+"""The course-tagging work: tags a job's pending pages in batches.
 
-Each batch is one transaction that locks its items, reads their pages, applies one
-ETag-guarded update for all pages that need the tag (each row checked against the
-version read), writes one revision per changed page, and records every item's outcome
-and the job's counters. A crash loses at most the batch in flight, which then never
-happened; the retry (on any worker) resumes after the last committed item, from the
-heartbeat cursor, and no page gets the tag or a revision twice.
+A batch is one read (the job's cancellation request and actor, the next pending items
+and the facts of their pages, in one statement), the outcome of each page decided in
+Python (hubjobs.kinds.course_tagging.decide), one ETag-guarded write for every page
+that needs the tag (each row checked against the version read; one revision per
+changed page), one re-read and write of the pages found in conflict, and one statement
+recording every item's outcome with the job's counters. Each statement commits on its
+own, and each is idempotent: a page gets the tag only at the version read and never
+twice, an item is recorded only while pending. A crash (or an outage) between them
+loses nothing: the next try reads again, and a page that got the tag meanwhile is
+"succeeded" without a second write. After each recorded batch the attempt beats its
+cursor, and between batches it gives its slot back when its time slice is over.
 """
 
 from __future__ import annotations
@@ -15,328 +20,257 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from hubjobs.domain.pages import PageState, TagChange, add_tag_if_match, has_tag, read_pages
-from hubjobs.kinds.course_tagging import NAME, CourseTaggingPayload, change_summary
-from hubjobs.observability.logs import bind_job
-from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import store as read_model
-from hubjobs.temporal.messages import Counters, TagChunk, TagChunkResult, TaggingCursor
+from activities.base import (
+    Deps,
+    Done,
+    KindActivities,
+    Paused,
+    Refused,
+    Stopped,
+    WorkContext,
+    WorkEnd,
+)
+from hubjobs.db.errors import is_outage
+from hubjobs.domain.pages import (
+    PAGE_FACTS,
+    PageFacts,
+    TagChange,
+    add_tag_if_match,
+    facts_of,
+    read_page_facts,
+)
+from hubjobs.kinds.course_tagging import (
+    CONFLICT,
+    COURSE_TAGGING,
+    SUCCEEDED,
+    UPDATE_FAILED,
+    CourseTaggingPayload,
+    Outcome,
+    TaggingCursor,
+    change_summary,
+    decide,
+)
+from hubjobs.readmodel import store
+from hubjobs.readmodel.store import ItemOutcome, Recorded
+from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
+
+# Called between deciding a batch's pages and writing them (each of the two rounds);
+# tests use it to change pages in between, as another user would.
+BeforeWrite = Callable[[AsyncConnection, Sequence[uuid.UUID], int], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Item:
     ordinal: int
     page_id: uuid.UUID
-    initially_tagged: bool
+    done_at_snapshot: bool
+    page: PageFacts
 
 
 @dataclass(frozen=True)
-class Outcome:
-    state: str  # succeeded | skipped | failed
-    code: str | None = None
-    message: str | None = None
+class Batch:
+    actor_ok: bool
+    cancel_requested: bool
+    items: list[Item]
 
 
-SUCCEEDED = Outcome("succeeded")
-ALREADY_TAGGED = Outcome("skipped")
-TAG_LIMIT = Outcome("skipped", "tag_limit", "The page already holds the maximum number of tags.")
-UNAVAILABLE = Outcome("failed", "page_unavailable", "The page is no longer available.")
-CONFLICT = Outcome(
-    "failed", "concurrency_conflict", "The page changed during the job; the change was skipped."
-)
-UPDATE_FAILED = Outcome("failed", "page_update_failed", "The page could not be updated.")
+# The next pending items after a cursor with their pages' facts, the job's cancellation
+# request and whether its actor is still an enabled administrator, in one statement. A
+# job no longer running (finished while this attempt was presumed dead) has none left.
+READ_BATCH = f"""
+    SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           EXISTS (SELECT 1 FROM workspace_memberships m
+                     JOIN user_accounts u ON u.id = m.user_id
+                    WHERE m.workspace_id = j.workspace_id AND m.user_id = j.actor_id
+                      AND u.enabled AND m.role = 'administrator') AS actor_ok,
+           i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
+      FROM jobs j
+      LEFT JOIN LATERAL (
+            SELECT ordinal, ref, done_at_snapshot FROM job_items
+             WHERE job_id = j.id AND ordinal > :after AND state = 'pending'
+               AND j.status = 'running'
+             ORDER BY ordinal LIMIT :limit) i ON true
+      LEFT JOIN pages p ON p.id = i.ref
+     WHERE j.id = :job
+     ORDER BY i.ordinal
+"""
 
 
-def decide(item: Item, page: PageState | None, workspace_id: uuid.UUID, tag: str) -> Outcome | None:
-    """The outcome an item has without writing, or None when the page needs the tag."""
-    if page is None or page.workspace_id != workspace_id or page.trashed:
-        return UNAVAILABLE
-    if has_tag(page.tags, tag):
-        # Had it at snapshot: nothing to do. Gained it since (an earlier attempt of this
-        # job, or someone else): the page is as the job wants it.
-        return ALREADY_TAGGED if item.initially_tagged else SUCCEEDED
-    if page.at_tag_limit:
-        return TAG_LIMIT
-    return None
+class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
+    kind = COURSE_TAGGING
 
+    def __init__(self, deps: Deps) -> None:
+        super().__init__(deps)
+        self.before_write: BeforeWrite | None = deps.hooks.get("before_write")
 
-# Called between reading a batch and writing it (and before the retry write after a
-# conflict); tests use it to change pages in between, as another user would.
-BeforeWrite = Callable[[AsyncConnection, Sequence[uuid.UUID], int], Awaitable[None]]
+    @activity.defn
+    async def tag_course(self, request: WorkRequest) -> WorkResult:
+        """One attempt: tags pending pages until none is left (the job succeeds), a
+        cancellation request is seen, or the time slice is over."""
+        return await self.attempt(request, self.work)
 
-
-@dataclass(frozen=True)
-class JobContext:
-    job_id: uuid.UUID
-    workspace_id: uuid.UUID
-    actor_id: uuid.UUID
-    correlation_id: str
-    tag: str
-    kind: str = NAME
-
-
-class ActorUnavailable(Exception):
-    pass
-
-
-@dataclass
-class BatchResult:
-    last_ordinal: int
-    counters: Counters
-    cancel_requested: bool = False
-    empty: bool = False
-    # Items this batch recorded, and their outcomes.
-    items: int = 0
-    delta: Counters | None = None
-
-
-class CourseTagger:
-    """Tags one batch of a job's pending items per call, in one transaction."""
-
-    def __init__(self, engine: AsyncEngine, *, before_write: BeforeWrite | None = None) -> None:
-        self.engine = engine
-        self.before_write = before_write
-
-    async def load_job(self, job_id: uuid.UUID) -> JobContext:
-        async with self.engine.connect() as conn:
-            job = await read_model.get_job(conn, job_id)
-        if job is None:
-            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
-        payload = CourseTaggingPayload.model_validate(job.payload)
-        return JobContext(job.id, job.workspace_id, job.actor_id, job.correlation_id, payload.tag)
-
-    async def process_batch(self, job: JobContext, after_ordinal: int, limit: int) -> BatchResult:
-        async with self.engine.begin() as conn:
-            check = (
-                await conn.execute(
-                    text(
-                        """
-                        SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
-                               EXISTS (SELECT 1 FROM workspace_memberships m
-                                         JOIN user_accounts u ON u.id = m.user_id
-                                        WHERE m.workspace_id = j.workspace_id
-                                          AND m.user_id = j.actor_id AND u.enabled
-                                          AND m.role = 'administrator') AS actor_ok
-                          FROM jobs j WHERE j.id = :job
-                        """
-                    ),
-                    {"job": job.job_id},
-                )
-            ).one()
-            if check.cancel_requested:
-                return BatchResult(after_ordinal, Counters(), cancel_requested=True)
-            if not check.actor_ok:
-                raise ActorUnavailable()
-            # Locking the items keeps a zombie attempt (a worker presumed dead that is
-            # still running) from recording the same items; state = 'pending' is re-read
-            # after the lock, so a batch it committed meanwhile is not processed again.
-            rows = await conn.execute(
-                text(
-                    "SELECT ordinal, page_id, initially_tagged FROM job_items "
-                    "WHERE job_id = :job AND ordinal > :after AND state = 'pending' "
-                    "ORDER BY ordinal LIMIT :limit FOR UPDATE"
-                ),
-                {"job": job.job_id, "after": after_ordinal, "limit": limit},
+    async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
+        after = TaggingCursor.model_validate(ctx.cursor or {}).after
+        pause = ctx.settings.tagging_batch_pause_seconds
+        while True:
+            recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after))
+            if recorded is None:
+                return Done()
+            after, result = recorded
+            ctx.counters = result.counters
+            ctx.beat(
+                cursor=TaggingCursor(after=after).model_dump(), progress=ctx.counters.processed
             )
-            items = [Item(*row) for row in rows]
-            if not items:
-                return BatchResult(after_ordinal, Counters(), empty=True)
-            outcomes = await self._tag(conn, job, items)
-            delta = await self._record(conn, job, outcomes)
-            counters = await read_model.add_progress(conn, job.job_id, delta)
-            await read_model.set_progress_message(conn, job.job_id, progress_message(counters))
-            return BatchResult(items[-1].ordinal, counters, items=len(items), delta=delta)
+            if result.cancel_requested:
+                return Stopped()
+            if ctx.time_to_pause():
+                return Paused()
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def tag_batch(
+        self, conn: AsyncConnection, *, ctx: WorkContext[CourseTaggingPayload], after: int
+    ) -> tuple[int, Recorded] | None:
+        """Tags the next batch after ``after``; None when no pending item is left."""
+        job = ctx.job
+        batch = await self.read_batch(conn, ctx, after)
+        if not batch.actor_ok:
+            raise Refused(
+                "the actor is no longer an enabled administrator", code="actor_unavailable"
+            )
+        if batch.cancel_requested:
+            return after, Recorded(ctx.counters, 0, cancel_requested=True)
+        if not batch.items:
+            return None
+        outcomes = await self._tag(conn, ctx, batch.items)
+        result = await store.record_outcomes(
+            conn,
+            job.id,
+            [
+                ItemOutcome(o, outcomes[o].state, outcomes[o].code, outcomes[o].message)
+                for o in outcomes
+            ],
+        )
+        if result.recorded:
+            delta = {s: 0 for s in ("succeeded", "skipped", "failed")}
+            for outcome in outcomes.values():
+                delta[outcome.state.value] += 1
+            self.deps.metrics.items_processed(self.kind.name, delta)
+        return batch.items[-1].ordinal, result
+
+    async def read_batch(
+        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload], after: int
+    ) -> Batch:
+        rows = (
+            await conn.execute(
+                text(READ_BATCH),
+                {
+                    "job": ctx.job.id,
+                    "after": after,
+                    "limit": ctx.settings.tagging_batch_size,
+                    "workspace": ctx.job.workspace_id,
+                    "tag": ctx.payload.tag,
+                },
+            )
+        ).all()
+        first = rows[0]
+        items = [
+            Item(row.ordinal, row.ref, row.done_at_snapshot, facts_of(row))
+            for row in rows
+            if row.ordinal is not None
+        ]
+        return Batch(first.actor_ok, first.cancel_requested, items)
 
     async def _tag(
-        self, conn: AsyncConnection, job: JobContext, items: list[Item]
+        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload], items: list[Item]
     ) -> dict[int, Outcome]:
         outcomes: dict[int, Outcome] = {}
-        pending = items
-        # The first write uses the ETags of the batch read; pages in conflict are read
+        pending: dict[int, PageFacts | None] = {item.ordinal: item.page for item in items}
+        by_ordinal = {item.ordinal: item for item in items}
+        # The first write uses the facts of the batch read; pages in conflict are read
         # again and written once more; a page still in conflict fails.
         for attempt in (1, 2):
-            pages = await read_pages(conn, [i.page_id for i in pending])
             wanted: list[tuple[Item, int]] = []
-            for item in pending:
-                page = pages.get(item.page_id)
-                decided = decide(item, page, job.workspace_id, job.tag)
+            for ordinal, page in pending.items():
+                item = by_ordinal[ordinal]
+                decided = decide(item.done_at_snapshot, page)
                 if decided is not None:
-                    outcomes[item.ordinal] = decided
-                else:
-                    assert page is not None
+                    outcomes[ordinal] = decided
+                elif page is not None:
                     wanted.append((item, page.version))
             if not wanted:
-                break
+                return outcomes
             if self.before_write is not None:
                 await self.before_write(conn, [i.page_id for i, _ in wanted], attempt)
-            changed, broken = await self._write(conn, job, wanted)
+            changed, broken = await self._write(conn, ctx, wanted)
+            conflicts: list[Item] = []
             for item, _ in wanted:
                 if item.page_id in changed:
                     outcomes[item.ordinal] = SUCCEEDED
                 elif item.page_id in broken:
                     outcomes[item.ordinal] = UPDATE_FAILED
-            pending = [
-                item
-                for item, _ in wanted
-                if item.page_id not in changed and item.ordinal not in outcomes
-            ]
-            if not pending:
-                break
-        for item in pending:
-            outcomes.setdefault(item.ordinal, CONFLICT)
+                else:
+                    conflicts.append(item)
+            if not conflicts or attempt == 2:
+                for item in conflicts:
+                    outcomes[item.ordinal] = CONFLICT
+                return outcomes
+            facts = await read_page_facts(
+                conn,
+                [i.page_id for i in conflicts],
+                workspace_id=ctx.job.workspace_id,
+                tag=ctx.payload.tag,
+            )
+            pending = {i.ordinal: facts.get(i.page_id) for i in conflicts}
         return outcomes
 
     async def _write(
-        self, conn: AsyncConnection, job: JobContext, wanted: list[tuple[Item, int]]
+        self,
+        conn: AsyncConnection,
+        ctx: WorkContext[CourseTaggingPayload],
+        wanted: list[tuple[Item, int]],
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
         """One statement for the batch; should it fail, each page alone, so that one
         page's failure never undoes another's. Returns the pages changed and the pages
         whose update failed; the rest were in conflict."""
+        job = ctx.job
 
         async def write(changes: list[TagChange]) -> set[uuid.UUID]:
-            async with conn.begin_nested():
-                return await add_tag_if_match(
-                    conn,
-                    workspace_id=job.workspace_id,
-                    tag=job.tag,
-                    changes=changes,
-                    actor_id=job.actor_id,
-                    correlation_id=job.correlation_id,
-                    change_summary=change_summary(job.tag),
-                )
+            return await add_tag_if_match(
+                conn,
+                workspace_id=job.workspace_id,
+                tag=ctx.payload.tag,
+                changes=changes,
+                actor_id=job.actor_id,
+                correlation_id=job.correlation_id,
+                change_summary=change_summary(ctx.payload.tag),
+            )
 
         try:
             return await write([TagChange(i.page_id, v) for i, v in wanted]), set()
-        except DBAPIError:
-            log.warning("batch tag update failed; retrying page by page", exc_info=True)
+        except DBAPIError as err:
+            if is_outage(err):
+                raise
+            log.warning("batch tag update failed (%s); page by page", type(err.orig).__name__)
         changed: set[uuid.UUID] = set()
         broken: set[uuid.UUID] = set()
         for item, version in wanted:
             try:
                 changed |= await write([TagChange(item.page_id, version)])
-            except DBAPIError:
-                log.warning("tag update of page %s failed", item.page_id, exc_info=True)
+            except DBAPIError as err:
+                if is_outage(err):
+                    raise
+                log.warning(
+                    "tag update of page %s failed (%s)", item.page_id, type(err.orig).__name__
+                )
                 broken.add(item.page_id)
         return changed, broken
-
-    async def _record(
-        self, conn: AsyncConnection, job: JobContext, outcomes: dict[int, Outcome]
-    ) -> Counters:
-        ordinals = sorted(outcomes)
-        rows = await conn.execute(
-            text(
-                """
-                UPDATE job_items i
-                   SET state = o.state, error_code = o.code, error_message = o.message,
-                       processed_at = now()
-                  FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
-                              CAST(:codes AS text[]), CAST(:messages AS text[]))
-                       AS o(ordinal, state, code, message)
-                 WHERE i.job_id = :job AND i.ordinal = o.ordinal AND i.state = 'pending'
-                   AND i.ordinal BETWEEN :first AND :last
-             RETURNING i.state
-                """
-            ),
-            {
-                "job": job.job_id,
-                "first": ordinals[0],
-                "last": ordinals[-1],
-                "ordinals": ordinals,
-                "states": [outcomes[o].state for o in ordinals],
-                "codes": [outcomes[o].code for o in ordinals],
-                "messages": [outcomes[o].message for o in ordinals],
-            },
-        )
-        states = [row.state for row in rows]
-        return Counters(
-            processed=len(states),
-            succeeded=states.count("succeeded"),
-            skipped=states.count("skipped"),
-            failed=states.count("failed"),
-        )
-
-
-def progress_message(counters: Counters) -> str:
-    return (
-        f"{counters.processed} of {counters.total} pages done: {counters.succeeded} tagged, "
-        f"{counters.skipped} skipped, {counters.failed} failed"
-    )
-
-
-class TaggingActivities:
-    """The activity as the worker registers it, around a CourseTagger."""
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        batch_size: int = 200,
-        batch_pause: float = 0.0,
-        before_write: BeforeWrite | None = None,
-        metrics: JobMetrics | None = None,
-    ) -> None:
-        self.tagger = CourseTagger(engine, before_write=before_write)
-        self.metrics = metrics
-        self.batch_size = batch_size
-        self.batch_pause = batch_pause
-
-    @activity.defn(name="tag_course_chunk")
-    async def tag_course_chunk(self, chunk: TagChunk) -> TagChunkResult:
-        """Tags up to ``chunk.limit`` pending pages after ``chunk.after_ordinal``,
-        heartbeating the cursor after every committed batch. A retry starts from the
-        last cursor it was sent; a cancellation arrives through the heartbeat, and a
-        cancellation request in the read model is seen between batches."""
-        info = activity.info()
-        cursor = chunk.after_ordinal
-        if info.heartbeat_details:
-            try:
-                cursor = max(
-                    cursor, TaggingCursor.model_validate(info.heartbeat_details[0]).last_ordinal
-                )
-            except ValueError:
-                log.warning("ignoring malformed heartbeat details of job %s", chunk.job_id)
-        job = await self.tagger.load_job(chunk.job_id)
-        bind_job(job)
-        # Alive from the start, not only after the first batch has committed.
-        activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
-        done_in_chunk = 0
-        counters = Counters()
-        while done_in_chunk < chunk.limit:
-            size = min(self.batch_size, chunk.limit - done_in_chunk)
-            try:
-                batch = await self.tagger.process_batch(job, cursor, size)
-            except ActorUnavailable:
-                raise ApplicationError(
-                    "the actor is no longer an enabled administrator",
-                    type="actor_unavailable",
-                    non_retryable=True,
-                ) from None
-            if batch.cancel_requested:
-                return TagChunkResult(
-                    last_ordinal=cursor, counters=counters, done=False, cancel_requested=True
-                )
-            if batch.empty:
-                return TagChunkResult(last_ordinal=cursor, counters=counters, done=True)
-            cursor, counters = batch.last_ordinal, batch.counters
-            if self.metrics is not None and batch.delta is not None:
-                d = batch.delta
-                self.metrics.items_processed(
-                    "course_tagging",
-                    {"succeeded": d.succeeded, "skipped": d.skipped, "failed": d.failed},
-                )
-            done_in_chunk += batch.items
-            activity.heartbeat(TaggingCursor(last_ordinal=cursor).model_dump())
-            if self.batch_pause:
-                await asyncio.sleep(self.batch_pause)
-        return TagChunkResult(
-            last_ordinal=cursor, counters=counters, done=counters.processed >= counters.total
-        )

@@ -4,25 +4,24 @@ sweep) and the reconciler that brings the read model into line with Temporal."""
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.base import Deps, finish, with_outage_retry
 from hubjobs.kinds import REGISTRY
-from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import lifecycle as jobs
-from hubjobs.readmodel.store import JOB_COLUMNS, JobView
-from hubjobs.settings import Settings
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
+from hubjobs.temporal.failures import message_for
 from hubjobs.temporal.launch import launch
 from hubjobs.temporal.messages import (
-    ERROR_MESSAGES,
     JobOutcome,
-    JobStatus,
     ReconcileRequest,
     ReconcileResult,
     SweepRequest,
@@ -35,68 +34,67 @@ log = logging.getLogger(__name__)
 # neither blocks the sweep's batch nor is hammered.
 HOOK_RETRY_AFTER = timedelta(hours=1)
 
+Verdict = tuple[JobStatus, str | None, str | None]
+
 
 class MaintenanceActivities:
-    def __init__(
-        self, engine: AsyncEngine, client: Client, settings: Settings, metrics: JobMetrics
-    ) -> None:
-        self.engine = engine
-        self.client = client
-        self.settings = settings
-        self.metrics = metrics
+    def __init__(self, deps: Deps) -> None:
+        assert deps.client is not None, "maintenance talks to Temporal"
+        self.deps = deps
+        self.client = deps.client
 
-    @activity.defn(name="sweep_expired")
+    @activity.defn
     async def sweep_expired(self, request: SweepRequest) -> SweepResult:
-        """Removes up to ``limit`` expired jobs (their items go with them), each after
-        its kind's expire hook; a hook that fails keeps its row for a later sweep."""
-        removed: list[object] = []
-        kept: list[object] = []
-        async with self.engine.begin() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at <= :cutoff "
-                        "ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED"
-                    ),
-                    {"cutoff": request.cutoff, "limit": request.limit},
-                )
-            ).mappings()
-            for job in [JobView.model_validate(dict(row)) for row in rows]:
-                kind = REGISTRY.get(job.kind)
-                if kind is not None and kind.expire is not None:
-                    try:
-                        await kind.expire(job)
-                    except Exception:
-                        log.exception("expire hook of job %s (%s) failed", job.id, job.kind)
-                        kept.append(job.id)
-                        continue
-                removed.append(job.id)
-            await conn.execute(text("DELETE FROM jobs WHERE id = ANY(:ids)"), {"ids": removed})
-            await conn.execute(
-                text("UPDATE jobs SET expires_at = :later WHERE id = ANY(:ids)"),
-                {"ids": kept, "later": request.cutoff + HOOK_RETRY_AFTER},
+        """Removes expired jobs (their items go with them) in batches of ``batch``, each
+        after its kind's expire hook, until none is left (or ``limit`` went); a hook
+        that fails keeps its row for a later sweep."""
+        removed = kept = 0
+        while removed + kept < request.limit:
+            batch_removed, batch_kept = await with_outage_retry(
+                self.deps.engine,
+                self.deps.settings,
+                lambda conn: self._sweep_batch(conn, request),
+                transaction=True,
+                on_wait=activity.heartbeat,
             )
+            activity.heartbeat(removed)
+            removed += batch_removed
+            kept += batch_kept
+            if batch_removed + batch_kept < request.batch:
+                break
         if removed or kept:
-            log.info("retention sweep removed %d jobs, kept %d", len(removed), len(kept))
-        return SweepResult(removed=len(removed), kept=len(kept))
+            log.info("retention sweep removed %d jobs, kept %d", removed, kept)
+        return SweepResult(removed=removed, kept=kept, more=removed + kept >= request.limit)
 
-    @activity.defn(name="reconcile")
+    async def _sweep_batch(self, conn: AsyncConnection, request: SweepRequest) -> tuple[int, int]:
+        removed: list[uuid.UUID] = []
+        kept: list[uuid.UUID] = []
+        for job in await store.lock_expired(conn, request.cutoff, request.batch):
+            kind = REGISTRY.find(job.kind)
+            if kind is not None and kind.expire is not None:
+                try:
+                    await kind.expire(job, self.deps.settings)
+                except Exception:
+                    log.exception("expire hook of job %s (%s) failed", job.id, job.kind)
+                    kept.append(job.id)
+                    continue
+            removed.append(job.id)
+        await store.delete_jobs(conn, removed)
+        await store.postpone_expiry(conn, kept, request.cutoff + HOOK_RETRY_AFTER)
+        return len(removed), len(kept)
+
+    @activity.defn
     async def reconcile(self, request: ReconcileRequest) -> ReconcileResult:
         """Unfinished rows whose workflow has closed (terminated, timed out, or finished
         while its final write failed) get the status Temporal ended with; queued rows
         whose workflow never started are started."""
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN ('queued', 'running') "
-                        "AND created_at < now() - make_interval(secs => :grace) "
-                        "ORDER BY updated_at LIMIT :limit"
-                    ),
-                    {"grace": request.grace_seconds, "limit": request.limit},
-                )
-            ).mappings()
-            unfinished = [JobView.model_validate(dict(row)) for row in rows]
+
+        async def select(conn: AsyncConnection) -> list[JobView]:
+            return await store.unfinished_jobs(
+                conn, older_than=timedelta(seconds=request.grace_seconds), limit=request.limit
+            )
+
+        unfinished = await with_outage_retry(self.deps.engine, self.deps.settings, select)
         finished = restarted = 0
         for job in unfinished:
             activity.heartbeat()
@@ -105,31 +103,22 @@ class MaintenanceActivities:
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
-                if job.status == "queued":
+                if job.status == JobStatus.queued:
                     log.warning("job %s had no workflow; starting it", job.id)
-                    await launch(self.client, job, self.settings)
+                    await launch(self.client, job, self.deps.settings)
                     restarted += 1
                     continue
-                verdict = ("failed", "abandoned", ERROR_MESSAGES["abandoned"])
+                verdict = (JobStatus.failed, "abandoned", message_for("abandoned"))
             if verdict is None:
                 continue
             status, code, message = verdict
-            async with self.engine.begin() as conn:
-                final, changed = await jobs.finish_job(
-                    conn,
-                    job.id,
-                    status=status,
-                    error_code=code,
-                    error_message=message,
-                    default_retention=timedelta(hours=self.settings.retention_hours),
-                )
-            if final is not None and changed:
+            outcome = await finish(self.deps, job, status, error_code=code, error_message=message)
+            if outcome.status == status and outcome.error_code == code:
                 log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
-                self.metrics.job_finished(final.kind, final.status, None)
                 finished += 1
         return ReconcileResult(checked=len(unfinished), finished=finished, restarted=restarted)
 
-    async def _closed_status(self, job: JobView) -> tuple[JobStatus, str | None, str | None] | None:
+    async def _closed_status(self, job: JobView) -> Verdict | None:
         """How the job's workflow ended, or None while it runs."""
         handle = self.client.get_workflow_handle(job.workflow_id, result_type=JobOutcome)
         status = (await handle.describe()).status
@@ -140,16 +129,16 @@ class MaintenanceActivities:
         ):
             return None
         if status == WorkflowExecutionStatus.TERMINATED:
-            return "failed", "terminated", ERROR_MESSAGES["terminated"]
+            return JobStatus.failed, "terminated", message_for("terminated")
         if status == WorkflowExecutionStatus.TIMED_OUT:
-            return "failed", "timed_out", ERROR_MESSAGES["timed_out"]
+            return JobStatus.failed, "timed_out", message_for("timed_out")
         if status == WorkflowExecutionStatus.CANCELED:
-            return "cancelled", None, None
+            return JobStatus.cancelled, None, None
         try:
             outcome = await handle.result()
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type:
-                return "failed", cause.type, ERROR_MESSAGES.get(cause.type, cause.message)
-            return "failed", "processing_failed", ERROR_MESSAGES["processing_failed"]
+                return JobStatus.failed, cause.type, message_for(cause.type, cause.message)
+            return JobStatus.failed, "processing_failed", message_for("processing_failed")
         return outcome.status, outcome.error_code, outcome.error_message

@@ -60,16 +60,29 @@ class Settings(BaseSettings):
     max_concurrent_workflow_tasks: int = 8
     # The "lease": a worker that stops heartbeating for this long loses its activity.
     heartbeat_timeout_seconds: float = 15.0
+    # An attempt of a job's work gives its slot back after this long and carries on in
+    # a new one, so that other jobs (and other workspaces) waiting for a slot get it.
+    work_slice_seconds: float = 5.0
+    # Attempts in a row without progress before a job fails (an attempt that committed
+    # work, or that handed over because its worker was shutting down, does not count),
+    # and the waits between them: 2 s, 10 s, 30 s, 30 s… (seed 000).
+    max_activity_attempts: int = 5
+    retry_initial_seconds: float = 2.0
+    retry_coefficient: float = 5.0
+    retry_max_seconds: float = 30.0
+    # A database outage never fails a job by itself: work waits (retrying at most this
+    # far apart) and only an outage longer than max_outage_seconds fails it, as
+    # `unavailable`, with the work done kept.
+    max_outage_seconds: float = 3600.0
+    outage_retry_max_seconds: float = 30.0
     # Pages read and written per database round trip.
-    tagging_batch_size: int = 200
-    # Pages one activity call handles before reporting back to the workflow.
-    tagging_chunk_size: int = 2000
+    tagging_batch_size: int = 1000
     # Breathing room between batches, so a huge course does not hog the database.
     tagging_batch_pause_seconds: float = 0.0
-    max_activity_attempts: int = 5
-    # How often a long activity (a backup) reports its progress to its workflow, for
-    # the progress query and the UI's details; each report is a signal in the history.
     progress_report_seconds: float = 10.0
+    # Page exports: where their files go, and pages per file.
+    export_dir: Path | None = None
+    export_file_pages: int = 1000
     retention_hours: float = 24.0
     # The maintenance Schedules (hubjobs-retention, hubjobs-reconciler), created when a
     # worker starts unless turned off.
@@ -82,6 +95,10 @@ class Settings(BaseSettings):
     @property
     def resolved_backup_dir(self) -> Path:
         return (self.backup_dir or self.home / "backups").resolve()
+
+    @property
+    def resolved_export_dir(self) -> Path:
+        return (self.export_dir or self.home / "exports").resolve()
 
     @property
     def resolved_attachments_dir(self) -> Path:

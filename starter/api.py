@@ -39,9 +39,9 @@ from hubjobs.errors import (
     NotFound,
     Unavailable,
 )
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobStatus
 from starter.auth import Unauthorized, actor_of
 from starter.client import HubJobsClient, WorkspaceJobs
 
@@ -246,7 +246,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     )
     async def job_status(jobs: Jobs, job_id: uuid.UUID) -> Response:
         job = await jobs.get(job_id)
-        if job.status in ("queued", "running"):
+        if not job.is_final:
             progress = f"{job.processed}/{job.total}"
             if job.progress_message:
                 progress += f" {job.progress_message}"
@@ -255,9 +255,9 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
                 status_code=202,
                 headers={"X-Progress": progress, "Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        if job.status == "cancelled":
+        if job.status == JobStatus.cancelled:
             return error(404, "job_cancelled", "the job was cancelled")
-        if job.status == "failed":
+        if job.status == JobStatus.failed:
             return error(422, job.error_code or "job_failed", job.error_message or "the job failed")
         return Response(
             json.dumps(job.result or {}),
@@ -274,7 +274,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     )
     async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResource:
         job = await jobs.get(job_id)
-        if job.status == "cancelled":
+        if job.status == JobStatus.cancelled:
             raise NotFound("the job was cancelled", code="job_cancelled")
         return JobResource.of(await jobs.cancel(job_id))
 

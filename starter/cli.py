@@ -14,7 +14,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -23,9 +23,9 @@ from rich.table import Table
 
 from hubjobs.devstack import embedded
 from hubjobs.errors import HubJobsError
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobStatus
 from hubjobs.temporal.process import run_and_exit
 from starter.client import HubJobsClient, WorkspaceJobs
 
@@ -356,7 +356,7 @@ def start_job(
 
     job = run(go())
     print_job(job, as_json)
-    if wait and job.status != "succeeded":
+    if wait and job.status != JobStatus.succeeded:
         raise typer.Exit(1)
 
 
@@ -463,19 +463,15 @@ def list_jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """List a workspace's jobs, newest first."""
-    if status is not None and status not in (
-        "queued",
-        "running",
-        "succeeded",
-        "failed",
-        "cancelled",
-    ):
-        raise HubJobsError(f"unknown status {status!r}", code="invalid_status")
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise HubJobsError("unknown status", code="invalid_status")
 
     async def go() -> list[JobView]:
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            return await jobs.list(status=cast("JobStatus | None", status), kind=kind, limit=limit)
+            return await jobs.list(
+                status=None if status is None else JobStatus(status), kind=kind, limit=limit
+            )
 
     found = run(go())
     if as_json:
@@ -583,7 +579,7 @@ def demo(
                 f"{settings.temporal_namespace}/workflows/{job.workflow_id}"
             )
         out.print("The stack stays up for the UI; stop it with `hubjobs down` (or `make down`).")
-    if job.status != "succeeded":
+    if job.status != JobStatus.succeeded:
         raise typer.Exit(1)
 
 

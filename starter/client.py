@@ -26,16 +26,17 @@ from hubjobs.db.engine import async_engine
 from hubjobs.domain.access import require_administrator, require_member
 from hubjobs.errors import HubJobsError, NotFound, Unavailable
 from hubjobs.kinds import get_kind
-from hubjobs.kinds.backup import NAME as BACKUP
-from hubjobs.kinds.course_tagging import NAME as COURSE_TAGGING
+from hubjobs.kinds.backup import BACKUP
+from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.observability.telemetry import job_span
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.lifecycle import create_job, finish_job
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.launch import launch
-from hubjobs.temporal.messages import CancelRequest, JobStatus
+from hubjobs.temporal.messages import CancelRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,7 +129,7 @@ class WorkspaceJobs:
         ):
             created = await self.client.db(create)
             job: JobView = created.job
-            if job.status == "queued":
+            if job.status == JobStatus.queued:
                 await self._start_workflow(job)
         return job
 
@@ -141,7 +142,7 @@ class WorkspaceJobs:
         idempotency_key: str | None = None,
     ) -> JobView:
         return await self.start(
-            COURSE_TAGGING,
+            COURSE_TAGGING.name,
             {"root_page_id": str(root_page_id), "tag": tag},
             correlation_id=correlation_id,
             idempotency_key=idempotency_key,
@@ -151,7 +152,7 @@ class WorkspaceJobs:
         self, *, correlation_id: str | None = None, idempotency_key: str | None = None
     ) -> JobView:
         return await self.start(
-            BACKUP, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
+            BACKUP.name, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
         )
 
     async def _start_workflow(self, job: JobView) -> None:
@@ -212,13 +213,13 @@ class WorkspaceJobs:
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None
-            if job.status == "queued":
+            if job.status == JobStatus.queued:
                 # Recorded but never started: no workflow will finish the row; do it here.
                 # (A running row whose workflow is gone is the reconciler's to settle.)
                 retention = timedelta(hours=self.client.settings.retention_hours)
                 await self.client.db(
                     lambda conn: finish_job(
-                        conn, job_id, status="cancelled", default_retention=retention
+                        conn, job, status=JobStatus.cancelled, default_retention=retention
                     )
                 )
         return await self.get(job_id)

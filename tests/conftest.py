@@ -121,7 +121,7 @@ def settings(stack: embedded.StackInfo, database_url: str, tmp_path: Path) -> Se
         task_queue=f"test-{uuid.uuid4().hex[:12]}",
         heartbeat_timeout_seconds=5,
         tagging_batch_size=50,
-        tagging_chunk_size=500,
+        work_slice_seconds=1,
         max_activity_attempts=3,
     )
 
@@ -146,7 +146,7 @@ async def running_worker(
     engine = async_engine(settings.resolved_database_url(), pool_size=5)
     try:
         async with worker_module.build_worker(
-            temporal, engine, settings, before_write=before_write
+            temporal, engine, settings, hooks={"before_write": before_write}
         ):
             yield
     finally:

@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 from hubjobs.domain.pages import etag, update_page
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.views import JobView
 from starter.client import WorkspaceJobs
 
 EDITOR = uuid.UUID(int=7)
@@ -65,12 +65,12 @@ async def items_of(engine: AsyncEngine, job_id: uuid.UUID) -> dict[uuid.UUID, An
     async with engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT page_id, ordinal, initially_tagged, state, error_code FROM job_items "
+                "SELECT ref, ordinal, done_at_snapshot, state, error_code FROM job_items "
                 "WHERE job_id = :id ORDER BY ordinal"
             ),
             {"id": job_id},
         )
-        return {row.page_id: row for row in rows}
+        return {row.ref: row for row in rows}
 
 
 async def item_counts(engine: AsyncEngine, job_id: uuid.UUID) -> dict[str, int]:
@@ -128,6 +128,45 @@ async def assert_every_page_tagged_once(
     assert set(revisions) == set(page_ids)
     assert {page: n for page, n in revisions.items() if n != 1} == {}
     assert await item_counts(engine, job.id) == {"succeeded": pages}
+
+
+def attempt_endings(history: WorkflowHistory, activity_type: str) -> list[str]:
+    """How each scheduled activity of one type ended, in order: ``completed``,
+    ``failed``, ``timed_out:heartbeat`` (or another timeout type), ``canceled``, or
+    ``open``. A job's work runs as one activity per attempt."""
+    endings: dict[int, str] = {}
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if e.activity_task_scheduled_event_attributes.activity_type.name == activity_type:
+                endings[e.event_id] = "open"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            scheduled = e.activity_task_completed_event_attributes.scheduled_event_id
+            if scheduled in endings:
+                endings[scheduled] = "completed"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            scheduled = e.activity_task_failed_event_attributes.scheduled_event_id
+            if scheduled in endings:
+                endings[scheduled] = "failed"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            attributes = e.activity_task_timed_out_event_attributes
+            if attributes.scheduled_event_id in endings:
+                kind = TimeoutType.Name(attributes.failure.timeout_failure_info.timeout_type)
+                endings[attributes.scheduled_event_id] = (
+                    "timed_out:" + kind.removeprefix("TIMEOUT_TYPE_").lower()
+                )
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+            scheduled = e.activity_task_canceled_event_attributes.scheduled_event_id
+            if scheduled in endings:
+                endings[scheduled] = "canceled"
+    return list(endings.values())
+
+
+async def run_endings(client: Client, workflow_id: str, activity_type: str) -> list[str]:
+    """``attempt_endings`` over every run of a workflow (it may continue as new)."""
+    endings: list[str] = []
+    for events in await all_runs_history(client, workflow_id):
+        endings += attempt_endings(WorkflowHistory(workflow_id, events), activity_type)
+    return endings
 
 
 def activity_starts(

@@ -23,7 +23,7 @@ from temporalio.client import (
 )
 
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import CancelRequest
@@ -148,7 +148,7 @@ async def test_cancelling_from_the_temporal_ui_ends_the_same_way(
     description = await _closed(temporal, done.workflow_id)
     assert description.status == WorkflowExecutionStatus.CANCELED
     assert description.typed_search_attributes.get(sa.JOB_STATUS) == "cancelled"
-    await record(handle, "course_tagging_cancelled_in_temporal_recorded")
+    await record(handle, "course_tagging_cancelled_in_temporal")
 
 
 @pytest.mark.parametrize("demotion", ["role", "disabled"])

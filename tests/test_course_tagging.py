@@ -43,7 +43,7 @@ async def test_every_outcome_of_the_table(
     assert job.summary == f"Tag course Onboarding with {TAG}, 20 pages"
     snapshot = await items_of(engine, job.id)
     assert p[2] not in snapshot and p[25] not in snapshot
-    assert snapshot[p[3]].initially_tagged and not snapshot[p[5]].initially_tagged
+    assert snapshot[p[3]].done_at_snapshot and not snapshot[p[5]].done_at_snapshot
 
     # After the snapshot, before any worker runs: pages go away in every way, and
     # someone else adds the tag to one.

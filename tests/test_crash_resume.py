@@ -16,17 +16,19 @@ import time
 import uuid
 from pathlib import Path
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.course_tagging import CourseTaggingActivities
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.conftest import seed
 from tests.helpers import (
-    activity_starts,
     assert_every_page_tagged_once,
+    job_revisions,
     processed_of,
+    run_endings,
     wait_until_final,
 )
 from tests.processes import WorkerProcess, hubjobs_env
@@ -34,6 +36,7 @@ from tests.processes import WorkerProcess, hubjobs_env
 PAGES = 3000
 KILL_AFTER = 600
 TAG = "crash-resume"
+TAG_COURSE = CourseTaggingActivities.tag_course.__name__
 
 
 async def wait_until_processed(
@@ -57,9 +60,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
 ) -> None:
     course = await seed(engine, PAGES)
     # The lease comes from the starter: JobOptions carry the heartbeat timeout.
-    starter_settings = settings.model_copy(
-        update={"heartbeat_timeout_seconds": 3, "tagging_chunk_size": 1000}
-    )
+    starter_settings = settings.model_copy(update={"heartbeat_timeout_seconds": 3})
     hub = HubJobsClient(temporal, engine, starter_settings)
     jobs = hub.scope(course.workspace_id, course.actor_id)
     env = hubjobs_env(
@@ -67,7 +68,6 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
         tmp_path,
         heartbeat_timeout_seconds=3,
         tagging_batch_size=25,
-        tagging_chunk_size=1000,
         tagging_batch_pause_seconds=0.02,
     )
     workers: list[WorkerProcess] = []
@@ -112,48 +112,74 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
     # Lost nothing, repeated nothing.
     await assert_every_page_tagged_once(engine, done, course.page_ids, TAG)
 
-    # Temporal agrees, and the resumption came from the lease running out: the chunk
-    # running at the kill timed out on its heartbeat and succeeded on a later attempt.
+    # Temporal agrees, and the resumption came from the lease running out: the attempt
+    # running at the kill timed out on its heartbeat, and a later one finished the job.
     handle = temporal.get_workflow_handle(done.workflow_id)
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
-    history = await handle.fetch_history()
-    retried = [a for a in activity_starts(history, "tag_course_chunk") if a.attempt > 1]
-    assert any(
-        attempt.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
-        for attempt in retried
-    ), f"no chunk was retried after a heartbeat timeout: {retried}"
+    endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
+    assert "timed_out:heartbeat" in endings, endings
+    assert endings[-1] == "completed", endings
+    # It made progress before it died: it cost the job none of its attempts.
+    assert done.attempts_failed == 0, done
 
 
-async def test_a_job_whose_last_attempt_loses_its_worker_fails_as_abandoned(
+async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
     temporal: Client, engine: AsyncEngine, settings: Settings, tmp_path: Path
 ) -> None:
-    """With no attempts left, a worker that stops heartbeating ends the job: failed with
-    the stable code ``abandoned`` and a plain message, the work done so far kept."""
-    course = await seed(engine, 1000)
+    """Only attempts without progress count. Here every attempt's first batch waits on a
+    lock the test holds on the course's pages, so none can commit anything, and each
+    worker holding one is killed: after the kind's 2 attempts in a row, the job fails
+    with the stable code ``abandoned`` and a plain message, and nothing is half done."""
+    course = await seed(engine, 200)
     starter_settings = settings.model_copy(
-        update={"heartbeat_timeout_seconds": 2, "max_activity_attempts": 1}
+        update={"heartbeat_timeout_seconds": 2, "max_activity_attempts": 2}
     )
     jobs = HubJobsClient(temporal, engine, starter_settings).scope(
         course.workspace_id, course.actor_id
     )
-    env = hubjobs_env(settings, tmp_path, tagging_batch_size=10, tagging_batch_pause_seconds=0.05)
-    workers = [WorkerProcess("worker-1", env, tmp_path)]
+    env = hubjobs_env(settings, tmp_path, tagging_batch_size=10)
+    workers: list[WorkerProcess] = []
+    # Started (its snapshot read the pages) before the lock, and before any worker runs.
+    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    lock_conn = await engine.connect()
+    await lock_conn.begin()
+    await lock_conn.execute(text("LOCK TABLE pages IN ACCESS EXCLUSIVE MODE"))
+
+    async def attempts_waiting_on_the_lock() -> set[int]:
+        """Backends of attempts blocked on the lock (a killed worker's stays blocked)."""
+        async with engine.connect() as conn:
+            waiting = await conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%FROM jobs j%LEFT JOIN pages p%'"
+                )
+            )
+            return set(waiting.scalars())
+
     try:
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-        await wait_until_processed(engine, job.id, 50, workers[0], timeout=60)
-        assert workers[0].kill() == -signal.SIGKILL
-        at_kill = await processed_of(engine, job.id)
-        # Another worker runs the workflow's next task; the activity is not retried.
-        workers.append(WorkerProcess("worker-2", env, tmp_path))
+        for n in (1, 2):
+            before = await attempts_waiting_on_the_lock()
+            worker = WorkerProcess(f"worker-{n}", env, tmp_path)
+            workers.append(worker)
+            deadline = time.monotonic() + 60
+            while not await attempts_waiting_on_the_lock() - before:
+                assert worker.alive() and time.monotonic() < deadline, worker.tail()
+                await asyncio.sleep(0.1)
+            assert worker.kill() == -signal.SIGKILL
+        # A live worker for the workflow's tasks: it judges the second death the last.
+        workers.append(WorkerProcess("worker-3", env, tmp_path))
         done = await wait_until_final(jobs, job.id, timeout=60)
     finally:
+        await lock_conn.rollback()
+        await lock_conn.close()
         for w in workers:
             w.kill()
-    assert done.status == "failed" and done.error_code == "abandoned", (done, workers[1].tail())
+    assert done.status == "failed" and done.error_code == "abandoned", done
     assert done.error_message == (
         "The job was abandoned: its worker stopped responding and no attempts are left."
     )
-    assert done.processed == at_kill < done.total
+    assert (done.processed, done.attempts, done.attempts_failed) == (0, 2, 2)
+    assert await job_revisions(engine, TAG) == {}
     description = await temporal.get_workflow_handle(done.workflow_id).describe()
     assert description.status == WorkflowExecutionStatus.FAILED

@@ -25,7 +25,7 @@ async def _runs(temporal: Client, workflow_id: str) -> list[int]:
 async def test_a_100000_page_course_keeps_its_history_small(
     engine: AsyncEngine, temporal: Client, settings: Settings
 ) -> None:
-    big = settings.model_copy(update={"tagging_batch_size": 500, "tagging_chunk_size": 5000})
+    big = settings.model_copy(update={"tagging_batch_size": 1000, "work_slice_seconds": 2})
     course = await seed(engine, PAGES)
     jobs = HubJobsClient(temporal, engine, big).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, big):
@@ -35,7 +35,8 @@ async def test_a_100000_page_course_keeps_its_history_small(
     assert (done.total, done.processed, done.succeeded) == (PAGES, PAGES, PAGES)
     assert await item_counts(engine, job.id) == {"succeeded": PAGES}
     sizes = await _runs(temporal, done.workflow_id)
-    # Twenty chunk activities: some 150 events, where a page per event would be 100,000s.
+    # A handful of attempts (each a time slice): some tens of events, where a page per
+    # event would be 100,000s.
     assert len(sizes) == 1 and sizes[0] < 200, sizes
     async with engine.connect() as conn:
         revisions = (
@@ -51,7 +52,7 @@ async def test_small_chunks_continue_as_new_and_end_exact(
     engine: AsyncEngine, temporal: Client, settings: Settings
 ) -> None:
     pages = 20_000
-    tiny = settings.model_copy(update={"tagging_batch_size": 100, "tagging_chunk_size": 100})
+    tiny = settings.model_copy(update={"tagging_batch_size": 100, "work_slice_seconds": 0})
     course = await seed(engine, pages)
     jobs = HubJobsClient(temporal, engine, tiny).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, tiny):
@@ -62,7 +63,7 @@ async def test_small_chunks_continue_as_new_and_end_exact(
     assert done.status == "succeeded" and done.processed == done.succeeded == pages
     assert await item_counts(engine, job.id) == {"succeeded": pages}
     sizes = await _runs(temporal, done.workflow_id)
-    # 200 chunks would be ~1,200 events in one run; the runs continued as new instead.
+    # 200 one-batch attempts would be ~1,200 events in one run; the runs continued as new.
     assert len(sizes) >= 2, sizes
     assert all(size < SUGGEST_CONTINUE_AS_NEW + 50 for size in sizes), sizes
     assert final.status is not None and final.status.name == "COMPLETED"

@@ -35,12 +35,14 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker as worker_module
+from activities.course_tagging import CourseTaggingActivities
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.observability import telemetry
 from hubjobs.observability.logs import setup_logging
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import running_worker, seed
@@ -49,6 +51,8 @@ TAG = "Zephyrine"  # a word found nowhere else, to see whether it leaks into the
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 BAGGAGE_KEY = "hubjobs.correlation_id"
+TAG_COURSE = CourseTaggingActivities.tag_course.__name__
+WORKFLOW = COURSE_TAGGING.workflow_type
 
 
 @pytest.fixture
@@ -172,7 +176,7 @@ class Refresher:
 RUNNING = {"status": "running"}
 
 
-async def _queue_state(engine: AsyncEngine) -> read_model.QueueState:
+async def _queue_state(engine: AsyncEngine) -> QueueState:
     async with engine.connect() as conn:
         return await read_model.queue_state(conn)
 
@@ -246,10 +250,12 @@ async def test_the_metrics_endpoint_agrees_with_the_read_model(
     slots = select(samples, "temporal_worker_task_slots_available", task_queue=queue)
     assert slots, sorted(names)
     assert all(s.value >= 0 for s in slots)
-    # One chunk activity ran (300 pages < one chunk of 500), in the one workflow run.
-    chunk = {"task_queue": queue, "activity_type": "tag_course_chunk"}
-    assert one_value(samples, "temporal_activity_execution_latency_count", **chunk) == 1
-    run = {"task_queue": queue, "workflow_type": "CourseTagging"}
+    # One activity per attempt (each a time slice), in the one workflow run.
+    attempts = {"task_queue": queue, "activity_type": TAG_COURSE}
+    assert one_value(samples, "temporal_activity_execution_latency_count", **attempts) == (
+        done.attempts
+    )
+    run = {"task_queue": queue, "workflow_type": WORKFLOW}
     assert one_value(samples, "temporal_workflow_completed_total", **run) == 1
 
 
@@ -343,12 +349,10 @@ async def test_one_trace_runs_from_the_start_to_the_activities(
 
     by_id = {s.context.span_id: s for s in spans if s.context is not None}
     for name in (
-        "StartWorkflow:CourseTagging",
-        "RunWorkflow:CourseTagging",
-        "StartActivity:tag_course_chunk",
-        "RunActivity:tag_course_chunk",
-        "RunActivity:open_job",
-        "RunActivity:finish_job",
+        f"StartWorkflow:{WORKFLOW}",
+        f"RunWorkflow:{WORKFLOW}",
+        f"StartActivity:{TAG_COURSE}",
+        f"RunActivity:{TAG_COURSE}",
     ):
         named = [s for s in spans if s.name == name]
         assert named, f"no {name} span among {sorted({s.name for s in spans})}"
@@ -357,21 +361,17 @@ async def test_one_trace_runs_from_the_start_to_the_activities(
             assert start in _ancestors(span, by_id), f"{name} does not descend from the start"
     # The SDK parents the workflow's spans on the context it was started with: the
     # activity runs under its start, which hangs under the workflow's start, under ours.
-    run_activity = next(s for s in spans if s.name == "RunActivity:tag_course_chunk")
+    run_activity = next(s for s in spans if s.name == f"RunActivity:{TAG_COURSE}")
     chain = [s.name for s in _ancestors(run_activity, by_id)]
-    assert chain == [
-        "StartActivity:tag_course_chunk",
-        "StartWorkflow:CourseTagging",
-        "hubjobs.start",
-    ]
-    run_workflow = next(s for s in spans if s.name == "RunWorkflow:CourseTagging")
+    assert chain == [f"StartActivity:{TAG_COURSE}", f"StartWorkflow:{WORKFLOW}", "hubjobs.start"]
+    run_workflow = next(s for s in spans if s.name == f"RunWorkflow:{WORKFLOW}")
     assert [s.name for s in _ancestors(run_workflow, by_id)] == [
-        "StartWorkflow:CourseTagging",
+        f"StartWorkflow:{WORKFLOW}",
         "hubjobs.start",
     ]
 
     # The correlation id travelled in the baggage into the activities.
-    for name in ("RunActivity:open_job", "RunActivity:tag_course_chunk"):
+    for name in (f"RunActivity:{TAG_COURSE}",):
         seen = tracing.baggage.seen[name]
         assert seen and set(seen) == {correlation_id}, (name, seen)
 
@@ -437,9 +437,7 @@ async def test_log_lines_are_json_with_the_jobs_ids_and_none_of_its_content(
         "correlation_id": correlation_id,
     }
     from_activity = [
-        r
-        for r in records
-        if r.get("activity") == "tag_course_chunk" and r.get("job_id") == str(job.id)
+        r for r in records if r.get("activity") == TAG_COURSE and r.get("job_id") == str(job.id)
     ]
     assert from_activity, "no log line from the tagging activity"
     for record in from_activity:

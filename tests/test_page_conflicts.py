@@ -1,19 +1,27 @@
 """The write side of course tagging on the real database: a page edited between the
 batch's read and its write, once or for good, and a page whose update fails, next to
-pages that go through."""
+pages that go through; two attempts racing over the same batch."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio.common import MetricMeter
 
-from activities.course_tagging import CourseTagger
+from activities.base import Deps, WorkContext
+from activities.course_tagging import BeforeWrite, CourseTaggingActivities
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import get_kind
+from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import store
 from hubjobs.readmodel.lifecycle import create_job
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import JobInput, WorkRequest
 from tests.helpers import edit, items_of, job_revisions, tags_of
 
 TAG = "reviewed"
@@ -34,14 +42,54 @@ async def _job(engine: AsyncEngine, course: DemoCourse) -> uuid.UUID:
     return job_id
 
 
-async def _run_all(tagger: CourseTagger, job_id: uuid.UUID) -> None:
-    job = await tagger.load_job(job_id)
+async def _tagger(
+    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None, batch: int = 50
+) -> tuple[CourseTaggingActivities, WorkContext[CourseTaggingPayload]]:
+    deps = Deps(
+        engine=engine,
+        settings=Settings(tagging_batch_size=batch),
+        metrics=JobMetrics(MetricMeter.noop),
+        hooks={"before_write": before_write},
+    )
+    async with engine.connect() as conn:
+        job = await store.get_job(conn, job_id)
+    assert job is not None
+    request = WorkRequest(
+        job=JobInput(
+            job_id=job.id,
+            kind=job.kind,
+            workspace_id=job.workspace_id,
+            actor_id=job.actor_id,
+            correlation_id=job.correlation_id,
+            payload=job.payload,
+        )
+    )
+    ctx = WorkContext(
+        deps=deps,
+        kind=COURSE_TAGGING,
+        request=request,
+        job=job,
+        payload=CourseTaggingPayload.model_validate(job.payload),
+        counters=job.counters,
+    )
+    return CourseTaggingActivities(deps), ctx
+
+
+async def _batch(
+    tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
+) -> tuple[int, store.Recorded] | None:
+    async with ctx.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await tagger.tag_batch(conn, ctx=ctx, after=after)
+
+
+async def _run_all(
+    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None
+) -> None:
+    tagger, ctx = await _tagger(engine, job_id, before_write)
     after = 0
-    while True:
-        batch = await tagger.process_batch(job, after, 50)
-        if batch.empty:
-            return
-        after = batch.last_ordinal
+    while (batch := await _batch(tagger, ctx, after)) is not None:
+        after = batch[0]
 
 
 async def test_a_page_edited_once_between_read_and_write_is_reread_and_tagged(
@@ -54,7 +102,7 @@ async def test_a_page_edited_once_between_read_and_write_is_reread_and_tagged(
             await edit(engine, target, title="Renamed while the job ran")
 
     job_id = await _job(engine, course)
-    await _run_all(CourseTagger(engine, before_write=someone_edits), job_id)
+    await _run_all(engine, job_id, someone_edits)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("succeeded", None)
     assert await tags_of(engine, target) == [TAG]
@@ -73,7 +121,7 @@ async def test_a_page_that_stays_in_conflict_fails_and_changes_nothing(
             await edit(engine, target, markdown=f"edit {attempt}")
 
     job_id = await _job(engine, course)
-    await _run_all(CourseTagger(engine, before_write=someone_keeps_editing), job_id)
+    await _run_all(engine, job_id, someone_keeps_editing)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("failed", "concurrency_conflict")
     assert await tags_of(engine, target) == []
@@ -93,7 +141,7 @@ async def test_a_page_trashed_between_read_and_write_is_unavailable(
             await edit(engine, target, trashed=True)
 
     job_id = await _job(engine, course)
-    await _run_all(CourseTagger(engine, before_write=someone_trashes), job_id)
+    await _run_all(engine, job_id, someone_trashes)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("failed", "page_unavailable")
 
@@ -117,7 +165,7 @@ async def test_one_page_failing_to_update_never_undoes_the_others(
             )
         )
     job_id = await _job(engine, course)
-    await _run_all(CourseTagger(engine), job_id)
+    await _run_all(engine, job_id)
     items = await items_of(engine, job_id)
     assert (items[broken].state, items[broken].error_code) == ("failed", "page_update_failed")
     others = [page for page in course.page_ids if page != broken]
@@ -125,21 +173,30 @@ async def test_one_page_failing_to_update_never_undoes_the_others(
     assert set(await job_revisions(engine, TAG)) == set(others)
 
 
-async def test_a_batch_recorded_by_another_attempt_is_not_recorded_again(
+async def test_two_attempts_racing_over_one_batch_record_it_once(
     engine: AsyncEngine, course: DemoCourse
 ) -> None:
-    """Two attempts of one chunk (a worker presumed dead that still runs, and its retry)
-    cannot count the same items twice: the second finds them no longer pending."""
+    """An attempt presumed dead that still runs, and the attempt that replaced it, read
+    the same pending pages; both write. The ETag guard lets one tag each page, the
+    other finds it tagged on its re-read, and only items still pending are recorded:
+    each page gets the tag and a revision once, and the counters move once."""
     job_id = await _job(engine, course)
-    first, second = CourseTagger(engine), CourseTagger(engine)
-    job = await first.load_job(job_id)
-    done = await first.process_batch(job, 0, 10)
-    again = await second.process_batch(job, 0, 10)  # same cursor, as a stale retry would
-    assert done.items == 10
-    assert again.items == 10 and again.counters.processed == 20
+    both_read = asyncio.Barrier(2)
+
+    async def wait_for_the_other(_: AsyncConnection, __: Sequence[uuid.UUID], attempt: int) -> None:
+        if attempt == 1:
+            await both_read.wait()
+
+    first = await _tagger(engine, job_id, wait_for_the_other, batch=10)
+    second = await _tagger(engine, job_id, wait_for_the_other, batch=10)
+    results = await asyncio.gather(_batch(*first, 0), _batch(*second, 0))
+    assert all(r is not None and r[0] == 10 for r in results)
+    recorded = sorted(r[1].recorded for r in results if r is not None)
+    assert recorded == [0, 10]
     async with engine.connect() as conn:
         processed = (
             await conn.execute(text("SELECT processed FROM jobs WHERE id = :id"), {"id": job_id})
         ).scalar_one()
-    assert processed == 20
-    assert sum((await job_revisions(engine, TAG)).values()) == 20
+    assert processed == 10
+    revisions = await job_revisions(engine, TAG)
+    assert len(revisions) == 10 and set(revisions.values()) == {1}

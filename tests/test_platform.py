@@ -10,12 +10,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError
@@ -24,33 +22,24 @@ from temporalio.exceptions import ApplicationError
 import worker as worker_module
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.kinds import get_kind
+from hubjobs.kinds import REGISTRY, get_kind
+from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.lifecycle import create_job
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult
-from hubjobs.temporal.schedules import RECONCILER, RETENTION, ensure_schedules
+from hubjobs.temporal.schedules import RECONCILER, RECONCILER_WORKFLOW, RETENTION, ensure_schedules
 from starter.client import HubJobsClient
 from tests import toy_kind
 from tests.conftest import seed
 
 
-@pytest_asyncio.fixture
-async def platform_worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
-    """A worker that also runs the toy kind, as a deployment adding a kind would."""
-    engine = async_engine(settings.resolved_database_url(), pool_size=5)
-    try:
-        async with worker_module.build_worker(
-            temporal,
-            engine,
-            settings,
-            extra_workflows=[toy_kind.ToyEchoWorkflow],
-            extra_activities=[toy_kind.echo],
-        ):
-            yield
-    finally:
-        await engine.dispose()
+@pytest.fixture
+def platform_worker(worker: None) -> None:
+    """The worker serves the toy kind as it serves every registered kind: importing
+    tests.toy_kind registered it."""
+    assert toy_kind.TOY.name in REGISTRY.names()
 
 
 def direct_input(job_id: uuid.UUID, course: DemoCourse, payload: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +79,7 @@ async def test_a_third_kind_runs_through_the_whole_lifecycle(
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start("toy_echo", {"message": "hello"}, idempotency_key="k1")
     assert job.kind == "toy_echo" and job.workflow_id == f"toy_echo-{job.id}"
-    assert job.summary == "Echo 'hello'"
+    assert job.summary == "Echo a message"
     done = await jobs.wait(job.id, timeout=30)
     assert done.status == "succeeded" and done.result == {"echo": "hello"}
     assert done.expires_at is not None and done.finished_at is not None
@@ -110,7 +99,10 @@ async def test_a_bad_payload_sent_straight_to_temporal_fails_at_once(
     raw = direct_input(job_id, course, {"root_page_id": "not-a-page", "tag": "\x07"})
     started = time.monotonic()
     handle = await temporal.start_workflow(
-        "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
+        COURSE_TAGGING.workflow_type,
+        raw,
+        id=f"course_tagging-{job_id}",
+        task_queue=settings.task_queue,
     )
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
@@ -123,7 +115,7 @@ async def test_a_bad_payload_sent_straight_to_temporal_fails_at_once(
 
     # Not even an envelope: failed at once too, never a workflow task retrying.
     handle = await temporal.start_workflow(
-        "CourseTagging",
+        COURSE_TAGGING.workflow_type,
         {"hello": "world"},
         id=f"bad-{uuid.uuid4()}",
         task_queue=settings.task_queue,
@@ -144,7 +136,10 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
     job_id = uuid.uuid4()
     raw = direct_input(job_id, course, {"root_page_id": str(course.root_page_id), "tag": "direct"})
     handle = await temporal.start_workflow(
-        "CourseTagging", raw, id=f"course_tagging-{job_id}", task_queue=settings.task_queue
+        COURSE_TAGGING.workflow_type,
+        raw,
+        id=f"course_tagging-{job_id}",
+        task_queue=settings.task_queue,
     )
     await handle.result()
     row = await _row(engine, job_id)
@@ -227,7 +222,7 @@ async def test_the_reconciler_restarts_a_recorded_job_that_never_started(
             payload={"message": "late"},
         )
     result = await temporal.execute_workflow(
-        "Reconciler",
+        RECONCILER_WORKFLOW,
         ReconcileRequest(grace_seconds=0),
         id=f"reconcile-{uuid.uuid4()}",
         task_queue=settings.task_queue,
@@ -278,7 +273,7 @@ async def test_a_lost_final_write_is_brought_back_by_the_reconciler(
             {"id": done.id},
         )
     result = await temporal.execute_workflow(
-        "Reconciler",
+        RECONCILER_WORKFLOW,
         ReconcileRequest(grace_seconds=0),
         id=f"reconcile-{uuid.uuid4()}",
         task_queue=settings.task_queue,
@@ -295,16 +290,20 @@ async def test_queue_state_comes_from_the_read_model(
 ) -> None:
     async with engine.begin() as conn:
         for status in ("queued", "queued", "running", "failed", "succeeded"):
+            job_id = uuid.uuid4()
             await read_model.insert_job(
                 conn,
-                job_id=uuid.uuid4(),
+                job_id=job_id,
                 kind="toy_echo",
                 workspace_id=course.workspace_id,
                 actor_id=course.actor_id,
                 correlation_id="c",
                 idempotency_key=None,
                 payload={"message": "m"},
-                status=status,
+            )
+            await conn.execute(
+                text("UPDATE jobs SET status = :status WHERE id = :id"),
+                {"status": status, "id": job_id},
             )
         await conn.execute(
             text(

@@ -34,14 +34,14 @@ from temporalio.api.enums.v1 import (
     PendingActivityState,
     TaskQueueKind,
     TaskQueueType,
-    TimeoutType,
 )
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from activities.course_tagging import CourseTaggingActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, seed_demo
@@ -51,6 +51,7 @@ from starter.client import HubJobsClient
 from tests.helpers import (
     all_runs_history,
     assert_every_page_tagged_once,
+    attempt_endings,
     processed_of,
     wait_until_final,
 )
@@ -59,7 +60,7 @@ from tests.processes import REPO, WorkerProcess, hubjobs_env
 PAGES = 10_000
 TAG = "scale-out"
 TASK_QUEUE = "scale-out"
-CHUNK = "tag_course_chunk"
+CHUNK = CourseTaggingActivities.tag_course.__name__
 # Worker A is killed before this many pages are done, so B has most of the job left.
 KILL_BEFORE = 7_000
 
@@ -239,7 +240,7 @@ def start_workers(net: HostNetwork, servers: Servers, settings: Settings) -> lis
             temporal_address=servers.temporal_address,
             heartbeat_timeout_seconds=3,
             tagging_batch_size=50,
-            tagging_chunk_size=250,
+            work_slice_seconds=0.5,
             tagging_batch_pause_seconds=0.01,
         )
         workers.append(HostWorker(host, env, servers.home))
@@ -324,34 +325,27 @@ async def check_serving(client: Client, servers: Servers) -> None:
 @dataclass(frozen=True)
 class ChunkAttempt:
     identity: str
-    attempt: int
-    after_heartbeat_timeout: bool
+    ending: str
 
 
 async def chunk_attempts(client: Client, workflow_id: str) -> list[ChunkAttempt]:
-    """The recorded start of every finished tag_course_chunk activity (that of its last
-    attempt, the one that finished it), with the worker that took it."""
+    """Every attempt of the tagging work (an activity each), in order, with the worker
+    that took it and how it ended."""
     attempts: list[ChunkAttempt] = []
     for events in await all_runs_history(client, workflow_id):
-        types = {
-            e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        endings = attempt_endings(WorkflowHistory(workflow_id, events), CHUNK)
+        identities = [
+            e.activity_task_started_event_attributes.identity
             for e in events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        }
-        for e in events:
-            if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                continue
-            started = e.activity_task_started_event_attributes
-            if types[started.scheduled_event_id] != CHUNK:
-                continue
-            timeout = started.last_failure.timeout_failure_info.timeout_type
-            attempts.append(
-                ChunkAttempt(
-                    started.identity,
-                    started.attempt,
-                    timeout == TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
-                )
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and any(
+                s.event_id == e.activity_task_started_event_attributes.scheduled_event_id
+                and s.activity_task_scheduled_event_attributes.activity_type.name == CHUNK
+                for s in events
+                if s.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
             )
+        ]
+        attempts += [ChunkAttempt(i, e) for i, e in zip(identities, endings, strict=False)]
     return attempts
 
 
@@ -396,7 +390,6 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
         temporal_address=servers.temporal_address,
         task_queue=TASK_QUEUE,
         heartbeat_timeout_seconds=3,
-        tagging_chunk_size=250,
         max_activity_attempts=5,
         maintenance_schedules=False,
     )
@@ -499,8 +492,11 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
         takers = {c.identity for c in attempts}
         assert {a.identity, b.identity} <= takers, (takers, a.identity, b.identity)
         assert takers == {a.identity, b.identity}, takers
-        resumed = [c for c in attempts if c.after_heartbeat_timeout]
-        assert [c.identity for c in resumed] == [b.identity], resumed
+        # A's attempt at its death ran out of lease; the next attempt went to B.
+        lost = [n for n, c in enumerate(attempts) if c.ending == "timed_out:heartbeat"]
+        assert [attempts[n].identity for n in lost] == [a.identity], attempts
+        assert attempts[lost[0] + 1].identity == b.identity, attempts
+        assert all(c.identity == b.identity for c in attempts[lost[0] + 1 :]), attempts
         shares = {w.host.name: sum(c.identity == w.identity for c in attempts) for w in workers}
         print(f"chunk attempts per worker: {shares}; {time.monotonic() - started_at:.1f} s")
     finally:

@@ -22,7 +22,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -38,21 +37,25 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+import tests.toy_impl as toy_impl
 import tests.toy_kind as toy
 import worker as worker_module
 from activities.maintenance import HOOK_RETRY_AFTER
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.store import JobView
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
-from hubjobs.temporal.messages import ERROR_MESSAGES, JobOutcome, SweepRequest, SweepResult
+from hubjobs.temporal.failures import ERROR_MESSAGES
+from hubjobs.temporal.messages import JobOutcome, SweepRequest, SweepResult
+from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW
 from starter.client import HubJobsClient
 from tests.helpers import tags_of
 
 DAY_AND_A_BIT = timedelta(hours=24, minutes=1)
 TOLERANCE = 1.0
-ECHO_ACTIVITY = "toy_echo_work"
+ECHO_ACTIVITY = toy_impl.EchoActivities.echo.__name__
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -77,18 +80,12 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(autouse=True)
 def clear_toy_records() -> None:
-    toy.ATTEMPTS.clear()
+    toy_impl.ATTEMPTS.clear()
     toy.EXPIRED.clear()
 
 
 def worker_for(env: WorkflowEnvironment, engine: AsyncEngine, settings: Settings) -> Worker:
-    return worker_module.build_worker(
-        env.client,
-        engine,
-        settings,
-        extra_workflows=[toy.ToyEchoWorkflow],
-        extra_activities=[toy.echo],
-    )
+    return worker_module.build_worker(env.client, engine, settings)
 
 
 def handle_of(env: WorkflowEnvironment, job: JobView) -> WorkflowHandle[Any, JobOutcome]:
@@ -106,35 +103,25 @@ async def count(engine: AsyncEngine, table: str) -> int:
     return n
 
 
-async def last_echo_start(handle: WorkflowHandle[Any, Any]) -> tuple[int, datetime]:
-    """The attempt number and start time (server clock) of the echo activity's last
-    attempt: the history records only the attempt that ended it."""
-    scheduled: set[int] = set()
+async def echo_backoffs(handle: WorkflowHandle[Any, Any]) -> list[float]:
+    """The pauses the workflow made between a failed attempt of the echo activity and
+    the next one (each attempt is an activity of its own; the pause is a timer), in
+    seconds of the server's clock."""
+    scheduled: dict[int, datetime] = {}
+    failed: list[datetime] = []
+    gaps: list[float] = []
     async for event in handle.fetch_history_events():
+        at = event.event_time.ToDatetime(tzinfo=UTC)
         if event.HasField("activity_task_scheduled_event_attributes"):
             attributes = event.activity_task_scheduled_event_attributes
             if attributes.activity_type.name == ECHO_ACTIVITY:
-                scheduled.add(event.event_id)
-        elif event.HasField("activity_task_started_event_attributes"):
-            started = event.activity_task_started_event_attributes
-            if started.scheduled_event_id in scheduled:
-                return started.attempt, event.event_time.ToDatetime(tzinfo=UTC)
-    raise AssertionError("the echo activity never started")
-
-
-async def echo_backoffs(handle: WorkflowHandle[Any, Any]) -> list[float]:
-    """The pauses the server made before each retry of the echo activity, in seconds.
-
-    The Java test server stamps attempt n's ``current_attempt_scheduled_time`` when it
-    decides the retry, that is when attempt n-1 failed, not when the backoff ends
-    (sdk-java StateMachines.attemptActivityRetry). The echo fails at once, so attempt
-    n-1 failed when it started: each pause runs from one stamp to the next attempt's
-    start, which is the next stamp, or for the last attempt its started event."""
-    stamps: list[datetime] = [scheduled for _, scheduled in toy.ATTEMPTS]
-    last_attempt, last_start = await last_echo_start(handle)
-    assert last_attempt == len(stamps)
-    moments = [*stamps[1:], last_start]
-    return [(later - earlier).total_seconds() for earlier, later in pairwise(moments)]
+                scheduled[event.event_id] = at
+                if failed:
+                    gaps.append((at - failed[-1]).total_seconds())
+        elif event.HasField("activity_task_failed_event_attributes"):
+            if event.activity_task_failed_event_attributes.scheduled_event_id in scheduled:
+                failed.append(at)
+    return gaps
 
 
 def assert_gaps(gaps: Sequence[float], expected: Sequence[float]) -> None:
@@ -143,12 +130,14 @@ def assert_gaps(gaps: Sequence[float], expected: Sequence[float]) -> None:
         assert abs(gap - wanted) <= TOLERANCE, (gaps, expected)
 
 
-async def sweep(env: WorkflowEnvironment, settings: Settings) -> tuple[SweepResult, datetime]:
-    """One RetentionSweep run: its result, and the cutoff it swept with (the workflow's
-    clock, read back from the activity's input in the history)."""
+async def sweep(
+    env: WorkflowEnvironment, settings: Settings, limit: int = 100_000
+) -> tuple[SweepResult, datetime]:
+    """One RetentionSweep run (removing at most ``limit``): its result, and the cutoff it
+    swept with (the workflow's clock, read back from the activity's input)."""
     handle = await env.client.start_workflow(
-        "RetentionSweep",
-        100,
+        RETENTION_SWEEP_WORKFLOW,
+        limit,
         id=f"sweep-{uuid.uuid4().hex[:12]}",
         task_queue=settings.task_queue,
         result_type=SweepResult,
@@ -175,7 +164,7 @@ async def insert_finished(
             assert await read_model.insert_job(
                 conn,
                 job_id=job_id,
-                kind=toy.NAME,
+                kind=toy.TOY.name,
                 workspace_id=course.workspace_id,
                 actor_id=course.actor_id,
                 correlation_id=uuid.uuid4().hex,
@@ -185,7 +174,7 @@ async def insert_finished(
             await read_model.finish(
                 conn,
                 job_id,
-                status="succeeded",
+                status=JobStatus.succeeded,
                 retention=timedelta(hours=24),
                 result={"echo": payload["message"]},
             )
@@ -211,7 +200,7 @@ async def test_a_flaky_activity_retries_after_2_10_and_30_seconds(
 
     assert outcome.status == "succeeded"
     assert outcome.result == {"echo": "hi"}
-    assert [attempt for attempt, _ in toy.ATTEMPTS] == [1, 2, 3, 4]
+    assert [attempt for attempt, _ in toy_impl.ATTEMPTS] == [1, 2, 3, 4]
     assert_gaps(await echo_backoffs(handle), [2, 10, 30])
     done = await row(engine, job.id)
     assert done is not None
@@ -241,7 +230,7 @@ async def test_a_job_fails_plainly_when_its_attempts_run_out(
     assert description.status == WorkflowExecutionStatus.FAILED
     assert description.typed_search_attributes.get(sa.JOB_STATUS) == "failed"
 
-    assert [attempt for attempt, _ in toy.ATTEMPTS] == [1, 2, 3]
+    assert [attempt for attempt, _ in toy_impl.ATTEMPTS] == [1, 2, 3]
     assert_gaps(await echo_backoffs(handle), [2, 10])
     failed = await row(engine, job.id)
     assert failed is not None
@@ -274,7 +263,7 @@ async def test_a_finished_job_goes_24_hours_later_after_its_hook(
         async with engine.begin() as conn:
             await conn.execute(
                 text(
-                    "INSERT INTO job_items (job_id, ordinal, page_id, initially_tagged, state) "
+                    "INSERT INTO job_items (job_id, ordinal, ref, done_at_snapshot, state) "
                     "VALUES (:job, 1, :page, false, 'succeeded')"
                 ),
                 {"job": job.id, "page": course.root_page_id},
@@ -299,16 +288,22 @@ async def test_a_finished_job_goes_24_hours_later_after_its_hook(
     assert toy.EXPIRED[0].result == {"echo": "hi"}
 
 
-async def test_250_expired_jobs_go_in_batches_of_100(
+async def test_250_expired_jobs_go_in_one_run_up_to_its_limit(
     env: WorkflowEnvironment, engine: AsyncEngine, settings: Settings, course: DemoCourse
 ) -> None:
+    """A sweep keeps taking batches of 100 until none is left, up to its run's limit;
+    what the limit leaves goes in the next run."""
     ids = await insert_finished(engine, course, [{"message": "m"}] * 250)
     assert await count(engine, "jobs") == 250
     async with worker_for(env, engine, settings):
         await env.sleep(DAY_AND_A_BIT)
-        removed = [(await sweep(env, settings))[0].removed for _ in range(4)]
+        limited, _ = await sweep(env, settings, limit=100)
+        rest, _ = await sweep(env, settings)
+        nothing, _ = await sweep(env, settings)
 
-    assert removed == [100, 100, 50, 0]
+    assert limited == SweepResult(removed=100, kept=0, more=True)
+    assert rest == SweepResult(removed=150, kept=0)
+    assert nothing == SweepResult(removed=0, kept=0)
     assert len(toy.EXPIRED) == 250
     assert {expired.id for expired in toy.EXPIRED} == set(ids)
     assert await count(engine, "jobs") == 0

@@ -1,8 +1,3 @@
-"""Deterministic workflow code: one workflow per job kind, on a shared lifecycle, and
-the scheduled maintenance workflows."""
-
-from workflows.backup import BackupWorkflow
-from workflows.course_tagging import CourseTaggingWorkflow
-from workflows.maintenance import ReconcilerWorkflow, RetentionSweepWorkflow
-
-WORKFLOWS = [CourseTaggingWorkflow, BackupWorkflow, RetentionSweepWorkflow, ReconcilerWorkflow]
+"""Deterministic workflow code: the shared job lifecycle (``lifecycle``), one module
+per job kind (``<kind>.py``, found through the kind registry), and the scheduled
+maintenance workflows."""

@@ -1,140 +1,121 @@
-"""The lifecycle every job workflow shares, written once: open the read-model row, run
-the kind's work, honour the ``cancel`` signal and Temporal cancellation alike, answer
-the ``progress`` query, keep the search attributes and the UI's details current, and
-finish the row with the status Temporal ends with.
+"""The lifecycle every job workflow shares, written once. A kind's workflow only names
+its kind and its work activity (see ``kind_workflow``).
 
-Deterministic: no I/O here, everything goes through activities named by string so
-that no database code is imported into the sandbox.
+A job runs as attempts of its kind's work activity, each carrying on from the cursor
+of the one before. The first opens the read-model row, and the attempt that completes
+the work finishes it, so a small job is one activity and two workflow tasks. Between
+attempts the workflow judges each failure: only attempts that made no durable progress
+count against the kind's attempts (see hubjobs.temporal.failures); an attempt that
+handed its job over (time slice over, worker shutting down) costs nothing.
+
+Cancellation, by the ``cancel`` signal or from Temporal (the UI), is recorded in the
+read model, where the running attempt looks between its steps; the attempt then ends
+the job cancelled itself, its work done kept. The workflow finishes the row through a
+local activity only when no attempt can: a failure, or no attempt running.
+
+Deterministic: no I/O here; activities are called by reference, their modules passed
+through the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    TimeoutError,
-    TimeoutType,
-    is_cancelled_exception,
-)
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from activities.lifecycle import LifecycleActivities
+    from hubjobs.kinds import JobKind
+    from hubjobs.readmodel.status import JobStatus
+    from hubjobs.readmodel.views import Counters
     from hubjobs.temporal import search_attributes as sa
+    from hubjobs.temporal.failures import backoff_seconds, exhausted_code, judge, message_for
     from hubjobs.temporal.messages import (
-        ERROR_MESSAGES,
         CancelRequest,
-        Counters,
+        Checkpoint,
         FinishJob,
         JobInput,
         JobOutcome,
         JobProgress,
         JobProgressReport,
-        JobStatus,
-        OpenedJob,
+        WorkRequest,
+        WorkResult,
     )
 
-WorkResult = Literal["succeeded", "cancelled"]
-
-# The read model must end up agreeing with Temporal: its writes retry until they land.
+# The read model must end up agreeing with Temporal: lifecycle writes retry until they land.
 LIFECYCLE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=0,
 )
-LIFECYCLE_TIMEOUT = timedelta(seconds=60)
+LOCAL_TIMEOUT = timedelta(seconds=60)
+# One attempt per activity: the workflow, not Temporal's retry policy, decides what a
+# failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+ATTEMPT_TIMEOUT = timedelta(hours=6)
+
+W = TypeVar("W", bound="JobWorkflow")
 
 
-def work_retry_policy(max_attempts: int) -> RetryPolicy:
-    """Transient failures retry after 2 s, 10 s, 30 s, 30 s… (seed 000), boundedly."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=2),
-        backoff_coefficient=5.0,
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=max_attempts,
-    )
+def kind_workflow(kind: JobKind[Any]) -> Callable[[type[W]], type[W]]:
+    """Declares a kind's workflow: its Temporal type comes from the kind's name."""
+
+    def declare(cls: type[W]) -> type[W]:
+        cls.kind = kind
+        return workflow.defn(name=kind.workflow_type)(cls)
+
+    return declare
 
 
-def failure_code(err: ActivityError) -> str:
-    """The stable code a failed activity ends its job with."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.non_retryable and cause.type:
-        return cause.type
-    if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
-        return "abandoned"
-    return "processing_failed"
-
-
-def failure_message(err: ActivityError, code: str) -> str:
-    cause = err.cause
-    if code in ERROR_MESSAGES:
-        return ERROR_MESSAGES[code]
-    # Our own refusals (typed HubJobsError raised non-retryable) carry a plain message.
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return ERROR_MESSAGES["processing_failed"]
-
-
-async def settle(handle: workflow.ActivityHandle[object]) -> bool:
-    """Waits for a cancelled activity to stop; its cancellation is expected, not an error.
-    True when it finished its work before the cancellation reached it."""
-    try:
-        await handle
-    except ActivityError as err:
-        if not is_cancelled_exception(err):
-            raise
-        return False
-    return True
+class JobFailed(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code)
+        self.code = code
+        self.message = message
 
 
 class JobWorkflow:
-    """Base of every kind's workflow; a kind implements ``execute``."""
+    """Base of every kind's workflow: subclasses set ``work`` (the kind's work activity,
+    by reference) and a ``@workflow.run`` that calls ``run_job``."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[JobKind[Any]]
+    work: ClassVar[Callable[..., Any]]
 
     def __init__(self) -> None:
         self.job: JobInput | None = None
-        self.status: JobStatus = "queued"
+        self.status = JobStatus.queued
         self.counters = Counters()
         self.message: str | None = None
         self.cancel_request: CancelRequest | None = None
-        # What the kind's work produced, handed to its result builder at the finish.
-        self.output: dict[str, Any] | None = None
-        # Cancelled from Temporal (the UI) while an activity was finishing anyway.
-        self.cancelled_in_temporal = False
+        self.cursor: dict[str, Any] | None = None
+        self.progress_mark = 0
+        self.attempts = 0
+        self.attempts_failed = 0
+        self.stalls = 0
+        self.running: workflow.ActivityHandle[WorkResult] | None = None
 
-    # --- signal and query -------------------------------------------------------
+    # --- signals and query ------------------------------------------------------
 
     @workflow.signal(name="cancel")
     async def cancel(self, request: CancelRequest) -> None:
-        """Cancellation, carrying who asked. Recorded in the read model at once; the
-        running work stops at its next heartbeat or batch. Once finished, a no-op."""
-        if self.cancel_request is not None or self.status in ("succeeded", "failed", "cancelled"):
+        """Cancellation, carrying who asked: recorded in the read model at once, where
+        the running attempt looks between its steps. Once finished, a no-op."""
+        if self.cancel_request is not None or self.status.is_final:
             return
         self.cancel_request = request
-        await self.record_cancel_request(request)
-
-    async def record_cancel_request(self, request: CancelRequest) -> None:
-        await workflow.wait_condition(lambda: self.job is not None)
-        assert self.job is not None
-        await workflow.execute_activity(
-            "record_cancel_request",
-            args=[self.job.job_id, request],
-            start_to_close_timeout=LIFECYCLE_TIMEOUT,
-            retry_policy=LIFECYCLE_RETRY,
-            summary="Record the cancellation request",
-        )
+        await self._record_cancel(request)
 
     @workflow.signal(name="report_progress")
     def report_progress(self, report: JobProgressReport) -> None:
-        if self.status == "running":
+        if self.status == JobStatus.running:
             self.report(report.counters, report.message)
 
     @workflow.query(name="progress")
@@ -144,129 +125,224 @@ class JobWorkflow:
             counters=self.counters,
             message=self.message,
             cancel_requested=self.cancel_request is not None,
+            attempts=self.attempts,
+            attempts_failed=self.attempts_failed,
         )
 
-    # --- the lifecycle ------------------------------------------------------------
-
-    async def execute(self, job: JobInput) -> WorkResult:
-        raise NotImplementedError
-
-    async def unless_cancelled(self, handle: workflow.ActivityHandle[Any]) -> bool:
-        """Waits for a running activity unless a cancellation comes first. True when it
-        finished (its result or error is in the handle), also when it did so while the
-        cancellation was on its way: work completed stands (a backup's archive is kept
-        and reported, never left behind unowned). False when the ``cancel`` signal
-        stopped it. Cancelled from Temporal and stopped: CancelledError goes on."""
-        try:
-            await workflow.wait_condition(lambda: handle.done() or self.cancel_request is not None)
-        except asyncio.CancelledError:
-            self.cancelled_in_temporal = True
-            handle.cancel()
-            # Into the read model too, where an activity about to commit looks last.
-            # (Patched: runs cancelled before this existed replay without it.)
-            if workflow.patched("record-temporal-cancellation"):
-                await self.record_cancel_request(CancelRequest())
-            if await settle(handle):
-                return True
-            raise
-        if handle.done():
-            return True
-        handle.cancel()
-        return await settle(handle)
-
-    def report(self, counters: Counters, message: str) -> None:
-        """Progress for the query and the Temporal UI's current details."""
-        self.counters = counters
-        self.message = message
-        workflow.set_current_details(
-            f"**{counters.processed} / {counters.total}** done: {counters.succeeded} succeeded, "
-            f"{counters.skipped} skipped, {counters.failed} failed"
-        )
+    # --- the lifecycle ----------------------------------------------------------------
 
     async def run_job(self, raw: dict[str, Any]) -> JobOutcome:
         """The input arrives as plain JSON and is validated here: a service in another
         language that sends a bad one gets a workflow failed at once with
         ``invalid_payload``, never a workflow task retrying forever on decoding."""
-        try:
-            job = JobInput.model_validate(raw)
-        except ValidationError:
-            raise ApplicationError(
-                ERROR_MESSAGES["invalid_payload"], type="invalid_payload", non_retryable=True
-            ) from None
-        if job.kind != self.kind:
-            raise ApplicationError(
-                f"this workflow runs {self.kind} jobs, not {job.kind}",
-                type="invalid_payload",
-                non_retryable=True,
-            )
+        job = self._validate(raw)
         self.job = job
+        if job.checkpoint is not None:
+            self._restore(job.checkpoint)
+        self.status = JobStatus.running
         workflow.upsert_search_attributes(
             [
                 sa.JOB_KIND.value_set(job.kind),
                 sa.WORKSPACE_ID.value_set(str(job.workspace_id)),
                 sa.JOB_ACTOR.value_set(str(job.actor_id)),
                 sa.JOB_ID.value_set(str(job.job_id)),
-                sa.JOB_STATUS.value_set("running"),
+                sa.JOB_STATUS.value_set(JobStatus.running),
             ]
         )
-        log_extra = {"job_id": str(job.job_id), "correlation_id": job.correlation_id}
-        workflow_cancelled = False
+        cancelled_in_temporal = False
         try:
-            opened = await workflow.execute_activity(
-                "open_job",
-                job,
-                result_type=OpenedJob,
-                start_to_close_timeout=LIFECYCLE_TIMEOUT,
-                retry_policy=work_retry_policy(job.options.max_attempts),
-                summary="Open the job",
-            )
-            self.status = "running"
-            self.report(opened.counters, "Running")
-            if opened.cancel_requested and self.cancel_request is None:
-                self.cancel_request = CancelRequest()
-            result = await self.execute(job)
+            outcome = await self._attempt_until_done(job)
         except asyncio.CancelledError:
-            workflow_cancelled, result = True, "cancelled"
-        except ActivityError as err:
-            if not is_cancelled_exception(err):
-                code = failure_code(err)
-                workflow.logger.warning("job failed: %s", code, extra=log_extra)
-                return await self.finish("failed", code, failure_message(err, code))
-            workflow_cancelled = self.cancel_request is None
-            result = "cancelled"
-        workflow_cancelled = workflow_cancelled or (
-            self.cancelled_in_temporal and result == "cancelled"
-        )
-        outcome = await self.finish(result)
-        if workflow_cancelled:
+            cancelled_in_temporal = True
+            outcome = await self._cancelled_in_temporal()
+        except JobFailed as failure:
+            workflow.logger.warning(
+                "job failed: %s",
+                failure.code,
+                extra={"job_id": str(job.job_id), "correlation_id": job.correlation_id},
+            )
+            outcome = await self._finish(JobStatus.failed, failure.code, failure.message)
+        self._close(outcome)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if cancelled_in_temporal and outcome.status == JobStatus.cancelled:
             # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
             # Cancelled there too, now that the read model says so.
             raise asyncio.CancelledError()
+        if outcome.status == JobStatus.failed:
+            raise ApplicationError(
+                outcome.error_message or "", type=outcome.error_code, non_retryable=True
+            )
         return outcome
 
-    async def finish(
+    async def _attempt_until_done(self, job: JobInput) -> JobOutcome:
+        options = job.options
+        while True:
+            if self.cancel_request is not None:
+                return await self._finish(JobStatus.cancelled)
+            self.attempts += 1
+            self.running = workflow.start_activity_method(
+                type(self).work,
+                WorkRequest(
+                    job=job,
+                    cursor=self.cursor,
+                    attempt=self.attempts,
+                    attempts_failed=self.attempts_failed,
+                ),
+                start_to_close_timeout=ATTEMPT_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
+                retry_policy=ONE_ATTEMPT,
+                summary=f"{self.kind.title}, attempt {self.attempts}",
+            )
+            try:
+                # Shielded: cancelled from Temporal, the attempt is not cut mid-step; it
+                # sees the recorded request and ends the job itself.
+                result: WorkResult = await asyncio.shield(self.running)
+            except ActivityError as err:
+                self.running = None
+                await self._after_failure(err, job)
+                continue
+            self.running = None
+            if result.outcome is not None:
+                return result.outcome
+            # Handed over: carry on in a new attempt, at no cost.
+            if result.beat.progress > self.progress_mark:
+                self.stalls = 0
+            self.progress_mark = max(self.progress_mark, result.beat.progress)
+            self.cursor = result.beat.cursor
+            self.report(result.counters, result.message)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+
+    async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
+        """Judges a failed attempt; raises JobFailed when the job must end, otherwise
+        waits out the backoff (a cancellation cuts it short)."""
+        judged = judge(err)
+        if judged.refusal is not None:
+            raise JobFailed(judged.refusal, message_for(judged.refusal, judged.message))
+        if judged.beat is not None and judged.beat.cursor is not None:
+            self.cursor = judged.beat.cursor
+        # The row, not the last heartbeat (throttled, it may lag the last commit), says
+        # whether the attempt moved the job on.
+        progress = await workflow.execute_local_activity_method(
+            LifecycleActivities.durable_progress,
+            job.job_id,
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Read how far the job got",
+        )
+        if progress > self.progress_mark:
+            self.progress_mark = progress
+            self.stalls = 0
+        else:
+            self.stalls += 1
+            self.attempts_failed += 1
+        workflow.logger.info(
+            "attempt %d failed (%s progress, %d in a row without)",
+            self.attempts,
+            "after" if self.stalls == 0 else "without",
+            self.stalls,
+        )
+        if self.stalls >= job.options.max_attempts:
+            code = exhausted_code(judged)
+            raise JobFailed(code, message_for(code))
+        wait = backoff_seconds(self.stalls, job.options)
+        if wait > 0:
+            try:
+                await workflow.wait_condition(
+                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=wait)
+                )
+            except TimeoutError:
+                pass
+
+    async def _cancelled_in_temporal(self) -> JobOutcome:
+        """Cancelled from Temporal: record it where the attempt looks, let the running
+        attempt end the job (its work done kept), or end it here."""
+        if self.cancel_request is None:
+            self.cancel_request = CancelRequest(reason="cancelled in Temporal")
+            await self._record_cancel(self.cancel_request)
+        if self.running is not None:
+            try:
+                result = await self.running
+                if result.outcome is not None:
+                    return result.outcome
+            except ActivityError:
+                pass
+        return await self._finish(JobStatus.cancelled)
+
+    # --- local activities and bookkeeping ------------------------------------------------
+
+    async def _record_cancel(self, request: CancelRequest) -> None:
+        await workflow.wait_condition(lambda: self.job is not None)
+        assert self.job is not None
+        await workflow.execute_local_activity_method(
+            LifecycleActivities.record_cancel_request,
+            args=[self.job.job_id, request],
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Record the cancellation request",
+        )
+
+    async def _finish(
         self, status: JobStatus, code: str | None = None, message: str | None = None
     ) -> JobOutcome:
         assert self.job is not None
-        outcome: JobOutcome = await workflow.execute_activity(
-            "finish_job",
+        return await workflow.execute_local_activity_method(
+            LifecycleActivities.finish_job,
             FinishJob(
                 job_id=self.job.job_id,
                 status=status,
                 error_code=code,
                 error_message=message,
-                output=self.output,
+                attempts=self.attempts,
+                attempts_failed=self.attempts_failed,
             ),
-            result_type=JobOutcome,
-            start_to_close_timeout=LIFECYCLE_TIMEOUT,
+            start_to_close_timeout=LOCAL_TIMEOUT,
             retry_policy=LIFECYCLE_RETRY,
             summary=f"Finish the job as {status}",
         )
+
+    def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
         self.report(outcome.counters, outcome.error_message or outcome.status)
         workflow.upsert_search_attributes([sa.JOB_STATUS.value_set(outcome.status)])
-        if outcome.status == "failed":
+
+    def report(self, counters: Counters, message: str | None) -> None:
+        """Progress for the query and the Temporal UI's current details."""
+        self.counters = counters
+        self.message = message or counters.describe()
+        workflow.set_current_details(
+            f"**{counters.processed} / {counters.total}** done: {counters.succeeded} succeeded, "
+            f"{counters.skipped} skipped, {counters.failed} failed"
+        )
+
+    def _validate(self, raw: dict[str, Any]) -> JobInput:
+        try:
+            job = JobInput.model_validate(raw)
+        except ValidationError:
             raise ApplicationError(
-                outcome.error_message or "", type=outcome.error_code, non_retryable=True
+                message_for("invalid_payload"), type="invalid_payload", non_retryable=True
+            ) from None
+        if job.kind != self.kind.name:
+            raise ApplicationError(
+                f"this workflow runs {self.kind.name} jobs, not another kind",
+                type="invalid_payload",
+                non_retryable=True,
             )
-        return outcome
+        return job
+
+    def _checkpoint(self) -> Checkpoint:
+        return Checkpoint(
+            cursor=self.cursor,
+            progress=self.progress_mark,
+            attempts=self.attempts,
+            attempts_failed=self.attempts_failed,
+            stalls=self.stalls,
+        )
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        self.cursor = checkpoint.cursor
+        self.progress_mark = checkpoint.progress
+        self.attempts = checkpoint.attempts
+        self.attempts_failed = checkpoint.attempts_failed
+        self.stalls = checkpoint.stalls

@@ -1,5 +1,5 @@
 """The scheduled maintenance workflows: each run is one bounded step, so that a
-Schedule (created by the worker at start, see hubjobs.schedules) paces the work."""
+Schedule (created by the worker at start, see hubjobs.temporal.schedules) paces it."""
 
 from __future__ import annotations
 
@@ -9,45 +9,48 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.maintenance import MaintenanceActivities
     from hubjobs.temporal.messages import (
         ReconcileRequest,
         ReconcileResult,
         SweepRequest,
         SweepResult,
     )
+    from hubjobs.temporal.schedules import RECONCILER_WORKFLOW, RETENTION_SWEEP_WORKFLOW
 
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 
 
-@workflow.defn(name="RetentionSweep")
+@workflow.defn(name=RETENTION_SWEEP_WORKFLOW)
 class RetentionSweepWorkflow:
-    """Removes one batch (100, as in seed 004) of jobs expired by the workflow's clock,
-    which is also what lets the time-skipping test server age jobs by 24 h."""
+    """Removes the jobs expired by the workflow's clock (which is also what lets the
+    time-skipping test server age jobs by 24 h), 100 at a time (as seed 004) until none
+    is left, up to ``limit`` a run."""
 
     @workflow.run
-    async def run(self, limit: int = 100) -> SweepResult:
-        result: SweepResult = await workflow.execute_activity(
-            "sweep_expired",
+    async def run(self, limit: int = 100_000) -> SweepResult:
+        return await workflow.execute_activity_method(
+            MaintenanceActivities.sweep_expired,
             SweepRequest(cutoff=workflow.now(), limit=limit),
-            result_type=SweepResult,
-            start_to_close_timeout=timedelta(minutes=5),
+            start_to_close_timeout=timedelta(minutes=30),
+            heartbeat_timeout=timedelta(minutes=1),
             retry_policy=RETRY,
-            summary=f"Remove up to {limit} expired jobs",
+            summary="Remove expired jobs",
         )
-        return result
 
 
-@workflow.defn(name="Reconciler")
+@workflow.defn(name=RECONCILER_WORKFLOW)
 class ReconcilerWorkflow:
     @workflow.run
     async def run(self, request: ReconcileRequest) -> ReconcileResult:
-        result: ReconcileResult = await workflow.execute_activity(
-            "reconcile",
+        return await workflow.execute_activity_method(
+            MaintenanceActivities.reconcile,
             request,
-            result_type=ReconcileResult,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(minutes=1),
             retry_policy=RETRY,
             summary="Bring the read model into line with Temporal",
         )
-        return result
+
+
+MAINTENANCE_WORKFLOWS = (RetentionSweepWorkflow, ReconcilerWorkflow)

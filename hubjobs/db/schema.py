@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -38,8 +40,6 @@ NAMING = {
 
 MAX_TAGS_PER_PAGE = 20
 ROLES = ("reader", "editor", "administrator")
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-ITEM_STATES = ("pending", "succeeded", "skipped", "failed")
 
 
 class Base(DeclarativeBase):
@@ -90,6 +90,9 @@ class Page(Base):
     __tablename__ = "pages"
     __table_args__ = (
         CheckConstraint(f"cardinality(tags) <= {MAX_TAGS_PER_PAGE}", name="tag_limit"),
+        # No two tags equal under tag_key() (migration 0002): the one definition of "the
+        # same tag", in the database, so snapshot, job and hub can never disagree.
+        CheckConstraint("tags_distinct(tags)", name="tags_distinct"),
         CheckConstraint("version >= 1", name="version_positive"),
     )
     id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
@@ -155,7 +158,7 @@ class Job(Base):
 
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint(f"status IN {JOB_STATUSES!r}", name="status"),
+        CheckConstraint(f"status IN {sql_list(JobStatus)}", name="status"),
         # The same idempotency key in one workspace names one job of a kind.
         Index(
             "uq_jobs_idempotency",
@@ -169,11 +172,17 @@ class Job(Base):
         # Queue state (queued/running/failed counts, oldest queued) from one index.
         Index("ix_jobs_status_created", "status", "created_at"),
         Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+        # The reconciler's selection: unfinished rows, least recently touched first.
+        Index(
+            "ix_jobs_unfinished_updated",
+            "updated_at",
+            postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
+        ),
     )
     id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
     workspace_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
     kind: Mapped[str] = mapped_column(Text, nullable=False)
-    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="queued")
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default=JobStatus.queued)
     actor_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
     correlation_id: Mapped[str] = mapped_column(Text, nullable=False)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
@@ -193,6 +202,12 @@ class Job(Base):
     cancel_requested_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
     workflow_id: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     run_id: Mapped[str | None] = mapped_column(Text)
+    # Attempts of the job's work started, and those that failed without progress (the
+    # ones its budget counts; a handover or a death after progress is not one).
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    attempts_failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # The job whose failed items this one retries (issue: retry what failed).
+    source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -201,19 +216,29 @@ class Job(Base):
 
 
 class JobItem(Base):
-    """One unit of a job's work (a page of a course), snapshotted when the job was created.
-    Its state is written in the same transaction as the work it records."""
+    """One unit of a job's work, snapshotted when the job was created; its state is
+    written in the same transaction as the work it records. Generic, so that every kind
+    shares one table, one listing and one retry: ``ref`` is what the item is about (a
+    page), ``label`` its name at the snapshot (a title), ``done_at_snapshot`` whether its
+    goal already held then (the page had the tag), ``detail`` what else the kind froze
+    (an exported page's content)."""
 
     __tablename__ = "job_items"
     __table_args__ = (
         PrimaryKeyConstraint("job_id", "ordinal"),
-        CheckConstraint(f"state IN {ITEM_STATES!r}", name="state"),
+        CheckConstraint(f"state IN {sql_list(ItemState)}", name="state"),
+        # A job's items in one state, in order: listings filtered by state, retries.
+        Index("ix_job_items_job_state_ordinal", "job_id", "state", "ordinal"),
     )
     job_id: Mapped[uuid.UUID] = mapped_column(UUID, ForeignKey("jobs.id", ondelete="CASCADE"))
     ordinal: Mapped[int] = mapped_column(Integer)
-    page_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
-    initially_tagged: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="pending")
+    ref: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    label: Mapped[str | None] = mapped_column(Text)
+    done_at_snapshot: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default=ItemState.pending)
     error_code: Mapped[str | None] = mapped_column(Text)
     error_message: Mapped[str | None] = mapped_column(Text)
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

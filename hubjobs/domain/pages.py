@@ -11,14 +11,17 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.errors import HubJobsError, InvalidInput
 
 MAX_TAG_LENGTH = 64
+CHECK_VIOLATION = "23514"
 
 
 class ConcurrencyConflict(HubJobsError):
@@ -39,12 +42,6 @@ def normalize_tag(raw: str) -> str:
     return tag
 
 
-def has_tag(tags: Sequence[str], tag: str) -> bool:
-    """Tags are unique case-insensitively (``lower()``, as the snapshot query compares)."""
-    folded = tag.lower()
-    return any(existing.lower() == folded for existing in tags)
-
-
 def etag(page_id: uuid.UUID, version: int) -> str:
     return f'"{page_id.hex}.{version}"'
 
@@ -61,29 +58,42 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
 
 
 @dataclass(frozen=True)
-class PageState:
-    id: uuid.UUID
-    workspace_id: uuid.UUID
-    trashed: bool
-    tags: list[str]
+class PageFacts:
+    """What deciding a page's tagging outcome needs, read in one statement: whether it
+    is still in the job's workspace and out of the trash, whether it holds the tag
+    (under ``tag_key()``: the database decides, never Python), how many tags it holds,
+    and its version (the ETag to write against)."""
+
+    available: bool
+    has_tag: bool
+    tag_count: int
     version: int
-    title: str
 
     @property
     def at_tag_limit(self) -> bool:
-        return len(self.tags) >= MAX_TAGS_PER_PAGE
+        return self.tag_count >= MAX_TAGS_PER_PAGE
 
 
-async def read_pages(
-    conn: AsyncConnection, page_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, PageState]:
+# The columns of PageFacts for page ``p`` in workspace ``:workspace`` and tag ``:tag``.
+PAGE_FACTS = (
+    "p.id IS NOT NULL AND p.workspace_id = :workspace AND NOT p.trashed AS available, "
+    "EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)) AS has_tag, "
+    "coalesce(cardinality(p.tags), 0) AS tag_count, coalesce(p.version, 0) AS version"
+)
+
+
+def facts_of(row: Any) -> PageFacts:
+    return PageFacts(row.available, row.has_tag, row.tag_count, row.version)
+
+
+async def read_page_facts(
+    conn: AsyncConnection, page_ids: Sequence[uuid.UUID], *, workspace_id: uuid.UUID, tag: str
+) -> dict[uuid.UUID, PageFacts]:
     rows = await conn.execute(
-        text(
-            "SELECT id, workspace_id, trashed, tags, version, title FROM pages WHERE id = ANY(:ids)"
-        ),
-        {"ids": list(page_ids)},
+        text(f"SELECT p.id, {PAGE_FACTS} FROM pages p WHERE p.id = ANY(:ids)"),
+        {"ids": list(page_ids), "workspace": workspace_id, "tag": tag},
     )
-    return {row.id: PageState(*row) for row in rows}
+    return {row.id: facts_of(row) for row in rows}
 
 
 @dataclass(frozen=True)
@@ -105,8 +115,9 @@ async def add_tag_if_match(
     change_summary: str,
 ) -> set[uuid.UUID]:
     """Adds the tag to every page whose version still matches, writing one revision each,
-    in one statement. Returns the pages changed; the others were in conflict (or had
-    left the workspace, or were trashed) and are untouched."""
+    in one statement. Returns the pages changed; the others were in conflict (changed
+    since read, left the workspace, trashed, or holding the tag or 20 tags by now) and
+    are untouched."""
     if not changes:
         return set()
     rows = await conn.execute(
@@ -122,6 +133,9 @@ async def add_tag_if_match(
                   FROM wanted w
                  WHERE p.id = w.id AND p.version = w.version
                    AND p.workspace_id = :workspace AND NOT p.trashed
+                   AND cardinality(p.tags) < :max_tags
+                   AND NOT EXISTS (SELECT 1 FROM unnest(p.tags) t
+                                    WHERE tag_key(t) = tag_key(:tag))
              RETURNING p.id, p.version, p.title, p.tags
             )
             INSERT INTO page_revisions
@@ -134,6 +148,7 @@ async def add_tag_if_match(
             "ids": [c.page_id for c in changes],
             "versions": [c.expected_version for c in changes],
             "tag": tag,
+            "max_tags": MAX_TAGS_PER_PAGE,
             "workspace": workspace_id,
             "actor": actor_id,
             "summary": change_summary,
@@ -159,13 +174,51 @@ async def update_page(
 ) -> str:
     """The hub's own single-page update (If-Match). Returns the new ETag."""
     if tags is not None:
+        # Uniqueness (under tag_key) is the database's to check: tags_distinct(tags).
         normalized = [normalize_tag(t) for t in tags]
-        if len({t.lower() for t in normalized}) != len(normalized):
-            raise InvalidInput("tags must be unique (case-insensitively)", code="invalid_tag")
         if len(normalized) > MAX_TAGS_PER_PAGE:
             raise InvalidInput(f"a page holds at most {MAX_TAGS_PER_PAGE} tags", code="tag_limit")
         tags = normalized
-    row = (
+    try:
+        async with conn.begin_nested():
+            row = await _update(
+                conn,
+                page_id,
+                if_match,
+                actor_id,
+                change_summary,
+                correlation_id,
+                title,
+                markdown,
+                tags,
+                trashed,
+                workspace_id,
+            )
+    except IntegrityError as err:
+        if getattr(err.orig, "sqlstate", None) == CHECK_VIOLATION:
+            raise InvalidInput(
+                "tags must be unique (the same tag under tag_key)", code="invalid_tag"
+            ) from None
+        raise
+    if row is None:
+        raise ConcurrencyConflict("the page changed since it was read")
+    return etag(page_id, row.version)
+
+
+async def _update(
+    conn: AsyncConnection,
+    page_id: uuid.UUID,
+    if_match: str,
+    actor_id: uuid.UUID,
+    change_summary: str,
+    correlation_id: str | None,
+    title: str | None,
+    markdown: str | None,
+    tags: Sequence[str] | None,
+    trashed: bool | None,
+    workspace_id: uuid.UUID | None,
+) -> Any:
+    return (
         await conn.execute(
             text(
                 """
@@ -200,6 +253,3 @@ async def update_page(
             },
         )
     ).first()
-    if row is None:
-        raise ConcurrencyConflict("the page changed since it was read")
-    return etag(page_id, row.version)

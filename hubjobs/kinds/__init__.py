@@ -1,28 +1,65 @@
-"""The registry of job kinds. Adding a kind: one module, and one line below."""
+"""The registry of job kinds. Adding a kind: its kind module here, its workflow in
+``workflows/<name>.py``, its activities in ``activities/<name>.py``, and one line below.
+The worker serves exactly the registered kinds (see worker.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from hubjobs.errors import InvalidInput
 from hubjobs.kinds.backup import BACKUP
-from hubjobs.kinds.base import JobKind, NewJob, Prepared
+from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-
-REGISTRY: dict[str, JobKind] = {}
-
-
-def register(kind: JobKind) -> JobKind:
-    REGISTRY[kind.name] = kind
-    return kind
+from hubjobs.kinds.page_export import PAGE_EXPORT
 
 
-def get_kind(name: str) -> JobKind:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise InvalidInput(f"unknown job kind {name!r}", code="unknown_kind") from None
+class Registry:
+    """Kinds by name; a name (or a workflow type) registered twice is an error, never a
+    silent overwrite."""
 
+    def __init__(self) -> None:
+        self._kinds: dict[str, JobKind[Any]] = {}
+
+    def register(self, kind: JobKind[Any]) -> JobKind[Any]:
+        if kind.name in self._kinds:
+            raise ValueError(f"job kind {kind.name!r} is registered twice")
+        if any(k.workflow_type == kind.workflow_type for k in self._kinds.values()):
+            raise ValueError(f"workflow type {kind.workflow_type!r} is registered twice")
+        self._kinds[kind.name] = kind
+        return kind
+
+    def get(self, name: str) -> JobKind[Any]:
+        try:
+            return self._kinds[name]
+        except KeyError:
+            raise InvalidInput("unknown job kind", code="unknown_kind") from None
+
+    def find(self, name: str) -> JobKind[Any] | None:
+        return self._kinds.get(name)
+
+    def __iter__(self) -> Iterator[JobKind[Any]]:
+        return iter(list(self._kinds.values()))
+
+    def names(self) -> list[str]:
+        return list(self._kinds)
+
+
+REGISTRY = Registry()
+register = REGISTRY.register
+get_kind = REGISTRY.get
 
 register(COURSE_TAGGING)
 register(BACKUP)
+register(PAGE_EXPORT)
 
-__all__ = ["REGISTRY", "JobKind", "NewJob", "Prepared", "get_kind", "register"]
+__all__ = [
+    "REGISTRY",
+    "JobKind",
+    "NewJob",
+    "Prepared",
+    "Registry",
+    "Result",
+    "get_kind",
+    "register",
+]

@@ -1,10 +1,14 @@
-"""Backup (seed 000): one consistent archive of every hub table and attachment. When the
-job expires, its archive goes with it."""
+"""Backup (seed 000): one consistent archive of every hub table and attachment. It has no
+items: its progress is tables and attachments streamed, and its only durable progress
+is the finished archive (a backup cut mid-stream made none; the next attempt starts a
+new snapshot). When the job expires, its archive goes with it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +17,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.archive.format import HUB_TABLES
-from hubjobs.domain.access import require_administrator
-from hubjobs.kinds.base import JobKind, NewJob, Prepared
-from hubjobs.readmodel.store import JobView
-from hubjobs.temporal.messages import BackupArchive, Counters
+from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
 
-NAME = "backup"
 log = logging.getLogger(__name__)
 
 
@@ -28,8 +30,29 @@ class BackupPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class BackupArchive(BaseModel):
+    """What a finished backup wrote: the attempt's output, the result's source."""
+
+    backup_id: uuid.UUID
+    created_at: datetime
+    size_bytes: int
+    table_count: int
+    attachment_count: int
+    schema_version: str
+    archive_path: str
+
+
+class BackupResult(Result):
+    backup_id: uuid.UUID
+    created_at: datetime
+    size_bytes: int
+    table_count: int
+    attachment_count: int
+    schema_version: str
+    archive_path: str
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> Prepared:
-    await require_administrator(conn, job.workspace_id, job.actor_id)
     attachments = (await conn.execute(text("SELECT count(*) FROM attachments"))).scalar_one()
     return Prepared(
         total=len(HUB_TABLES) + int(attachments),
@@ -39,20 +62,11 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: BackupPayload) ->
 
 def build_result(
     payload: BackupPayload, counters: Counters, output: dict[str, Any] | None
-) -> dict[str, Any]:
-    archive = BackupArchive.model_validate(output)
-    return {
-        "backupId": str(archive.backup_id),
-        "createdAt": archive.created_at.isoformat(),
-        "sizeBytes": archive.size_bytes,
-        "tableCount": archive.table_count,
-        "attachmentCount": archive.attachment_count,
-        "schemaVersion": archive.schema_version,
-        "archivePath": archive.archive_path,
-    }
+) -> BackupResult:
+    return BackupResult.model_validate(BackupArchive.model_validate(output).model_dump())
 
 
-async def expire(job: JobView) -> None:
+async def expire(job: JobView, settings: Settings) -> None:
     """Removes the archive of an expired backup (a failed or cancelled one has none)."""
     path = (job.result or {}).get("archivePath")
     if path:
@@ -61,11 +75,15 @@ async def expire(job: JobView) -> None:
 
 
 BACKUP = JobKind(
-    name=NAME,
-    payload_model=BackupPayload,
-    workflow="Backup",
+    name="backup",
+    title="Backup",
+    payload=BackupPayload,
+    result=BackupResult,
     prepare=prepare,
     build_result=build_result,
-    result_content_type="application/json",
     expire=expire,
+    # Tables streamed are not durable: only the finished archive is.
+    durable_progress=lambda job: 0,
+    # Bulk: behind interactive kinds when workers are busy.
+    priority=4,
 )

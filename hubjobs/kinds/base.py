@@ -1,6 +1,11 @@
-"""What a job kind is: its payload, its workflow, how it is prepared at start, its result,
-its retention, and what to remove when it expires. The lifecycle around it (read-model
-row, status moves, cancellation, progress, search attributes, retention) is shared."""
+"""What a job kind is, declared once in its kind module: its name, payload and result
+models, how a start is checked and its items snapshotted, its retention, attempts,
+priority and expire hook. Its workflow and activities live in ``workflows/<name>.py``
+and ``activities/<name>.py`` and name it (``@kind_workflow(KIND)``, ``kind = KIND``);
+the worker finds them there from the registry. Everything else (the read-model row,
+status moves, retries, cancellation, progress, search attributes, retention) is the
+shared lifecycle's.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,23 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.readmodel.store import JobView
-from hubjobs.temporal.messages import Counters
+from hubjobs.errors import InvalidInput
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class Result(BaseModel):
+    """Base of a kind's result: camelCase JSON, as seed 000's results and FHIR use."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
 @dataclass(frozen=True)
@@ -23,6 +38,8 @@ class NewJob:
     workspace_id: uuid.UUID
     actor_id: uuid.UUID
     correlation_id: str
+    # Set for a retry: the finished job whose failed items the new one runs again.
+    source_job_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -34,26 +51,79 @@ class Prepared:
     summary: str
 
 
+# Checks the start (raising a typed HubJobsError) and snapshots the job's items, in the
+# transaction that inserts the job row: a refused start leaves nothing behind.
 Prepare = Callable[[AsyncConnection, NewJob, Any], Awaitable[Prepared]]
-# (payload, final counters, what the work returned) -> the result of a success.
-BuildResult = Callable[[Any, Counters, dict[str, Any] | None], dict[str, Any]]
-Expire = Callable[[JobView], Awaitable[None]]
+# (payload, final counters, what the work handed back) -> the result of a success.
+BuildResult = Callable[[Any, Counters, dict[str, Any] | None], Result]
+# Removes what an expired job produced (its archive, its files), whatever it ended as.
+Expire = Callable[[JobView, Settings], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class JobKind:
+def items_recorded(job: JobView) -> int:
+    """Durable progress of a kind with items: the items whose outcome is recorded."""
+    return job.processed
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobKind(Generic[P]):
     name: str
-    payload_model: type[BaseModel]
-    # The Temporal workflow type that runs jobs of this kind.
-    workflow: str
-    # Checks the start (raising a typed HubJobsError) and snapshots the job's items, in
-    # the transaction that inserts the job row: a refused start leaves nothing behind.
+    # Shown in summaries, the UI's activity summaries and the CLI.
+    title: str
+    payload: type[P]
+    result: type[Result]
     prepare: Prepare
     build_result: BuildResult
     result_content_type: str = "application/json"
     # None takes the deployment's default (HUBJOBS_RETENTION_HOURS).
     retention: timedelta | None = None
-    # Attempts of the kind's work before the job fails; None takes the deployment's
-    # default (HUBJOBS_MAX_ACTIVITY_ATTEMPTS). Retries wait 2 s, 10 s, 30 s, 30 s…
+    # Attempts in a row without progress before the job fails; None takes the
+    # deployment's default (HUBJOBS_MAX_ACTIVITY_ATTEMPTS).
     max_attempts: int | None = None
     expire: Expire | None = None
+    # Removes what a job ended cancelled had produced (an export's files): a cancelled
+    # job keeps its work done in the hub, but nothing half made of its own.
+    discard: Expire | None = None
+    # Temporal's priority key, 1 (first) to 5: interactive kinds ahead of bulk ones.
+    priority: int = 3
+    # The job's durable progress, as its row shows it: what an attempt that died after
+    # committing work moved (only attempts that moved it nothing count against the
+    # kind's attempts). Items recorded, by default.
+    durable_progress: Callable[[JobView], int] = items_recorded
+    # Whether `retry` may start a new job over a finished job's failed items.
+    retryable_items: bool = False
+    # One module holding both its workflow and its activities, for a kind that lives
+    # outside workflows/ and activities/ (a kind shipped by tests or another package).
+    module: str | None = None
+
+    @property
+    def workflow_type(self) -> str:
+        """The Temporal workflow type, derived from the name (course_tagging ->
+        CourseTagging) and written nowhere else."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+    @property
+    def workflow_module(self) -> str:
+        return self.module or f"workflows.{self.name}"
+
+    @property
+    def activities_module(self) -> str:
+        return self.module or f"activities.{self.name}"
+
+    def validate(self, raw: dict[str, Any]) -> P:
+        """The payload, or ``invalid_payload`` naming where and what (never the value)."""
+        try:
+            return self.payload.model_validate(raw)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'] if str(p).isidentifier()) or 'payload'}: "
+                f"{e['msg']}"
+                for e in err.errors(include_input=False, include_url=False)
+            )
+            raise InvalidInput(
+                f"invalid {self.name} payload: {problems}", code="invalid_payload"
+            ) from None
+
+    def result_of(self, payload: P, counters: Counters, output: dict[str, Any] | None) -> Any:
+        """The stored result of a success, as JSON."""
+        return self.build_result(payload, counters, output).model_dump(mode="json", by_alias=True)

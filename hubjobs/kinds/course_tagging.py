@@ -1,23 +1,27 @@
-"""Course tagging (seed 000): add a tag to every page of a course, page by page, each
-update guarded by the ETag read. The items are the course's pages, snapshotted at start.
+"""Course tagging (seed 000): add a tag to every page of a course, each update guarded
+by the ETag read. The items are the course's pages, snapshotted at start, each noting
+whether it already had the tag ("the same tag" is ``tag_key()`` in the database, the
+one definition snapshot and job share). A retry runs a finished job's failed pages
+again.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.access import require_administrator
-from hubjobs.domain.pages import normalize_tag
+from hubjobs.domain.pages import PageFacts, normalize_tag
 from hubjobs.errors import InvalidInput, NotFound
-from hubjobs.kinds.base import JobKind, NewJob, Prepared
-from hubjobs.temporal.messages import Counters
+from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import ItemState
+from hubjobs.readmodel.views import Counters
 
-NAME = "course_tagging"
 # Snapshots this large refresh job_items' planner statistics in their own transaction.
 ANALYZE_FROM = 10_000
 
@@ -37,12 +41,103 @@ class CourseTaggingPayload(BaseModel):
             raise ValueError(err.message) from None
 
 
+class CourseTaggingResult(Result):
+    root_page_id: uuid.UUID
+    tag: str
+    total: int
+    processed: int
+    succeeded: int
+    skipped: int
+    failed: int
+
+
+class TaggingCursor(BaseModel):
+    """Where an attempt carries on: after the last ordinal whose outcome is recorded."""
+
+    after: int = 0
+
+
 def change_summary(tag: str) -> str:
     return f"Course tag {tag} added"
 
 
+# --- the outcome of each page -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: ItemState
+    code: str | None = None
+    message: str | None = None
+
+
+SUCCEEDED = Outcome(ItemState.succeeded)
+ALREADY_TAGGED = Outcome(ItemState.skipped)
+TAG_LIMIT = Outcome(
+    ItemState.skipped, "tag_limit", "The page already holds the maximum number of tags."
+)
+UNAVAILABLE = Outcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
+CONFLICT = Outcome(
+    ItemState.failed,
+    "concurrency_conflict",
+    "The page changed during the job; the change was skipped.",
+)
+UPDATE_FAILED = Outcome(ItemState.failed, "page_update_failed", "The page could not be updated.")
+
+
+def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
+    """The outcome an item has without writing, or None when its page needs the tag
+    (seed 000's table, in its order)."""
+    if page is None or not page.available:
+        return UNAVAILABLE
+    if page.has_tag:
+        # Had it at snapshot: nothing to do. Gained it since (an earlier attempt of this
+        # job, or someone else): the page is as the job wants it.
+        return ALREADY_TAGGED if done_at_snapshot else SUCCEEDED
+    if page.at_tag_limit:
+        return TAG_LIMIT
+    return None
+
+
+# --- the start ----------------------------------------------------------------------------
+
+# The course: the root and every descendant reachable through pages not in the trash, in
+# a stable order (depth, then title), each noting whether it already had the tag.
+COURSE_ITEMS = """
+    WITH RECURSIVE course AS (
+        SELECT id, 0 AS depth FROM pages WHERE id = :root
+        UNION ALL
+        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
+         WHERE p.workspace_id = :workspace AND NOT p.trashed
+    )
+    SELECT row_number() OVER (ORDER BY c.depth, p.title, p.id)::int, p.id, p.title,
+           EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
+           NULL::jsonb
+      FROM course c JOIN pages p ON p.id = c.id
+"""
+# A retry: the source job's failed pages that are still in the workspace, out of the
+# trash, in their order.
+FAILED_ITEMS = """
+    SELECT row_number() OVER (ORDER BY i.ordinal)::int, i.ref, p.title,
+           EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
+           NULL::jsonb
+      FROM job_items i JOIN pages p ON p.id = i.ref
+     WHERE i.job_id = :source AND i.state = 'failed'
+       AND p.workspace_id = :workspace AND NOT p.trashed
+"""
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> Prepared:
-    await require_administrator(conn, job.workspace_id, job.actor_id)
+    params: dict[str, Any] = {"workspace": job.workspace_id, "tag": payload.tag}
+    if job.source_job_id is not None:
+        total = await store.insert_items(
+            conn, job.job_id, FAILED_ITEMS, {**params, "source": job.source_job_id}
+        )
+        if total == 0:
+            raise InvalidInput(
+                "no failed page of that job is left to retry", code="nothing_to_retry"
+            )
+        return Prepared(total=total, summary=f"Retry tagging {total} pages with {payload.tag}")
     root = (
         await conn.execute(
             text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
@@ -53,64 +148,34 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
         raise NotFound("the root page does not exist in this workspace", code="page_not_found")
     if root.trashed:
         raise InvalidInput("the root page is in the trash", code="page_trashed")
-    # The snapshot: the root and every descendant reachable through pages not in the
-    # trash, in a stable order (depth, then title), each noting whether it already had
-    # the tag. One statement, whatever the size of the course.
-    total = (
-        await conn.execute(
-            text(
-                """
-                WITH RECURSIVE course AS (
-                    SELECT id, 0 AS depth FROM pages WHERE id = :root
-                    UNION ALL
-                    SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
-                     WHERE p.workspace_id = :workspace AND NOT p.trashed
-                ), inserted AS (
-                    INSERT INTO job_items (job_id, ordinal, page_id, initially_tagged)
-                    SELECT :job, row_number() OVER (ORDER BY c.depth, p.title, p.id), p.id,
-                           EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE lower(t) = lower(:tag))
-                      FROM course c JOIN pages p ON p.id = c.id
-                    RETURNING 1
-                )
-                SELECT count(*) FROM inserted
-                """
-            ),
-            {
-                "root": payload.root_page_id,
-                "workspace": job.workspace_id,
-                "job": job.job_id,
-                "tag": payload.tag,
-            },
-        )
-    ).scalar_one()
+    total = await store.insert_items(
+        conn, job.job_id, COURSE_ITEMS, {**params, "root": payload.root_page_id}
+    )
     if total >= ANALYZE_FROM:
         # A big snapshot changes job_items' statistics at once; without fresh ones the
-        # planner takes this job's items for a handful and sorts them all for every
-        # batch. (Autovacuum would get there, but only after the job has started.)
+        # planner may take this job's items for a handful.
         await conn.execute(text("ANALYZE job_items"))
     return Prepared(
-        total=int(total), summary=f"Tag course {root.title} with {payload.tag}, {total} pages"
+        total=total, summary=f"Tag course {root.title} with {payload.tag}, {total} pages"
     )
 
 
 def build_result(
     payload: CourseTaggingPayload, counters: Counters, output: dict[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "rootPageId": str(payload.root_page_id),
-        "tag": payload.tag,
-        "total": counters.total,
-        "processed": counters.processed,
-        "succeeded": counters.succeeded,
-        "skipped": counters.skipped,
-        "failed": counters.failed,
-    }
+) -> CourseTaggingResult:
+    return CourseTaggingResult(
+        root_page_id=payload.root_page_id, tag=payload.tag, **counters.model_dump()
+    )
 
 
 COURSE_TAGGING = JobKind(
-    name=NAME,
-    payload_model=CourseTaggingPayload,
-    workflow="CourseTagging",
+    name="course_tagging",
+    title="Course tagging",
+    payload=CourseTaggingPayload,
+    result=CourseTaggingResult,
     prepare=prepare,
     build_result=build_result,
+    # Interactive: someone waits for their course; ahead of backups and exports.
+    priority=2,
+    retryable_items=True,
 )

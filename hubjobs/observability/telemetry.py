@@ -22,7 +22,9 @@ from temporalio.common import MetricMeter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import QueueState
 from hubjobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,8 +75,8 @@ class JobMetrics:
             if count:
                 self.items.add(count, {"kind": kind, "outcome": outcome})
 
-    def queue_state(self, state: read_model.QueueState) -> None:
-        for status in ("queued", "running", "failed"):
+    def queue_state(self, state: QueueState) -> None:
+        for status in (JobStatus.queued, JobStatus.running, JobStatus.failed):
             self.queue.set(getattr(state, status), {"status": status})
         self.oldest.set(state.oldest_queued_age_seconds or 0.0)
 
@@ -87,7 +89,7 @@ async def refresh_queue_state(
     while not stop.is_set():
         try:
             async with engine.connect() as conn:
-                metrics.queue_state(await read_model.queue_state(conn))
+                metrics.queue_state(await store.queue_state(conn))
         except Exception:
             log.warning("queue state refresh failed", exc_info=True)
         try:

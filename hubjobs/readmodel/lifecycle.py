@@ -1,10 +1,14 @@
-"""Creating and finishing a job's row.
+"""Creating and finishing a job's row: the kind-aware steps around the store.
 
-Creating: validate its payload, let its kind check the start and snapshot its
-items, and insert the read-model row, all in one transaction. The starter calls this
-before starting the workflow, so a refused start leaves nothing behind and the row
-exists from the moment a start returns; the workflow's first activity calls it again
-for a job started straight through Temporal."""
+Creating: validate the payload, check the actor, let the kind check the start and
+snapshot its items, and insert the row, all in the caller's transaction. The starter
+calls this before starting the workflow, so a refused start leaves nothing behind and
+the row exists from the moment a start returns; a job's first attempt calls it again
+for a job started straight through Temporal.
+
+Finishing: the final status, the result of a success (built by the kind from the
+counters), ``expires_at`` from the kind's retention.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +17,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from pydantic import ValidationError
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator
 from hubjobs.errors import InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, NewJob
-from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.store import JobView
-from hubjobs.temporal.messages import Counters, JobStatus
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.store import Finished
+from hubjobs.readmodel.views import Counters, JobView
 
 
 @dataclass(frozen=True)
@@ -32,21 +35,9 @@ class CreatedJob:
     created: bool
 
 
-def validate_payload(kind: JobKind, payload: dict[str, Any]) -> Any:
-    try:
-        return kind.payload_model.model_validate(payload)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in err.errors()
-        )
-        raise InvalidInput(
-            f"invalid {kind.name} payload: {problems}", code="invalid_payload"
-        ) from None
-
-
 async def create_job(
     conn: AsyncConnection,
-    kind: JobKind,
+    kind: JobKind[Any],
     *,
     job_id: uuid.UUID,
     workspace_id: uuid.UUID,
@@ -54,20 +45,20 @@ async def create_job(
     correlation_id: str,
     payload: dict[str, Any],
     idempotency_key: str | None = None,
+    source_job_id: uuid.UUID | None = None,
 ) -> CreatedJob:
     """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
-    model = validate_payload(kind, payload)
-    normalized = model.model_dump(mode="json")
+    model = kind.validate(payload)
     # Before the idempotency lookup: a start naming an existing job is still a start,
     # and must not hand that job to an actor who may not start jobs here.
     await require_administrator(conn, workspace_id, actor_id)
     if idempotency_key is not None:
-        existing = await read_model.find_by_idempotency_key(
+        existing = await store.find_by_idempotency_key(
             conn, workspace_id, kind.name, idempotency_key
         )
         if existing is not None:
             return CreatedJob(existing, created=False)
-    inserted = await read_model.insert_job(
+    inserted = await store.insert_job(
         conn,
         job_id=job_id,
         kind=kind.name,
@@ -75,25 +66,24 @@ async def create_job(
         actor_id=actor_id,
         correlation_id=correlation_id,
         idempotency_key=idempotency_key,
-        payload=normalized,
+        payload=model.model_dump(mode="json"),
+        source_job_id=source_job_id,
     )
     if not inserted:
         # Lost a race on the idempotency key, or this id exists already.
         found = None
         if idempotency_key is not None:
-            found = await read_model.find_by_idempotency_key(
+            found = await store.find_by_idempotency_key(
                 conn, workspace_id, kind.name, idempotency_key
             )
-        found = found or await read_model.get_job(conn, job_id, workspace_id)
+        found = found or await store.get_job(conn, job_id, workspace_id)
         if found is None:
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
     prepared = await kind.prepare(
-        conn, NewJob(job_id, workspace_id, actor_id, correlation_id), model
+        conn, NewJob(job_id, workspace_id, actor_id, correlation_id, source_job_id), model
     )
-    await read_model.set_prepared(conn, job_id, total=prepared.total, summary=prepared.summary)
-    job = await read_model.get_job(conn, job_id)
-    assert job is not None
+    job = await store.set_prepared(conn, job_id, total=prepared.total, summary=prepared.summary)
     return CreatedJob(job, created=True)
 
 
@@ -112,7 +102,7 @@ async def record_refused(
 ) -> None:
     """A job started straight through Temporal that its kind refuses still gets a row,
     failed, so that whoever started it can see why."""
-    await read_model.insert_job(
+    await store.insert_job(
         conn,
         job_id=job_id,
         kind=kind,
@@ -122,76 +112,46 @@ async def record_refused(
         idempotency_key=None,
         payload=payload,
     )
-    await read_model.finish(
-        conn, job_id, status="failed", retention=retention, error_code=code, error_message=message
+    await store.finish(
+        conn,
+        job_id,
+        status=JobStatus.failed,
+        retention=retention,
+        error_code=code,
+        error_message=message,
     )
 
 
 async def finish_job(
     conn: AsyncConnection,
-    job_id: uuid.UUID,
+    job: JobView,
     *,
     status: JobStatus,
     default_retention: timedelta,
+    counters: Counters | None = None,
+    output: dict[str, Any] | None = None,
     error_code: str | None = None,
     error_message: str | None = None,
-    output: dict[str, Any] | None = None,
-) -> tuple[JobView | None, bool]:
-    """Writes the final status of an unfinished job: counters recounted from its items
-    (the truth), the result of a success built by its kind, ``expires_at`` from the
-    kind's retention. A finished row is left as it is. Returns the row (None if there is
-    no such job) and whether this call finished it."""
-    job = await read_model.get_job(conn, job_id)
-    if job is None:
-        return None, False
-    if job.is_final:
-        return job, False
-    kind = REGISTRY.get(job.kind)
-    counters = await recount(conn, job_id) or job.counters
+    attempts: int = 0,
+    attempts_failed: int = 0,
+) -> Finished | None:
+    """Writes the final status of an unfinished job; a finished row is left as it is.
+    A success gets its kind's result, built from ``counters`` (the job's latest, exact
+    by construction: each batch moves them by the items it recorded)."""
+    kind = REGISTRY.find(job.kind)
     result = None
-    if status == "succeeded" and kind is not None:
-        payload = kind.payload_model.model_validate(job.payload)
-        result = kind.build_result(payload, counters, output)
+    if status == JobStatus.succeeded and kind is not None:
+        result = kind.result_of(kind.validate(job.payload), counters or job.counters, output)
     retention = (kind.retention if kind is not None else None) or default_retention
-    final = await read_model.finish(
+    return await store.finish(
         conn,
-        job_id,
+        job.id,
         status=status,
         retention=retention,
         result=result,
         result_content_type=kind.result_content_type if kind and result is not None else None,
         error_code=error_code,
         error_message=error_message,
+        attempts=attempts,
+        attempts_failed=attempts_failed,
     )
-    return final, True
-
-
-async def recount(conn: AsyncConnection, job_id: uuid.UUID) -> Counters | None:
-    """Sets the job's counters from its items' states; None for a kind without items."""
-    row = (
-        (
-            await conn.execute(
-                text(
-                    """
-                WITH counted AS (
-                    SELECT count(*) AS total,
-                           count(*) FILTER (WHERE state <> 'pending') AS processed,
-                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-                           count(*) FILTER (WHERE state = 'skipped') AS skipped,
-                           count(*) FILTER (WHERE state = 'failed') AS failed
-                      FROM job_items WHERE job_id = :id
-                )
-                UPDATE jobs j SET total = c.total, processed = c.processed,
-                       succeeded = c.succeeded, skipped = c.skipped, failed = c.failed
-                  FROM counted c
-                 WHERE j.id = :id AND c.total > 0 AND j.status IN ('queued', 'running')
-             RETURNING c.total, c.processed, c.succeeded, c.skipped, c.failed
-                """
-                ),
-                {"id": job_id},
-            )
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else Counters.model_validate(dict(row))

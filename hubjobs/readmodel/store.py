@@ -1,78 +1,49 @@
-"""The job table as the read model: every status move, counter and request of a job is
-written here, so screens and services read one row instead of asking Temporal.
+"""The read model's store: every statement that writes ``jobs`` or ``job_items`` is here,
+and nowhere else, so that a reader finds each status move in one place.
 
-Writes are idempotent (an activity may run twice): status moves only go forward and a
-finished row is never changed again.
+Writes are idempotent (an activity may run twice): a status only moves forward, a
+finished row is never changed again, and an item is recorded only while pending, with
+the job's counters moved by exactly the items the same statement recorded.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.temporal.messages import Counters, JobStatus
+from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
 
 JOB_COLUMNS = (
     "id, workflow_id, kind, status, workspace_id, actor_id, correlation_id, idempotency_key, "
     "payload, summary, total, processed, succeeded, skipped, failed, progress_message, result, "
     "result_content_type, error_code, error_message, cancel_requested_at, cancel_requested_by, "
-    "created_at, started_at, finished_at, expires_at"
+    "attempts, attempts_failed, source_job_id, created_at, started_at, finished_at, expires_at"
 )
-
-
-class JobView(BaseModel):
-    """One job as callers see it (JSON keys snake_case)."""
-
-    id: uuid.UUID
-    workflow_id: str
-    kind: str
-    status: JobStatus
-    workspace_id: uuid.UUID
-    actor_id: uuid.UUID
-    correlation_id: str
-    idempotency_key: str | None
-    payload: dict[str, Any]
-    summary: str | None
-    total: int
-    processed: int
-    succeeded: int
-    skipped: int
-    failed: int
-    progress_message: str | None
-    result: dict[str, Any] | None
-    result_content_type: str | None
-    error_code: str | None
-    error_message: str | None
-    cancel_requested_at: datetime | None
-    cancel_requested_by: uuid.UUID | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    expires_at: datetime | None
-
-    @property
-    def counters(self) -> Counters:
-        return Counters(
-            total=self.total,
-            processed=self.processed,
-            succeeded=self.succeeded,
-            skipped=self.skipped,
-            failed=self.failed,
-        )
-
-    @property
-    def is_final(self) -> bool:
-        return self.status in ("succeeded", "failed", "cancelled")
+UNFINISHED = sql_list(UNFINISHED_STATUSES)
 
 
 def workflow_id_for(kind: str, job_id: uuid.UUID) -> str:
     """Meaningful in the Temporal UI: the kind, then the job."""
     return f"{kind}-{job_id}"
+
+
+def _view(row: Any) -> JobView:
+    return JobView.model_validate(dict(row._mapping))
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, default=str)
+
+
+# --- creating -------------------------------------------------------------------------
 
 
 async def insert_job(
@@ -85,7 +56,7 @@ async def insert_job(
     correlation_id: str,
     idempotency_key: str | None,
     payload: dict[str, Any],
-    status: JobStatus = "queued",
+    source_job_id: uuid.UUID | None = None,
 ) -> bool:
     """Inserts a queued row; False when the idempotency key (or the id) already names one.
     A concurrent insert with the same key waits on the unique index, then finds it."""
@@ -93,54 +64,60 @@ async def insert_job(
         await conn.execute(
             text(
                 "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload) VALUES (:id, :workflow_id, :kind, "
-                ":status, :workspace, :actor, :correlation, :key, CAST(:payload AS jsonb)) "
-                "ON CONFLICT DO NOTHING RETURNING id"
+                "correlation_id, idempotency_key, payload, source_job_id) VALUES (:id, "
+                ":workflow_id, :kind, :status, :workspace, :actor, :correlation, :key, "
+                "CAST(:payload AS jsonb), :source) ON CONFLICT DO NOTHING RETURNING id"
             ),
             {
                 "id": job_id,
                 "workflow_id": workflow_id_for(kind, job_id),
                 "kind": kind,
-                "status": status,
+                "status": JobStatus.queued,
                 "workspace": workspace_id,
                 "actor": actor_id,
                 "correlation": correlation_id,
                 "key": idempotency_key,
                 "payload": _json(payload),
+                "source": source_job_id,
             },
         )
     ).first()
     return row is not None
 
 
-async def find_by_idempotency_key(
-    conn: AsyncConnection, workspace_id: uuid.UUID, kind: str, key: str
-) -> JobView | None:
-    row = (
-        (
-            await conn.execute(
-                text(
-                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
-                    "AND kind = :kind AND idempotency_key = :key"
-                ),
-                {"workspace": workspace_id, "kind": kind, "key": key},
-            )
-        )
-        .mappings()
-        .first()
+async def insert_items(
+    conn: AsyncConnection, job_id: uuid.UUID, select: str, params: dict[str, Any]
+) -> int:
+    """A job's snapshot: ``select`` (a kind's query) yields ``ordinal, ref, label,
+    done_at_snapshot, detail`` for each item; one statement, whatever the size."""
+    inserted = await conn.execute(
+        text(
+            "WITH inserted AS (INSERT INTO job_items "
+            "(job_id, ordinal, ref, label, done_at_snapshot, detail) "
+            f"SELECT CAST(:job_id AS uuid), s.* FROM ({select}) AS s RETURNING 1) "
+            "SELECT count(*) FROM inserted"
+        ),
+        {**params, "job_id": job_id},
     )
-    return None if row is None else JobView.model_validate(dict(row))
+    return int(inserted.scalar_one())
 
 
 async def set_prepared(
     conn: AsyncConnection, job_id: uuid.UUID, *, total: int, summary: str
-) -> None:
-    await conn.execute(
-        text(
-            "UPDATE jobs SET total = :total, summary = :summary, updated_at = now() WHERE id = :id"
-        ),
-        {"id": job_id, "total": total, "summary": summary},
-    )
+) -> JobView:
+    row = (
+        await conn.execute(
+            text(
+                "UPDATE jobs SET total = :total, summary = :summary, updated_at = now() "
+                f"WHERE id = :id RETURNING {JOB_COLUMNS}"
+            ),
+            {"id": job_id, "total": total, "summary": summary},
+        )
+    ).one()
+    return _view(row)
+
+
+# --- reading --------------------------------------------------------------------------
 
 
 async def get_job(
@@ -148,19 +125,30 @@ async def get_job(
 ) -> JobView | None:
     """The job; with ``workspace_id``, only if it belongs to that workspace."""
     row = (
-        (
-            await conn.execute(
-                text(
-                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id "
-                    "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)"
-                ),
-                {"id": job_id, "workspace": workspace_id},
-            )
+        await conn.execute(
+            text(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id "
+                "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)"
+            ),
+            {"id": job_id, "workspace": workspace_id},
         )
-        .mappings()
-        .first()
-    )
-    return None if row is None else JobView.model_validate(dict(row))
+    ).first()
+    return None if row is None else _view(row)
+
+
+async def find_by_idempotency_key(
+    conn: AsyncConnection, workspace_id: uuid.UUID, kind: str, key: str
+) -> JobView | None:
+    row = (
+        await conn.execute(
+            text(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
+                "AND kind = :kind AND idempotency_key = :key"
+            ),
+            {"workspace": workspace_id, "kind": kind, "key": key},
+        )
+    ).first()
+    return None if row is None else _view(row)
 
 
 async def list_jobs(
@@ -171,131 +159,38 @@ async def list_jobs(
     kind: str | None = None,
     limit: int = 50,
 ) -> list[JobView]:
-    rows = (
-        await conn.execute(
-            text(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
-                "AND (CAST(:status AS text) IS NULL OR status = :status) "
-                "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
-                "ORDER BY created_at DESC, id LIMIT :limit"
-            ),
-            {"workspace": workspace_id, "status": status, "kind": kind, "limit": limit},
-        )
-    ).mappings()
-    return [JobView.model_validate(dict(row)) for row in rows]
-
-
-async def request_cancel(
-    conn: AsyncConnection, job_id: uuid.UUID, actor_id: uuid.UUID | None
-) -> None:
-    """Records the first cancellation request of an unfinished job; later ones and
-    requests on finished jobs change nothing."""
-    await conn.execute(
+    rows = await conn.execute(
         text(
-            "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
-            "updated_at = now() WHERE id = :id AND cancel_requested_at IS NULL "
-            "AND status IN ('queued', 'running')"
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
+            "AND (CAST(:status AS text) IS NULL OR status = :status) "
+            "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
+            "ORDER BY created_at DESC, id LIMIT :limit"
         ),
-        {"id": job_id, "actor": actor_id},
+        {"workspace": workspace_id, "status": status, "kind": kind, "limit": limit},
     )
+    return [_view(row) for row in rows]
 
 
-async def mark_running(
-    conn: AsyncConnection, job_id: uuid.UUID, run_id: str | None
-) -> JobView | None:
-    await conn.execute(
-        text(
-            "UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, now()), "
-            "run_id = :run_id, updated_at = now() "
-            "WHERE id = :id AND status IN ('queued', 'running')"
-        ),
-        {"id": job_id, "run_id": run_id},
-    )
-    return await get_job(conn, job_id)
-
-
-async def add_progress(conn: AsyncConnection, job_id: uuid.UUID, delta: Counters) -> Counters:
-    """Adds one batch's outcomes to the counters, in the batch's own transaction."""
-    row = (
-        (
-            await conn.execute(
-                text(
-                    "UPDATE jobs SET processed = processed + :processed, "
-                    "succeeded = succeeded + :succeeded, skipped = skipped + :skipped, "
-                    "failed = failed + :failed, "
-                    "updated_at = now() WHERE id = :id "
-                    "RETURNING total, processed, succeeded, skipped, failed"
-                ),
-                {
-                    "id": job_id,
-                    "processed": delta.processed,
-                    "succeeded": delta.succeeded,
-                    "skipped": delta.skipped,
-                    "failed": delta.failed,
-                },
-            )
-        )
-        .mappings()
-        .one()
-    )
-    return Counters.model_validate(dict(row))
-
-
-async def set_progress_message(conn: AsyncConnection, job_id: uuid.UUID, message: str) -> None:
-    await conn.execute(
-        text("UPDATE jobs SET progress_message = :message WHERE id = :id"),
-        {"id": job_id, "message": message},
-    )
-
-
-async def finish(
+async def list_items(
     conn: AsyncConnection,
     job_id: uuid.UUID,
     *,
-    status: JobStatus,
-    retention: timedelta,
-    result: dict[str, Any] | None = None,
-    result_content_type: str | None = None,
-    error_code: str | None = None,
-    error_message: str | None = None,
-    progress_message: str | None = None,
-) -> JobView | None:
-    """Moves an unfinished job to its final status; a finished job stays as it was."""
-    await conn.execute(
+    state: ItemState | None = None,
+    after: int = 0,
+    limit: int = 100,
+) -> list[ItemView]:
+    """A page of a job's items in order, keyset-paged by ordinal (``after`` the last one
+    seen); with ``state``, only those (served by ix_job_items_job_state_ordinal)."""
+    rows = await conn.execute(
         text(
-            "UPDATE jobs SET status = :status, result = CAST(:result AS jsonb), "
-            "result_content_type = :content_type, error_code = :code, error_message = :message, "
-            "progress_message = COALESCE(:progress, progress_message), "
-            "cancel_requested_at = CASE WHEN :status = 'cancelled' "
-            "THEN COALESCE(cancel_requested_at, now()) ELSE cancel_requested_at END, "
-            "finished_at = now(), expires_at = now() + :retention, updated_at = now() "
-            "WHERE id = :id AND status IN ('queued', 'running')"
+            "SELECT ordinal, ref, label, state, error_code, error_message, processed_at "
+            "FROM job_items WHERE job_id = :job AND ordinal > :after "
+            "AND (CAST(:state AS text) IS NULL OR state = :state) "
+            "ORDER BY ordinal LIMIT :limit"
         ),
-        {
-            "id": job_id,
-            "status": status,
-            "result": None if result is None else _json(result),
-            "content_type": result_content_type,
-            "code": error_code,
-            "message": error_message,
-            "progress": progress_message,
-            "retention": retention,
-        },
+        {"job": job_id, "after": after, "state": state, "limit": limit},
     )
-    return await get_job(conn, job_id)
-
-
-def _json(value: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(value, default=str)
-
-
-class QueueState(BaseModel):
-    queued: int
-    running: int
-    failed: int
-    oldest_queued_age_seconds: float | None
+    return [ItemView.model_validate(dict(row._mapping)) for row in rows]
 
 
 async def queue_state(conn: AsyncConnection) -> QueueState:
@@ -316,4 +211,279 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
         running=row.running,
         failed=row.failed,
         oldest_queued_age_seconds=None if row.oldest is None else float(row.oldest),
+    )
+
+
+async def unfinished_jobs(
+    conn: AsyncConnection, *, older_than: timedelta, limit: int
+) -> list[JobView]:
+    """The reconciler's selection: unfinished rows older than ``older_than``, least
+    recently touched first (ix_jobs_unfinished_updated)."""
+    rows = await conn.execute(
+        text(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN {UNFINISHED} "
+            "AND created_at < now() - CAST(:age AS interval) ORDER BY updated_at LIMIT :limit"
+        ),
+        {"age": older_than, "limit": limit},
+    )
+    return [_view(row) for row in rows]
+
+
+# --- running ----------------------------------------------------------------------------
+
+
+async def request_cancel(
+    conn: AsyncConnection, job_id: uuid.UUID, actor_id: uuid.UUID | None
+) -> None:
+    """Records the first cancellation request of an unfinished job; later ones and
+    requests on finished jobs change nothing."""
+    await conn.execute(
+        text(
+            "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
+            "updated_at = now() WHERE id = :id AND cancel_requested_at IS NULL "
+            f"AND status IN {UNFINISHED}"
+        ),
+        {"id": job_id, "actor": actor_id},
+    )
+
+
+async def open_job(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    run_id: str | None,
+    attempts: int,
+    attempts_failed: int,
+) -> JobView | None:
+    """Moves an unfinished job to running for one attempt of its work, and returns it
+    (a finished one as it is): the one read of the row an attempt makes."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH opened AS (
+                    UPDATE jobs SET status = 'running',
+                           started_at = COALESCE(started_at, now()), run_id = :run_id,
+                           attempts = GREATEST(attempts, :attempts),
+                           attempts_failed = GREATEST(attempts_failed, :failed),
+                           updated_at = now()
+                     WHERE id = :id AND status IN {UNFINISHED}
+                 RETURNING {JOB_COLUMNS}
+                )
+                SELECT * FROM opened
+                UNION ALL
+                SELECT {JOB_COLUMNS} FROM jobs
+                 WHERE id = :id AND NOT EXISTS (SELECT 1 FROM opened)
+                """
+            ),
+            {"id": job_id, "run_id": run_id, "attempts": attempts, "failed": attempts_failed},
+        )
+    ).first()
+    return None if row is None else _view(row)
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    ordinal: int
+    state: ItemState
+    code: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The job's counters after a batch was recorded, the items it recorded, and whether
+    a cancellation has been requested meanwhile."""
+
+    counters: Counters
+    recorded: int
+    cancel_requested: bool
+
+
+async def record_outcomes(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    outcomes: Sequence[ItemOutcome],
+    *,
+    clear_detail: bool = False,
+) -> Recorded:
+    """Records the outcome of each still-pending item and moves the job's counters by
+    exactly those, in one statement; an item recorded before (by an attempt presumed
+    dead) is left alone and not counted again. ``clear_detail`` drops what the snapshot
+    froze for the items, once it is no longer needed."""
+    ordinals = [o.ordinal for o in outcomes]
+    row = (
+        await conn.execute(
+            text(
+                """
+                WITH o AS (
+                    SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
+                                         CAST(:codes AS text[]), CAST(:messages AS text[]))
+                        AS o(ordinal, state, code, message)
+                ), recorded AS (
+                    UPDATE job_items i
+                       SET state = o.state, error_code = o.code, error_message = o.message,
+                           processed_at = now(),
+                           detail = CASE WHEN :clear THEN NULL ELSE i.detail END
+                      FROM o
+                     WHERE i.job_id = :job AND i.ordinal = o.ordinal
+                       AND i.ordinal BETWEEN :low AND :high AND i.state = 'pending'
+                 RETURNING i.state
+                ), counted AS (
+                    SELECT count(*) AS n,
+                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+                           count(*) FILTER (WHERE state = 'skipped') AS skipped,
+                           count(*) FILTER (WHERE state = 'failed') AS failed
+                      FROM recorded
+                )
+                UPDATE jobs j
+                   SET processed = j.processed + c.n, succeeded = j.succeeded + c.succeeded,
+                       skipped = j.skipped + c.skipped, failed = j.failed + c.failed,
+                       updated_at = now()
+                  FROM counted c
+                 WHERE j.id = :job
+             RETURNING j.total, j.processed, j.succeeded, j.skipped, j.failed, c.n AS recorded,
+                       j.cancel_requested_at IS NOT NULL AS cancel_requested
+                """
+            ),
+            {
+                "job": job_id,
+                "ordinals": ordinals,
+                "states": [o.state.value for o in outcomes],
+                "codes": [o.code for o in outcomes],
+                "messages": [o.message for o in outcomes],
+                "low": min(ordinals, default=0),
+                "high": max(ordinals, default=0),
+                "clear": clear_detail,
+            },
+        )
+    ).one()
+    return Recorded(
+        counters=Counters(
+            total=row.total,
+            processed=row.processed,
+            succeeded=row.succeeded,
+            skipped=row.skipped,
+            failed=row.failed,
+        ),
+        recorded=int(row.recorded),
+        cancel_requested=bool(row.cancel_requested),
+    )
+
+
+async def set_progress(
+    conn: AsyncConnection, job_id: uuid.UUID, counters: Counters, message: str
+) -> bool:
+    """Progress of a kind that counts steps rather than items (a backup's tables);
+    returns whether a cancellation has been requested, read in the same statement."""
+    requested = (
+        await conn.execute(
+            text(
+                "UPDATE jobs SET total = :total, processed = :processed, "
+                "succeeded = :succeeded, skipped = :skipped, failed = :failed, "
+                "progress_message = :message, updated_at = now() WHERE id = :id "
+                "RETURNING cancel_requested_at IS NOT NULL"
+            ),
+            {"id": job_id, "message": message, **counters.model_dump()},
+        )
+    ).scalar_one_or_none()
+    return bool(requested)
+
+
+# --- finishing ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finished:
+    job: JobView
+    # False when the row was final already (another writer finished it first).
+    changed: bool
+
+
+async def finish(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    status: JobStatus,
+    retention: timedelta,
+    result: dict[str, Any] | None = None,
+    result_content_type: str | None = None,
+    error_code: str | None = None,
+    error_message: str | None = None,
+    attempts: int = 0,
+    attempts_failed: int = 0,
+) -> Finished | None:
+    """Moves an unfinished job to its final status, with ``expires_at`` after its
+    retention; a finished job stays as it was. None when there is no such job."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH finished AS (
+                    UPDATE jobs SET status = :status, result = CAST(:result AS jsonb),
+                           result_content_type = :content_type, error_code = :code,
+                           error_message = :message,
+                           cancel_requested_at = CASE WHEN :status = 'cancelled'
+                               THEN COALESCE(cancel_requested_at, now())
+                               ELSE cancel_requested_at END,
+                           finished_at = now(), expires_at = now() + :retention,
+                           attempts = GREATEST(attempts, :attempts),
+                           attempts_failed = GREATEST(attempts_failed, :failed),
+                           updated_at = now()
+                     WHERE id = :id AND status IN {UNFINISHED}
+                 RETURNING {JOB_COLUMNS}
+                )
+                SELECT *, true AS changed FROM finished
+                UNION ALL
+                SELECT {JOB_COLUMNS}, false FROM jobs
+                 WHERE id = :id AND NOT EXISTS (SELECT 1 FROM finished)
+                """
+            ),
+            {
+                "id": job_id,
+                "status": status,
+                "result": None if result is None else _json(result),
+                "content_type": result_content_type,
+                "code": error_code,
+                "message": error_message,
+                "retention": retention,
+                "attempts": attempts,
+                "failed": attempts_failed,
+            },
+        )
+    ).first()
+    if row is None:
+        return None
+    values = dict(row._mapping)
+    changed = bool(values.pop("changed"))
+    return Finished(JobView.model_validate(values), changed)
+
+
+# --- retention --------------------------------------------------------------------------
+
+
+async def lock_expired(conn: AsyncConnection, cutoff: datetime, limit: int) -> list[JobView]:
+    """Up to ``limit`` jobs expired at ``cutoff``, locked for this transaction (skipping
+    rows another sweep holds)."""
+    rows = await conn.execute(
+        text(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at <= :cutoff "
+            "ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED"
+        ),
+        {"cutoff": cutoff, "limit": limit},
+    )
+    return [_view(row) for row in rows]
+
+
+async def delete_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> None:
+    """Removes jobs and, by cascade, their items."""
+    await conn.execute(text("DELETE FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)})
+
+
+async def postpone_expiry(
+    conn: AsyncConnection, job_ids: Sequence[uuid.UUID], until: datetime
+) -> None:
+    await conn.execute(
+        text("UPDATE jobs SET expires_at = :until WHERE id = ANY(:ids)"),
+        {"ids": list(job_ids), "until": until},
     )

@@ -1,37 +1,42 @@
-"""The messages that cross Temporal: workflow inputs, activity arguments and results,
-signals and queries. Plain pydantic models with no I/O, safe inside the workflow
-sandbox and carried by the SDK's pydantic data converter."""
+"""The messages every job workflow and its activities exchange, whatever the kind:
+workflow input, one attempt of the work and what it hands back, the lifecycle's local
+activities, signals and queries, and the maintenance workflows'. Plain pydantic models
+with no I/O, safe in the workflow sandbox, carried by the SDK's pydantic converter. A
+kind's own messages live in its kind module."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-FINAL_STATUSES: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")
-
-# Plain messages for the stable error codes a job can end with. The detail of a
-# failure goes to the worker's log, never here.
-ERROR_MESSAGES: dict[str, str] = {
-    "actor_unavailable": "The actor is no longer an enabled administrator of the workspace.",
-    "invalid_payload": "The job's input is not valid for its kind.",
-    "processing_failed": "The job failed after its retries ran out.",
-    "abandoned": "The job was abandoned: its worker stopped responding and no attempts are left.",
-    "terminated": "The job was terminated in Temporal.",
-    "timed_out": "The job timed out in Temporal.",
-}
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import Counters
 
 
 class JobOptions(BaseModel):
-    """How a job's activities run; chosen by the starter, fixed for the job's life so
-    that workflow code reads no configuration."""
+    """How a job's work runs; chosen by the starter and fixed for the job's life, so that
+    workflow code reads no configuration."""
 
     heartbeat_timeout_seconds: float = 15.0
+    # Attempts in a row without progress before the job fails.
     max_attempts: int = 5
-    chunk_size: int = 2000
+    # Waits after an attempt that made no progress: 2 s, 10 s, 30 s, 30 s… (seed 000).
+    retry_initial_seconds: float = 2.0
+    retry_coefficient: float = 5.0
+    retry_max_seconds: float = 30.0
+
+
+class Checkpoint(BaseModel):
+    """Where a run that continued as new picks up."""
+
+    cursor: dict[str, Any] | None = None
+    progress: int = 0
+    attempts: int = 0
+    attempts_failed: int = 0
+    stalls: int = 0
 
 
 class JobInput(BaseModel):
@@ -44,58 +49,31 @@ class JobInput(BaseModel):
     correlation_id: str
     payload: dict[str, Any]
     options: JobOptions = Field(default_factory=JobOptions)
-    # Where a run continued as new picks up (kind-defined, e.g. the last ordinal done).
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: Checkpoint | None = None
 
 
-class Counters(BaseModel):
-    total: int = 0
-    processed: int = 0
-    succeeded: int = 0
-    skipped: int = 0
-    failed: int = 0
+class WorkRequest(BaseModel):
+    """One attempt of a job's work: carry on from ``cursor`` (kind-defined; None at the
+    start). ``attempt`` and ``attempts_failed`` go to the read model."""
+
+    job: JobInput
+    cursor: dict[str, Any] | None = None
+    attempt: int = 1
+    attempts_failed: int = 0
 
 
-class JobProgress(BaseModel):
-    """What the ``progress`` query returns: the read model's counters and message."""
+class Beat(BaseModel):
+    """Heartbeat details of a work attempt, and the details of its failures: how far it
+    got. ``progress`` counts durable work (items recorded, files written) and only ever
+    grows; an attempt that moved it made progress. Heartbeat details come back untyped
+    and are validated into this."""
 
-    status: JobStatus
-    counters: Counters
-    message: str | None = None
-    cancel_requested: bool = False
-
-
-class JobProgressReport(BaseModel):
-    """The ``report_progress`` signal: how far a long activity got, for the progress
-    query and the UI's details between its start and its end."""
-
-    counters: Counters
-    message: str
-
-
-class CancelRequest(BaseModel):
-    """The ``cancel`` signal: who asked, and why."""
-
-    actor_id: uuid.UUID | None = None
-    reason: str | None = None
-
-
-class OpenedJob(BaseModel):
-    counters: Counters
-    cancel_requested: bool = False
-
-
-class FinishJob(BaseModel):
-    job_id: uuid.UUID
-    status: JobStatus
-    error_code: str | None = None
-    error_message: str | None = None
-    # What the kind's work returned, for its result (a backup's archive, say).
-    output: dict[str, Any] | None = None
+    cursor: dict[str, Any] | None = None
+    progress: int = 0
 
 
 class JobOutcome(BaseModel):
-    """What a job workflow returns: the final row, as the read model holds it."""
+    """The final row, as the read model holds it: what a job workflow returns."""
 
     job_id: uuid.UUID
     status: JobStatus
@@ -105,21 +83,72 @@ class JobOutcome(BaseModel):
     error_message: str | None = None
 
 
+class WorkResult(BaseModel):
+    """What an attempt hands back: the job's outcome once the attempt finished the row;
+    otherwise where to carry on (the attempt gave its slot back: its time slice ran
+    out, or its worker is shutting down)."""
+
+    outcome: JobOutcome | None = None
+    beat: Beat = Field(default_factory=Beat)
+    counters: Counters = Field(default_factory=Counters)
+    message: str | None = None
+
+
+class FinishJob(BaseModel):
+    job_id: uuid.UUID
+    status: JobStatus
+    error_code: str | None = None
+    error_message: str | None = None
+    # The workflow's count of attempts, for the row's last word on them.
+    attempts: int = 0
+    attempts_failed: int = 0
+
+
+class CancelRequest(BaseModel):
+    """The ``cancel`` signal: who asked, and why."""
+
+    actor_id: uuid.UUID | None = None
+    reason: str | None = None
+
+
+class JobProgress(BaseModel):
+    """What the ``progress`` query returns: the read model's counters and message as of
+    the last report."""
+
+    status: JobStatus
+    counters: Counters
+    message: str | None = None
+    cancel_requested: bool = False
+    attempts: int = 0
+    attempts_failed: int = 0
+
+
+class JobProgressReport(BaseModel):
+    """The ``report_progress`` signal: how far a running attempt got, for the progress
+    query and the UI's details between its start and its end."""
+
+    counters: Counters
+    message: str
+
+
 # --- maintenance ---------------------------------------------------------------------
 
 
 class SweepRequest(BaseModel):
     """Remove jobs whose ``expires_at`` is at or before ``cutoff`` (the workflow's clock),
-    at most ``limit`` of them."""
+    ``batch`` at a time, at most ``limit`` in this run."""
 
     cutoff: datetime
-    limit: int = 100
+    batch: int = 100
+    limit: int = 100_000
 
 
 class SweepResult(BaseModel):
     removed: int
     # Rows whose kind's expire hook failed: kept for a later sweep.
     kept: int
+    # Whether rows expired by the cutoff may be left (the run stopped at its limit).
+    more: bool = False
 
 
 class ReconcileRequest(BaseModel):
@@ -134,52 +163,3 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
-
-
-# --- backup ---------------------------------------------------------------------------
-
-
-class BackupRequest(BaseModel):
-    job_id: uuid.UUID
-
-
-class BackupArchive(BaseModel):
-    """What a finished backup wrote (the job's result, camelCased by the kind)."""
-
-    backup_id: uuid.UUID
-    created_at: datetime
-    size_bytes: int
-    table_count: int
-    attachment_count: int
-    schema_version: str
-    archive_path: str
-
-
-class BackupRun(BaseModel):
-    # None when the backup stopped on a cancellation request (and left no file).
-    archive: BackupArchive | None = None
-
-
-# --- course tagging ------------------------------------------------------------
-
-
-class TagChunk(BaseModel):
-    """One activity call: tag the pending pages after ``after_ordinal``, at most ``limit``."""
-
-    job_id: uuid.UUID
-    after_ordinal: int
-    limit: int
-
-
-class TagChunkResult(BaseModel):
-    last_ordinal: int
-    counters: Counters
-    done: bool
-    cancel_requested: bool = False
-
-
-class TaggingCursor(BaseModel):
-    """Heartbeat details of the tagging activity: the last ordinal whose outcome is
-    committed. They come back untyped on a retry and are validated into this."""
-
-    last_ordinal: int

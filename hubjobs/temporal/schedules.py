@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 RETENTION = "hubjobs-retention"
 RECONCILER = "hubjobs-reconciler"
+# The workflow types the Schedules start (workflows/maintenance.py declares them with these).
+RETENTION_SWEEP_WORKFLOW = "RetentionSweep"
+RECONCILER_WORKFLOW = "Reconciler"
 
 
 def schedules(settings: Settings) -> dict[str, Schedule]:
@@ -40,10 +43,12 @@ def schedules(settings: Settings) -> dict[str, Schedule]:
         )
 
     return {
-        RETENTION: every(settings.retention_sweep_seconds, "RetentionSweep", 100, RETENTION),
+        RETENTION: every(
+            settings.retention_sweep_seconds, RETENTION_SWEEP_WORKFLOW, 100_000, RETENTION
+        ),
         RECONCILER: every(
             settings.reconcile_seconds,
-            "Reconciler",
+            RECONCILER_WORKFLOW,
             ReconcileRequest(grace_seconds=settings.reconcile_grace_seconds),
             RECONCILER,
         ),

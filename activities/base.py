@@ -1,0 +1,441 @@
+"""What every kind's work activity shares, written once: opening the job for an attempt
+(creating its row when it was started straight through Temporal), heartbeating how far
+it got, riding out database outages, giving its slot back when its time slice is over
+or its worker shuts down, reporting progress to the workflow, and finishing the row
+when the work is done or a cancellation request was seen.
+
+A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
+``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
+``ctx.beat`` after each durable step, ``ctx.time_to_pause()`` between steps and
+``ctx.report`` for long steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ClassVar, Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from hubjobs.db.errors import is_outage
+from hubjobs.errors import HubJobsError
+from hubjobs.kinds import REGISTRY, JobKind
+from hubjobs.observability.logs import bind_job
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import lifecycle, store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import (
+    Beat,
+    JobOutcome,
+    JobProgressReport,
+    WorkRequest,
+    WorkResult,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What activities are built with, once per worker."""
+
+    engine: AsyncEngine
+    settings: Settings
+    metrics: JobMetrics
+    # Temporal, for the activities that talk to it (maintenance, progress reports).
+    client: Client | None = None
+    # Test hooks by name (e.g. "before_write"); empty in production.
+    hooks: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_retention(self) -> timedelta:
+        return timedelta(hours=self.settings.retention_hours)
+
+
+# --- how a kind's work ends -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    """The work is complete: the job succeeds, its result built from ``output``."""
+
+    output: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A cancellation request was seen: the job ends cancelled, work done kept."""
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The attempt gives its slot back (its time slice is over, or its worker is shutting
+    down); the next attempt carries on from the last beat."""
+
+
+WorkEnd = Done | Stopped | Paused
+
+
+class Refused(HubJobsError):
+    """The job cannot go on, whatever is retried (the actor lost the right to run it, an
+    attachment is missing): it fails at once with this code."""
+
+
+class OutageTooLong(Exception):
+    pass
+
+
+def outcome_of(job: JobView) -> JobOutcome:
+    return JobOutcome(
+        job_id=job.id,
+        status=job.status,
+        counters=job.counters,
+        result=job.result,
+        error_code=job.error_code,
+        error_message=job.error_message,
+    )
+
+
+# --- the context a kind's work runs in -------------------------------------------------
+
+
+@dataclass
+class WorkContext(Generic[P]):
+    deps: Deps
+    kind: JobKind[Any]
+    request: WorkRequest
+    job: JobView
+    payload: P
+    counters: Counters
+    beat_state: Beat = field(default_factory=Beat)
+    started: float = field(default_factory=time.monotonic)
+    _reported: float = field(default_factory=time.monotonic)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.deps.engine
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @property
+    def cursor(self) -> dict[str, Any] | None:
+        return self.beat_state.cursor
+
+    def beat(self, cursor: dict[str, Any] | None = None, progress: int | None = None) -> None:
+        """Tells Temporal this attempt is alive and how far it got; the details are what
+        the workflow sees if the attempt dies, and where the next one starts."""
+        if cursor is not None or progress is not None:
+            self.beat_state = Beat(
+                cursor=self.beat_state.cursor if cursor is None else cursor,
+                progress=self.beat_state.progress if progress is None else progress,
+            )
+        activity.heartbeat(self.beat_state.model_dump(mode="json"))
+
+    def time_to_pause(self) -> bool:
+        """Between two steps: give the slot back now (the time slice is over, or the
+        worker is shutting down)?"""
+        if activity.is_worker_shutdown():
+            return True
+        return time.monotonic() - self.started >= self.settings.work_slice_seconds
+
+    @staticmethod
+    def shutting_down() -> bool:
+        """For work that cannot pause mid-way (a backup): hand the job over only when the
+        worker is going away."""
+        return activity.is_worker_shutdown()
+
+    async def db(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Runs ``work`` on a connection in autocommit (each statement its own
+        transaction), or with ``transaction`` in one. While the database does not answer,
+        waits with capped backoff, heartbeating, and runs it again whole: an outage costs
+        the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS."""
+        return await with_outage_retry(
+            self.engine, self.settings, work, transaction=transaction, on_wait=self.beat
+        )
+
+    async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Like ``db`` for work holding its own connection (a backup's snapshot): after
+        an outage it runs again whole."""
+        return await ride_out_outages(self.settings, work, on_wait=self.beat)
+
+    async def report(self, message: str, *, force: bool = False) -> None:
+        """Progress for the workflow's query and the UI's details, at most every
+        HUBJOBS_PROGRESS_REPORT_SECONDS (each report is an event in the history); a
+        report that does not get through is only logged."""
+        now = time.monotonic()
+        if not force and now - self._reported < self.settings.progress_report_seconds:
+            return
+        self._reported = now
+        info = activity.info()
+        if info.workflow_id is None:
+            return
+        report = JobProgressReport(counters=self.counters, message=message)
+        try:
+            handle = activity.client().get_workflow_handle(
+                info.workflow_id, run_id=info.workflow_run_id
+            )
+            await handle.signal("report_progress", report)
+        except (RuntimeError, RPCError) as err:
+            log.debug("progress report not delivered: %s", err)
+
+
+async def ride_out_outages(
+    settings: Settings,
+    work: Callable[[], Awaitable[T]],
+    *,
+    on_wait: Callable[[], None] | None = None,
+) -> T:
+    """Runs ``work`` until it gets through a database outage: each failure that is an
+    outage (by the error's class, see hubjobs.db.errors) waits 1 s, 2 s, 4 s… (at most
+    HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait`` every second, e.g. to
+    heartbeat) and runs it again whole; past HUBJOBS_MAX_OUTAGE_SECONDS it gives up
+    with OutageTooLong. Any other error goes straight up."""
+    outage_since: float | None = None
+    delay = 1.0
+    while True:
+        try:
+            result = await work()
+            if outage_since is not None:
+                log.info("database answers again after %.1f s", time.monotonic() - outage_since)
+            return result
+        except Exception as err:
+            if not is_outage(err):
+                raise
+            now = time.monotonic()
+            outage_since = outage_since or now
+            if now - outage_since > settings.max_outage_seconds:
+                raise OutageTooLong() from err
+            log.warning(
+                "database unavailable (%s); trying again in %.0f s", type(err).__name__, delay
+            )
+            deadline = now + delay
+            while time.monotonic() < deadline:
+                if on_wait is not None:
+                    on_wait()
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, settings.outage_retry_max_seconds)
+
+
+async def with_outage_retry(
+    engine: AsyncEngine,
+    settings: Settings,
+    work: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    transaction: bool = False,
+    on_wait: Callable[[], None] | None = None,
+) -> T:
+    """``work`` on a fresh connection, riding out outages: in autocommit (each statement
+    its own transaction), or with ``transaction`` in one transaction, committed when
+    ``work`` returns."""
+
+    async def on_connection() -> T:
+        if transaction:
+            async with engine.begin() as conn:
+                return await work(conn)
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await work(conn)
+
+    return await ride_out_outages(settings, on_connection, on_wait=on_wait)
+
+
+# --- the shared attempt --------------------------------------------------------------------
+
+
+class KindActivities(Generic[P]):
+    """Base of a kind's activities class (``activities/<kind>.py``): built once per worker
+    with its dependencies; its work activity calls ``self.attempt(request, work)``."""
+
+    kind: ClassVar[JobKind[Any]]
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def attempt(
+        self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
+    ) -> WorkResult:
+        bind_job(request.job)
+        settings = self.deps.settings
+        info = activity.info()
+        beat = Beat(cursor=request.cursor)
+        activity.heartbeat(beat.model_dump(mode="json"))
+        try:
+            job = await self._open(
+                request,
+                info.workflow_run_id,
+                on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json")),
+            )
+            if job.is_final:
+                return WorkResult(outcome=outcome_of(job), counters=job.counters)
+            ctx: WorkContext[P] = WorkContext(
+                deps=self.deps,
+                kind=self.kind,
+                request=request,
+                job=job,
+                payload=self.kind.validate(job.payload),
+                counters=job.counters,
+                beat_state=Beat(cursor=request.cursor, progress=self.kind.durable_progress(job)),
+            )
+            end: WorkEnd = Stopped() if job.cancel_requested_at else await work(ctx)
+            if isinstance(end, Paused):
+                return WorkResult(beat=ctx.beat_state, counters=ctx.counters)
+            done = isinstance(end, Done)
+            outcome = await self.finish(
+                job,
+                JobStatus.succeeded if done else JobStatus.cancelled,
+                counters=ctx.counters,
+                output=end.output if isinstance(end, Done) else None,
+            )
+            return WorkResult(outcome=outcome, beat=ctx.beat_state, counters=outcome.counters)
+        except Refused as err:
+            log.info("job refused: %s", err.code)
+            raise ApplicationError(
+                err.message, beat.model_dump(mode="json"), type=err.code, non_retryable=True
+            ) from None
+        except OutageTooLong:
+            log.error("database unavailable for longer than %.0f s", settings.max_outage_seconds)
+            raise ApplicationError(
+                "the database did not answer for too long", type="unavailable", non_retryable=True
+            ) from None
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                # Out of time to drain: the job is handed over, not failed; whatever the
+                # cut step had not committed never happened.
+                log.info("worker shutting down: job handed over")
+                return WorkResult(beat=beat)
+            raise
+        except ApplicationError:
+            raise
+        except Exception as err:
+            log.exception("attempt failed")
+            raise ApplicationError(f"the attempt failed ({type(err).__name__})") from None
+
+    async def _open(
+        self, request: WorkRequest, run_id: str | None, *, on_wait: Callable[[], None]
+    ) -> JobView:
+        """Moves the job to running for this attempt; a job started straight through
+        Temporal has no row yet: it is created with the checks a start through the
+        client makes, and a refused one gets a failed row and fails at once."""
+        job = request.job
+
+        async def open_row(conn: AsyncConnection) -> JobView | None:
+            return await store.open_job(
+                conn,
+                job.job_id,
+                run_id=run_id,
+                attempts=request.attempt,
+                attempts_failed=request.attempts_failed,
+            )
+
+        async def create_row(conn: AsyncConnection) -> HubJobsError | None:
+            try:
+                async with conn.begin_nested():
+                    await lifecycle.create_job(
+                        conn,
+                        self.kind,
+                        job_id=job.job_id,
+                        workspace_id=job.workspace_id,
+                        actor_id=job.actor_id,
+                        correlation_id=job.correlation_id,
+                        payload=job.payload,
+                    )
+            except HubJobsError as err:
+                await lifecycle.record_refused(
+                    conn,
+                    job_id=job.job_id,
+                    kind=job.kind,
+                    workspace_id=job.workspace_id,
+                    actor_id=job.actor_id,
+                    correlation_id=job.correlation_id,
+                    payload=job.payload,
+                    code=err.code,
+                    message=err.message,
+                    retention=self.deps.default_retention,
+                )
+                return err
+            return None
+
+        engine, settings = self.deps.engine, self.deps.settings
+        opened = await with_outage_retry(engine, settings, open_row, on_wait=on_wait)
+        if opened is not None:
+            return opened
+        refused = await with_outage_retry(
+            engine, settings, create_row, transaction=True, on_wait=on_wait
+        )
+        if refused is not None:
+            raise Refused(refused.message, code=refused.code)
+        opened = await with_outage_retry(engine, settings, open_row, on_wait=on_wait)
+        assert opened is not None
+        return opened
+
+    async def finish(
+        self,
+        job: JobView,
+        status: JobStatus,
+        *,
+        counters: Counters | None = None,
+        output: dict[str, Any] | None = None,
+    ) -> JobOutcome:
+        return await finish(self.deps, job, status, counters=counters, output=output)
+
+
+async def finish(
+    deps: Deps,
+    job: JobView,
+    status: JobStatus,
+    *,
+    counters: Counters | None = None,
+    output: dict[str, Any] | None = None,
+    error_code: str | None = None,
+    error_message: str | None = None,
+    attempts: int = 0,
+    attempts_failed: int = 0,
+) -> JobOutcome:
+    """The final write, shared by attempts and the workflow's local activity; it rides
+    out outages like any other write, and finishing twice changes nothing."""
+
+    async def write(conn: AsyncConnection) -> store.Finished | None:
+        return await lifecycle.finish_job(
+            conn,
+            job,
+            status=status,
+            default_retention=deps.default_retention,
+            counters=counters,
+            output=output,
+            error_code=error_code,
+            error_message=error_message,
+            attempts=attempts,
+            attempts_failed=attempts_failed,
+        )
+
+    finished = await with_outage_retry(deps.engine, deps.settings, write)
+    if finished is None:
+        raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+    final = finished.job
+    if finished.changed:
+        kind = REGISTRY.find(final.kind)
+        if final.status == JobStatus.cancelled and kind is not None and kind.discard is not None:
+            await kind.discard(final, deps.settings)
+        seconds = None
+        if final.started_at is not None and final.finished_at is not None:
+            seconds = (final.finished_at - final.started_at).total_seconds()
+        deps.metrics.job_finished(final.kind, final.status, seconds)
+        log.info("job finished: %s %s", final.status, final.error_code or "")
+    return outcome_of(final)

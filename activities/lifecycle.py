@@ -1,0 +1,67 @@
+"""The lifecycle's local activities, run by the workflow on its own worker (no task
+queue round trip): finish a job whose work could not (it failed, or the workflow was
+cancelled), and record a cancellation request that came as a bare signal. Both retry
+until they land, so that the read model ends agreeing with Temporal."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.base import Deps, finish, with_outage_retry
+from hubjobs.kinds import REGISTRY
+from hubjobs.observability.logs import bind_job
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import JobView
+from hubjobs.temporal.messages import CancelRequest, FinishJob, JobOutcome
+
+
+class LifecycleActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    @activity.defn
+    async def finish_job(self, request: FinishJob) -> JobOutcome:
+        """Writes the final status (see hubjobs.readmodel.lifecycle); a finished row
+        stays as it is and is returned."""
+
+        async def read(conn: AsyncConnection) -> JobView | None:
+            return await store.get_job(conn, request.job_id)
+
+        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        if job is None:
+            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        bind_job(job)
+        return await finish(
+            self.deps,
+            job,
+            request.status,
+            error_code=request.error_code,
+            error_message=request.error_message,
+            attempts=request.attempts,
+            attempts_failed=request.attempts_failed,
+        )
+
+    @activity.defn
+    async def durable_progress(self, job_id: uuid.UUID) -> int:
+        """How far the job's work durably got, as its row shows it: what the workflow
+        compares, after an attempt failed, with what it knew before the attempt."""
+
+        async def read(conn: AsyncConnection) -> JobView | None:
+            return await store.get_job(conn, job_id)
+
+        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        if job is None:
+            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        kind = REGISTRY.find(job.kind)
+        return kind.durable_progress(job) if kind is not None else job.processed
+
+    @activity.defn
+    async def record_cancel_request(self, job_id: uuid.UUID, request: CancelRequest) -> None:
+        async def record(conn: AsyncConnection) -> None:
+            await store.request_cancel(conn, job_id, request.actor_id)
+
+        await with_outage_retry(self.deps.engine, self.deps.settings, record)

@@ -1,0 +1,182 @@
+"""Page export: a course (a page and its subtree) or a whole workspace as NDJSON files
+of pages, a new file every N pages, from one consistent snapshot. The result is a
+manifest in the FHIR bulk-data shape; the files are downloaded through the API with the
+same bearer token.
+
+The snapshot is the items: each page's exported fields are frozen into its item when
+the job starts (one statement, one transaction: that is the manifest's
+``transactionTime``), so an export resumed after a crash writes the same lines a whole
+one would, however the pages changed meanwhile. File k holds the items of ordinals
+(k-1)*N+1 … k*N; it is written whole under a temporary name, fsynced and renamed, and
+only then are its items recorded (and their frozen copy dropped): a file is either
+complete and counted, or rewritten from the snapshot by the next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hubjobs.errors import InvalidInput, NotFound
+from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/x-ndjson"
+FILE_NAME = re.compile(r"^pages-\d{4,}\.ndjson$")
+
+
+class PageExportPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # A course's root page; None exports the whole workspace.
+    root_page_id: uuid.UUID | None = None
+    pages_per_file: int = Field(default=1000, ge=1, le=100_000)
+
+
+class ExportCursor(BaseModel):
+    """Where an attempt carries on: after the last file written and recorded."""
+
+    files: int = 0
+
+
+class OutputFile(BaseModel):
+    type: str = "Page"
+    url: str
+    count: int
+
+
+class PageExportResult(Result):
+    """The FHIR bulk-data manifest."""
+
+    transaction_time: datetime
+    request: str
+    requires_access_token: bool = True
+    output: list[OutputFile]
+    error: list[OutputFile] = Field(default_factory=list)
+
+
+def file_name(number: int) -> str:
+    return f"pages-{number:04d}.ndjson"
+
+
+def files_of(total: int, per_file: int) -> list[tuple[str, int]]:
+    """Each file's name and line count for ``total`` pages, ``per_file`` a file."""
+    count = -(-total // per_file)
+    return [(file_name(k), min(per_file, total - (k - 1) * per_file)) for k in range(1, count + 1)]
+
+
+def export_folder(settings: Settings, job_id: uuid.UUID) -> Path:
+    return settings.resolved_export_dir / str(job_id)
+
+
+def export_file(settings: Settings, job: JobView, name: str) -> Path | None:
+    """The file ``name`` of a finished export, if it is one of its manifest's files."""
+    if job.kind != PAGE_EXPORT.name or job.result is None or not FILE_NAME.match(name):
+        return None
+    listed = {entry["url"].rsplit("/", 1)[-1] for entry in job.result.get("output", [])}
+    if name not in listed:
+        return None
+    path = export_folder(settings, job.id) / name
+    return path if path.is_file() else None
+
+
+# --- the start --------------------------------------------------------------------------
+
+# Every page's exported fields, frozen: id, title, markdown, tags, version, updatedAt.
+FROZEN = (
+    "jsonb_build_object('id', p.id, 'title', p.title, 'markdown', p.markdown, "
+    "'tags', to_jsonb(p.tags), 'version', p.version, 'updatedAt', p.updated_at)"
+)
+COURSE_PAGES = f"""
+    WITH RECURSIVE course AS (
+        SELECT id, 0 AS depth FROM pages WHERE id = :root
+        UNION ALL
+        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
+         WHERE p.workspace_id = :workspace AND NOT p.trashed
+    )
+    SELECT row_number() OVER (ORDER BY c.depth, p.title, p.id)::int, p.id, p.title, false,
+           {FROZEN}
+      FROM course c JOIN pages p ON p.id = c.id
+"""
+WORKSPACE_PAGES = f"""
+    SELECT row_number() OVER (ORDER BY p.id)::int, p.id, p.title, false, {FROZEN}
+      FROM pages p WHERE p.workspace_id = :workspace AND NOT p.trashed
+"""
+
+
+async def prepare(conn: AsyncConnection, job: NewJob, payload: PageExportPayload) -> Prepared:
+    params: dict[str, Any] = {"workspace": job.workspace_id}
+    if payload.root_page_id is None:
+        total = await store.insert_items(conn, job.job_id, WORKSPACE_PAGES, params)
+        return Prepared(total=total, summary=f"Export the workspace's {total} pages")
+    root = (
+        await conn.execute(
+            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
+            {"id": payload.root_page_id},
+        )
+    ).first()
+    if root is None or root.workspace_id != job.workspace_id:
+        raise NotFound("the root page does not exist in this workspace", code="page_not_found")
+    if root.trashed:
+        raise InvalidInput("the root page is in the trash", code="page_trashed")
+    total = await store.insert_items(
+        conn, job.job_id, COURSE_PAGES, {**params, "root": payload.root_page_id}
+    )
+    return Prepared(total=total, summary=f"Export course {root.title}, {total} pages")
+
+
+class ExportOutput(BaseModel):
+    """What the attempt that finished an export hands to its result."""
+
+    transaction_time: datetime
+    workspace_id: uuid.UUID
+    job_id: uuid.UUID
+    files: list[tuple[str, int]]
+
+
+def build_result(
+    payload: PageExportPayload, counters: Counters, output: dict[str, Any] | None
+) -> PageExportResult:
+    done = ExportOutput.model_validate(output)
+    base = f"/workspaces/{done.workspace_id}/jobs/{done.job_id}"
+    return PageExportResult(
+        transaction_time=done.transaction_time,
+        request=f"/workspaces/{done.workspace_id}/jobs/page_export",
+        output=[OutputFile(url=f"{base}/files/{name}", count=count) for name, count in done.files],
+    )
+
+
+async def expire(job: JobView, settings: Settings) -> None:
+    """Removes the files of an export: when it expires, whatever it ended as, and at
+    once when it ends cancelled."""
+    folder = export_folder(settings, job.id)
+    await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+    log.info("removed the files of export %s", job.id)
+
+
+PAGE_EXPORT = JobKind(
+    name="page_export",
+    title="Page export",
+    payload=PageExportPayload,
+    result=PageExportResult,
+    prepare=prepare,
+    build_result=build_result,
+    expire=expire,
+    discard=expire,
+    # Bulk, like a backup.
+    priority=4,
+)

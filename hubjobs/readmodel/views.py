@@ -1,0 +1,108 @@
+"""What callers see of the read model: a job, an item, the queue. Plain pydantic models,
+no I/O."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from hubjobs.readmodel.status import ItemState, JobStatus
+
+
+class Counters(BaseModel):
+    total: int = 0
+    processed: int = 0
+    succeeded: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+    def __add__(self, other: Counters) -> Counters:
+        return Counters(
+            total=self.total + other.total,
+            processed=self.processed + other.processed,
+            succeeded=self.succeeded + other.succeeded,
+            skipped=self.skipped + other.skipped,
+            failed=self.failed + other.failed,
+        )
+
+    def describe(self) -> str:
+        """The progress line every kind shows unless it says more."""
+        return (
+            f"{self.processed} of {self.total} done: {self.succeeded} succeeded, "
+            f"{self.skipped} skipped, {self.failed} failed"
+        )
+
+
+class JobView(BaseModel):
+    """One job as callers see it (JSON keys snake_case)."""
+
+    id: uuid.UUID
+    workflow_id: str
+    kind: str
+    status: JobStatus
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID
+    correlation_id: str
+    idempotency_key: str | None
+    payload: dict[str, Any]
+    summary: str | None
+    total: int
+    processed: int
+    succeeded: int
+    skipped: int
+    failed: int
+    progress_message: str | None
+    result: dict[str, Any] | None
+    result_content_type: str | None
+    error_code: str | None
+    error_message: str | None
+    cancel_requested_at: datetime | None
+    cancel_requested_by: uuid.UUID | None
+    attempts: int
+    attempts_failed: int
+    source_job_id: uuid.UUID | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    expires_at: datetime | None
+
+    @property
+    def counters(self) -> Counters:
+        return Counters(
+            total=self.total,
+            processed=self.processed,
+            succeeded=self.succeeded,
+            skipped=self.skipped,
+            failed=self.failed,
+        )
+
+    @property
+    def is_final(self) -> bool:
+        return self.status.is_final
+
+    @property
+    def progress(self) -> str:
+        """The latest progress message, or one made from the counters."""
+        return self.progress_message or self.counters.describe()
+
+
+class ItemView(BaseModel):
+    """One item of a job (a page of a course), as listings show it."""
+
+    ordinal: int
+    ref: uuid.UUID | None
+    label: str | None
+    state: ItemState
+    error_code: str | None
+    error_message: str | None
+    processed_at: datetime | None
+
+
+class QueueState(BaseModel):
+    queued: int
+    running: int
+    failed: int
+    oldest_queued_age_seconds: float | None

@@ -1,0 +1,89 @@
+"""How a failed attempt of a job's work is judged, and the stable codes a job can fail
+with. Pure functions of Temporal's failure objects: the workflow calls them (they are
+deterministic) and the unit tier tests them without servers.
+
+The rule (issue "jobs outlive the faults they exist to survive"): only attempts that
+made no durable progress count. An attempt that died after committing work, or that
+handed its job over because its worker was shutting down, costs nothing; the job fails
+after ``max_attempts`` attempts in a row without progress, as ``abandoned`` when the
+last one's worker stopped heartbeating and ``processing_failed`` otherwise. A refusal
+(a non-retryable error with a code) fails the job at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+from hubjobs.temporal.messages import Beat, JobOptions
+
+# Plain messages for the stable codes a job can end with. The detail of a failure goes
+# to the worker's log, never here.
+ERROR_MESSAGES: dict[str, str] = {
+    "actor_unavailable": "The actor is no longer an enabled administrator of the workspace.",
+    "invalid_payload": "The job's input is not valid for its kind.",
+    "processing_failed": "The job failed: its attempts ran out without progress.",
+    "abandoned": "The job was abandoned: its worker stopped responding and no attempts are left.",
+    "unavailable": "The job failed: the database did not answer for longer than allowed.",
+    "terminated": "The job was terminated in Temporal.",
+    "timed_out": "The job timed out in Temporal.",
+}
+
+ABANDONED = "abandoned"
+PROCESSING_FAILED = "processing_failed"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A failed attempt, judged: how far it got (its last beat, if it sent one), whether
+    its worker died, and the code it ends the job with if it is a refusal."""
+
+    beat: Beat | None
+    died: bool
+    refusal: str | None = None
+    message: str | None = None
+
+
+def _beat(details: Any) -> Beat | None:
+    if not details:
+        return None
+    try:
+        return Beat.model_validate(details[0])
+    except (ValidationError, TypeError, IndexError):
+        return None
+
+
+def judge(err: ActivityError) -> Judged:
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        # Heartbeat or start-to-close: the worker died or hung; its last beat says how
+        # far it got.
+        died = cause.type in (TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE)
+        return Judged(beat=_beat(cause.last_heartbeat_details), died=died)
+    if isinstance(cause, ApplicationError):
+        beat = _beat(cause.details)
+        if cause.non_retryable and cause.type:
+            return Judged(beat=beat, died=False, refusal=cause.type, message=cause.message)
+        return Judged(beat=beat, died=False)
+    return Judged(beat=None, died=False)
+
+
+def exhausted_code(judged: Judged) -> str:
+    """The code of a job whose attempts without progress ran out."""
+    return ABANDONED if judged.died else PROCESSING_FAILED
+
+
+def backoff_seconds(stalls: int, options: JobOptions) -> float:
+    """The wait before the next attempt after ``stalls`` attempts in a row without
+    progress: none after progress, then 2 s, 10 s, 30 s, 30 s… by default."""
+    if stalls <= 0:
+        return 0.0
+    wait = options.retry_initial_seconds * options.retry_coefficient ** (stalls - 1)
+    return float(min(wait, options.retry_max_seconds))
+
+
+def message_for(code: str, fallback: str | None = None) -> str:
+    return ERROR_MESSAGES.get(code) or fallback or ERROR_MESSAGES[PROCESSING_FAILED]

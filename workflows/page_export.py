@@ -1,0 +1,23 @@
+"""The PageExport workflow: attempts of ``export_pages`` until every file is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.page_export import PageExportActivities
+    from hubjobs.kinds.page_export import PAGE_EXPORT
+    from hubjobs.temporal.messages import JobOutcome
+
+from workflows.lifecycle import JobWorkflow, kind_workflow
+
+
+@kind_workflow(PAGE_EXPORT)
+class PageExportWorkflow(JobWorkflow):
+    work = PageExportActivities.export_pages
+
+    @workflow.run
+    async def run(self, job: dict[str, Any]) -> JobOutcome:
+        return await self.run_job(job)
