@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator
-from hubjobs.errors import InvalidInput
+from hubjobs.errors import InvalidInput, describe_validation_errors
 from hubjobs.kinds import REGISTRY, JobKind, NewJob
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.store import JobView
@@ -36,9 +36,8 @@ def validate_payload(kind: JobKind, payload: dict[str, Any]) -> Any:
     try:
         return kind.payload_model.model_validate(payload)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in err.errors()
-        )
+        # From each error's place and message only: never the input, nor a key's raw name.
+        problems = describe_validation_errors(err.errors(include_input=False))
         raise InvalidInput(
             f"invalid {kind.name} payload: {problems}", code="invalid_payload"
         ) from None
