@@ -12,7 +12,7 @@ from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
@@ -85,6 +85,13 @@ class Settings(BaseSettings):
     reconcile_seconds: float = 60.0
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
+
+    @field_validator("api_jwks_url", "api_jwt_audience", "api_jwt_issuer", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``HUBJOBS_API_JWT_AUDIENCE=`` (as a compose file's ``${VAR:-}`` gives) means
+        unset, never "the audience must be the empty string"."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def resolved_backup_dir(self) -> Path:
