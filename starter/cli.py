@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hubjobs.devstack import embedded
 from hubjobs.domain.text import printable
-from hubjobs.errors import HubJobsError, InvalidInput
+from hubjobs.errors import HubJobsError, InvalidInput, describe_validation_errors
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
@@ -112,7 +113,12 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
-        settings = Settings()
+        try:
+            settings = Settings()
+        except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
+            problems = describe_validation_errors(invalid.errors(include_input=False))
+            error_line(f"invalid HUBJOBS_* setting: {problems}", "invalid_settings")
+            raise typer.Exit(2) from None
         _setup_logging(settings)
         try:
             _check_encoding(kwargs)
