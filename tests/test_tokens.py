@@ -6,6 +6,8 @@ and a provider that is down or serves garbage (503, not 401 or 500)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient
+from tests.hostile import SAMPLES
 from tests.processes import hubjobs_env
 
 SECRET = "token-test-secret-" + "x" * 32
@@ -300,3 +303,57 @@ def test_a_jwks_url_that_is_not_http_is_a_configuration_error(settings: Settings
     for url in ("file:///etc/passwd", "ftp://example.test/keys"):
         with pytest.raises(ConfigurationError):
             create_app(settings.model_copy(update={"api_jwks_url": url}))
+
+
+async def test_hostile_tokens_are_refused_without_fetching_for_each(
+    jwks_api: httpx.AsyncClient, key_server: KeyServer, course: DemoCourse
+) -> None:
+    """Garbage, hostile key ids, ``alg: none``, and the classic confusion (HS256 keyed
+    with the provider's public key): 401 each, never 5xx, and no token that cannot
+    name a key makes the API fetch anything."""
+    from cryptography.hazmat.primitives import serialization
+
+    a = SigningKey("key-a", "rsa")
+    key_server.publish(a.jwk)
+    assert await _status(jwks_api, course, a.token(course.actor_id)) == (200, "")
+    public_pem = a.private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    now = int(time.time())
+    claims = {"sub": str(course.actor_id), "exp": now + 60}
+
+    def unsigned(header: dict[str, Any]) -> str:
+        def part(data: dict[str, Any]) -> str:
+            return jwt.utils.base64url_encode(json.dumps(data).encode()).decode()
+
+        return f"{part(header)}.{part(claims)}."
+
+    def hmac_keyed_with(secret: bytes, header: dict[str, Any]) -> str:
+        """What an attacker builds by hand (PyJWT itself refuses a PEM as HMAC key)."""
+        signing_input = unsigned(header)[:-1]
+        digest = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+        return f"{signing_input}.{jwt.utils.base64url_encode(digest).decode()}"
+
+    hostile = [
+        *SAMPLES[:12],
+        "a.b.c",
+        "....",
+        unsigned({"alg": "none", "kid": "key-a"}),
+        unsigned({"alg": "RS256", "kid": {"nested": 1}}),
+        unsigned({"alg": "RS256", "kid": 123}),
+        unsigned({"alg": "RS256", "kid": "key-a\u202e"}),
+        unsigned({"alg": "RS256", "kid": "../../etc/passwd"}),
+        hmac_keyed_with(public_pem, {"alg": "HS256", "typ": "JWT", "kid": "key-a"}),
+    ]
+    fetches = key_server.fetches
+    for token in hostile:
+        header = ("Bearer " + token).encode("utf-8", "surrogatepass")
+        for forbidden in (b"\r", b"\n", b"\x00"):
+            header = header.replace(forbidden, b"")
+        answer = await jwks_api.get(
+            f"/workspaces/{course.workspace_id}/jobs", headers=[(b"Authorization", header)]
+        )
+        assert answer.status_code == 401, (token[:40], answer.text)
+    # Key ids that name nothing may re-read the set (refresh period 0 here), but a token
+    # that names no key id at all never does.
+    assert key_server.fetches - fetches <= 4
