@@ -6,6 +6,10 @@ what a person or another service can act on.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 
 class HubJobsError(Exception):
     """Base of every error the client raises. ``code`` is stable; ``message`` is plain."""
@@ -46,3 +50,41 @@ class Unavailable(HubJobsError):
 
 class JobFailed(HubJobsError):
     code = "job_failed"
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+# Error types whose message is the caller's own wording (a validator of ours).
+_OWN_WORDING = frozenset({"value_error", "assertion_error"})
+
+
+def _where(loc: Iterable[Any]) -> str:
+    """A field's location as ``a.b.0``, with any key that is not a plain name (an unknown
+    key of the caller's choosing) as ``<key>``."""
+    parts = []
+    for part in loc:
+        if isinstance(part, int) or (isinstance(part, str) and _NAME.fullmatch(part)):
+            parts.append(str(part))
+        else:
+            parts.append("<key>")
+    return ".".join(parts)
+
+
+def describe_validation_errors(
+    errors: Iterable[Mapping[str, Any]], *, default_loc: str = "payload", limit: int = 5
+) -> str:
+    """pydantic's (or FastAPI's) validation errors as one plain line, from each error's
+    ``loc`` and ``msg`` only, never its ``input``. A ``msg`` can still carry a piece of
+    the input (``Input should be a valid UUID, invalid character: … found `x` at 1``):
+    that part, the context's ``error``, is left out unless the message is our own
+    validator's wording."""
+    problems = []
+    for error in errors:
+        msg = str(error.get("msg", "invalid"))
+        ctx = error.get("ctx") or {}
+        detail = ctx.get("error") if isinstance(ctx, Mapping) else None
+        if detail is not None and error.get("type") not in _OWN_WORDING:
+            msg = msg.replace(str(detail), "").rstrip(" ,:;") or "invalid"
+        problems.append(f"{_where(error.get('loc', ())) or default_loc}: {msg}")
+    more = len(problems) - limit
+    line = "; ".join(problems[:limit])
+    return line + (f"; and {more} more" if more > 0 else "")

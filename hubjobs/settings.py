@@ -12,7 +12,7 @@ from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
@@ -49,10 +49,17 @@ class Settings(BaseSettings):
     log_json: bool = False
     log_level: str = "INFO"
 
-    # The HTTP API: tokens are JWTs signed with this secret (HS256), or verified with
-    # this PEM public key (RS256/ES256). Neither is ever committed.
+    # The HTTP API: tokens are JWTs verified with an identity provider's rotating keys
+    # (a JWKS URL), or with this PEM public key (RS256/ES256), or signed with this secret
+    # (HS256; `hubjobs token` mints these). None is ever committed.
     api_jwt_secret: SecretStr | None = None
     api_jwt_public_key: str | None = None
+    api_jwks_url: str | None = None
+    # A token whose key id the cached key set lacks re-reads the set at most this often.
+    api_jwks_refresh_seconds: float = Field(default=10.0, ge=0)
+    # When set, a token must carry this audience (`aud`) and this issuer (`iss`).
+    api_jwt_audience: str | None = None
+    api_jwt_issuer: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8080
 
@@ -91,6 +98,13 @@ class Settings(BaseSettings):
     reconcile_seconds: float = 60.0
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
+
+    @field_validator("api_jwks_url", "api_jwt_audience", "api_jwt_issuer", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``HUBJOBS_API_JWT_AUDIENCE=`` (as a compose file's ``${VAR:-}`` gives) means
+        unset, never "the audience must be the empty string"."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def resolved_backup_dir(self) -> Path:

@@ -13,12 +13,19 @@ FHIR bulk data over the starter client.
 Every call but /health carries ``Authorization: Bearer <JWT naming the actor>`` and is
 scoped to the workspace in its path. Errors are ``{"error": {"code", "message"}}``
 with a stable code; details go to the log. The OpenAPI document is the contract.
+
+What the log gets: one access line a request with the route's template (never the
+path as sent, its query or its headers), and for a failure its code, or the error's
+type and frames (``describe_failure``): never a payload, a key or a message that could
+quote one. A workspace the actor is not an enabled member of answers exactly as one
+that does not exist (404 ``workspace_not_found``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +37,15 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hubjobs.domain.text import (
+    KEY_MAX_LENGTH,
+    KEY_PATTERN,
+    KIND_PATTERN,
+    invalid_correlation_id,
+    invalid_idempotency_key,
+)
 from hubjobs.errors import (
     ConfigurationError,
     Forbidden,
@@ -38,15 +53,21 @@ from hubjobs.errors import (
     InvalidInput,
     NotFound,
     Unavailable,
+    describe_validation_errors,
 )
+from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from starter.auth import Unauthorized, actor_of
+from starter.auth import TokenVerifier, Unauthorized
 from starter.client import HubJobsClient, WorkspaceJobs
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("hubjobs.api.access")
 RETRY_AFTER_SECONDS = 2
+# The largest request body taken (a payload is a few hundred bytes).
+MAX_BODY_BYTES = 1024 * 1024
+INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 
 
 class ErrorDetail(BaseModel):
@@ -114,11 +135,112 @@ STATUS_OF: list[tuple[type[HubJobsError], int]] = [
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "Unreadable request (a body that is not JSON)"},
     401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
-    403: {"model": ErrorBody, "description": "The actor may not do this in the workspace"},
-    404: {"model": ErrorBody, "description": "No such job in the workspace (or cancelled)"},
+    403: {
+        "model": ErrorBody,
+        "description": "A member of the workspace who is not its administrator",
+    },
+    404: {
+        "model": ErrorBody,
+        "description": "No such workspace for the actor (also when not a member), "
+        "or no such job in it (or cancelled)",
+    },
+    413: {"model": ErrorBody, "description": f"A body over {MAX_BODY_BYTES} bytes"},
     422: {"model": ErrorBody, "description": "Invalid request"},
-    503: {"model": ErrorBody, "description": "PostgreSQL or Temporal unavailable"},
+    500: {"model": ErrorBody, "description": "Internal error (the detail is in the log)"},
+    503: {
+        "model": ErrorBody,
+        "description": "PostgreSQL, Temporal or the identity provider's keys unavailable",
+    },
 }
+
+# Request fields whose refusal has a code of its own (the client's), not invalid_request.
+FIELD_REFUSALS = {
+    ("header", "idempotency-key"): invalid_idempotency_key,
+    ("header", "x-correlation-id"): invalid_correlation_id,
+}
+FIELD_CODES = {("path", "kind"): ("unknown_kind", "unknown job kind")}
+
+
+class RequestGuard:
+    """The outermost layer of every request, below Starlette's own error middleware:
+
+    - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
+    - an exception nothing else handled becomes 500 ``internal_error`` here, logged
+      with ``describe_failure`` (type and frames, no message): it never goes further
+      up, where the server would log it with its message;
+    - one access line a request: method, the route's template, status, duration.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            replay = await self._read_body(scope, receive)
+            if replay is None:
+                too_large = error(413, "payload_too_large", "the request body is too large")
+                await too_large(scope, receive, sending)
+            else:
+                await self.app(scope, replay, sending)
+        except Exception as err:
+            log_failure(log, "API call failed", err)
+            if status == 0:
+                await error(500, "internal_error", INTERNAL_MESSAGE)(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "(no route)"
+            access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method", "-"),
+                route,
+                status,
+                (time.monotonic() - started) * 1000,
+            )
+
+    @staticmethod
+    async def _read_body(scope: Scope, receive: Receive) -> Receive | None:
+        """The body read up front (at most ``MAX_BODY_BYTES``, else None), handed on."""
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > MAX_BODY_BYTES:
+                        return None
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return None
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        return replay
 
 
 def jobs_for(
@@ -126,9 +248,11 @@ def jobs_for(
     workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
     authorization: Annotated[str | None, Header(description="Bearer <JWT>")] = None,
 ) -> WorkspaceJobs:
-    """The workspace's jobs as the token's actor sees them."""
+    """The workspace's jobs as the token's actor sees them. (A plain function: FastAPI
+    runs it in a thread, where fetching an identity provider's keys may block.)"""
     hub: HubJobsClient = request.app.state.client
-    return hub.scope(workspace_id, actor_of(authorization, request.app.state.settings))
+    verifier: TokenVerifier = request.app.state.verifier
+    return hub.scope(workspace_id, verifier.actor_of(authorization))
 
 
 Jobs = Annotated[WorkspaceJobs, Depends(jobs_for)]
@@ -157,6 +281,8 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.verifier = TokenVerifier(settings)
+    app.add_middleware(RequestGuard)
     if client is not None:
         app.state.client = client
 
@@ -170,10 +296,16 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
-            for e in exc.errors()
-        )
+        errors = list(exc.errors())
+        for e in errors:
+            loc = tuple(e.get("loc", ()))
+            if loc in FIELD_REFUSALS:
+                refusal = FIELD_REFUSALS[loc]()
+                return error(422, refusal.code, refusal.message)
+            if loc in FIELD_CODES:
+                return error(422, *FIELD_CODES[loc])
+        # From each error's place and message only, never the input (describe_…).
+        where = describe_validation_errors(errors, default_loc="request")
         return error(422, "invalid_request", f"invalid request: {where}")
 
     @app.exception_handler(StarletteHTTPException)
@@ -183,8 +315,9 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("API call failed")
-        return error(500, "internal_error", "internal error; the detail is in the server log")
+        # Only what RequestGuard itself did not catch; it catches the rest.
+        log_failure(log, "API call failed", exc)
+        return error(500, "internal_error", INTERNAL_MESSAGE)
 
     @app.post(
         "/workspaces/{workspace_id}/jobs/{kind}",
@@ -195,12 +328,28 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     )
     async def start_job(
         jobs: Jobs,
-        kind: Annotated[str, Path(description="The job kind", max_length=64)],
+        kind: Annotated[str, Path(description="The job kind", max_length=64, pattern=KIND_PATTERN)],
         payload: Annotated[dict[str, Any], Body(description="The kind's payload")],
         idempotency_key: Annotated[
-            str | None, Header(description="Same key, same job", max_length=200)
+            str | None,
+            Header(
+                description="Same key, same job: 1 to 128 characters of "
+                "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_idempotency_key)",
+                min_length=1,
+                max_length=KEY_MAX_LENGTH,
+                pattern=KEY_PATTERN,
+            ),
         ] = None,
-        x_correlation_id: Annotated[str | None, Header(max_length=200)] = None,
+        x_correlation_id: Annotated[
+            str | None,
+            Header(
+                description="Carried into traces and logs: 1 to 128 characters of "
+                "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
+                min_length=1,
+                max_length=KEY_MAX_LENGTH,
+                pattern=KEY_PATTERN,
+            ),
+        ] = None,
     ) -> JSONResponse:
         job = await jobs.start(
             kind, payload, correlation_id=x_correlation_id, idempotency_key=idempotency_key

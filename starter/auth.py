@@ -1,58 +1,176 @@
-"""Bearer tokens for the HTTP API: a JWT whose subject is the acting user's id, signed
-with the configured secret (HS256) or verified with the configured public key (RS256 /
-ES256, for tokens minted by an identity provider)."""
+"""Bearer tokens for the HTTP API: a JWT whose subject is the acting user's id.
+
+Where the keys come from, first configured first:
+
+- ``HUBJOBS_API_JWKS_URL``: an identity provider's key set (JWKS), for providers that
+  rotate their keys. The set is cached (5 minutes); a token whose ``kid`` the cached
+  set does not hold re-reads it once, at most every ``HUBJOBS_API_JWKS_REFRESH_SECONDS``
+  (so made-up key ids cannot turn into a flood of fetches). Only asymmetric keys count
+  (RSA, EC, OKP): a symmetric key published in a set is never used. When the set cannot
+  be fetched or read the answer is ``unavailable`` (503), not a refusal of the token.
+- ``HUBJOBS_API_JWT_PUBLIC_KEY``: one PEM public key (RS256 / ES256).
+- ``HUBJOBS_API_JWT_SECRET``: a shared secret (HS256); ``hubjobs token`` mints these.
+
+``HUBJOBS_API_JWT_AUDIENCE`` and ``HUBJOBS_API_JWT_ISSUER``, when set, must match the
+token's ``aud`` and ``iss`` (which it must then carry); unset, they are not checked.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from typing import Any
 
 import jwt
+from jwt.types import Options
 
-from hubjobs.errors import ConfigurationError, HubJobsError
+from hubjobs.errors import ConfigurationError, HubJobsError, Unavailable
 from hubjobs.settings import Settings
 
 ISSUER = "hubjobs"
+PEM_ALGORITHMS = ["RS256", "ES256"]
+# What a key from a JWKS may sign with: asymmetric algorithms only.
+JWKS_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+JWKS_CACHE_SECONDS = 300.0
+JWKS_TIMEOUT_SECONDS = 5.0
 
 
 class Unauthorized(HubJobsError):
     code = "unauthorized"
 
 
-def _key_and_algorithms(settings: Settings) -> tuple[str, list[str]]:
-    if settings.api_jwt_public_key:
-        return settings.api_jwt_public_key, ["RS256", "ES256"]
-    if settings.api_jwt_secret:
-        return settings.api_jwt_secret.get_secret_value(), ["HS256"]
-    raise ConfigurationError(
-        "the API has no token key: set HUBJOBS_API_JWT_SECRET or HUBJOBS_API_JWT_PUBLIC_KEY"
-    )
+def _refused() -> Unauthorized:
+    return Unauthorized("the bearer token is not valid")
+
+
+class _FetchTracking(jwt.PyJWKClient):
+    """PyJWT's JWKS client, noting when it last fetched the set."""
+
+    fetched_at = float("-inf")
+
+    def fetch_data(self) -> Any:
+        data = super().fetch_data()
+        self.fetched_at = time.monotonic()
+        return data
+
+
+class KeySet:
+    """An identity provider's signing keys, by key id (``kid``)."""
+
+    def __init__(self, url: str, *, refresh_seconds: float) -> None:
+        try:
+            self._client = _FetchTracking(
+                url,
+                cache_jwk_set=True,
+                lifespan=JWKS_CACHE_SECONDS,
+                timeout=JWKS_TIMEOUT_SECONDS,
+                cooldown_duration=0,  # our own rule below: at most one refresh a period
+            )
+        except jwt.PyJWKClientError:
+            raise ConfigurationError("HUBJOBS_API_JWKS_URL must be an http(s) URL") from None
+        self._refresh_seconds = refresh_seconds
+        self._lock = threading.Lock()
+
+    def _signing_keys(self, *, refresh: bool) -> list[jwt.PyJWK]:
+        try:
+            return self._client.get_signing_keys(refresh=refresh)
+        except jwt.PyJWKClientConnectionError:
+            raise Unavailable("the identity provider's keys could not be fetched") from None
+        except (jwt.PyJWKClientError, jwt.PyJWKSetError, ValueError):
+            # Not JSON, not a key set, or no signing key in it: the provider's trouble.
+            raise Unavailable("the identity provider's key set could not be read") from None
+
+    def key_for(self, kid: str) -> jwt.PyJWK:
+        """The signing key ``kid`` names; ``Unauthorized`` when the provider has none."""
+        with self._lock:
+            key = self._client.match_kid(self._signing_keys(refresh=False), kid)
+            recently = time.monotonic() - self._client.fetched_at < self._refresh_seconds
+            if key is None and not recently:
+                key = self._client.match_kid(self._signing_keys(refresh=True), kid)
+        if key is None or key.algorithm_name not in JWKS_ALGORITHMS:
+            raise _refused()
+        return key
+
+
+class TokenVerifier:
+    """Checks bearer tokens against the configured keys, audience and issuer."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.audience = settings.api_jwt_audience
+        self.issuer = settings.api_jwt_issuer
+        self.key_set = (
+            KeySet(settings.api_jwks_url, refresh_seconds=settings.api_jwks_refresh_seconds)
+            if settings.api_jwks_url
+            else None
+        )
+
+    def _key_and_algorithms(self, token: str) -> tuple[Any, list[str]]:
+        if self.key_set is not None:
+            try:
+                kid = jwt.get_unverified_header(token).get("kid")
+            except jwt.PyJWTError:
+                raise _refused() from None
+            if not isinstance(kid, str) or not kid:
+                raise _refused()
+            key = self.key_set.key_for(kid)
+            return key.key, [str(key.algorithm_name)]
+        if self.settings.api_jwt_public_key:
+            return self.settings.api_jwt_public_key, PEM_ALGORITHMS
+        if self.settings.api_jwt_secret:
+            return self.settings.api_jwt_secret.get_secret_value(), ["HS256"]
+        raise ConfigurationError(
+            "the API has no token key: set HUBJOBS_API_JWKS_URL, HUBJOBS_API_JWT_PUBLIC_KEY "
+            "or HUBJOBS_API_JWT_SECRET"
+        )
+
+    def actor_of(self, authorization: str | None) -> uuid.UUID:
+        """The actor a ``Bearer`` header names, once its signature, expiry, and (when
+        configured) audience and issuer check out."""
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthorized("a bearer token is required")
+        token = authorization[7:].strip()
+        key, algorithms = self._key_and_algorithms(token)
+        required = ["sub", "exp"]
+        if self.audience is not None:
+            required.append("aud")
+        if self.issuer is not None:
+            required.append("iss")
+        options: Options = {"require": required, "verify_aud": self.audience is not None}
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=algorithms,
+                options=options,
+                audience=self.audience,
+                issuer=self.issuer,
+            )
+            return uuid.UUID(str(claims["sub"]))
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise _refused() from None
 
 
 def actor_of(authorization: str | None, settings: Settings) -> uuid.UUID:
-    """The actor a ``Bearer`` header names, once its signature and expiry check out."""
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("a bearer token is required")
-    key, algorithms = _key_and_algorithms(settings)
-    try:
-        claims = jwt.decode(
-            authorization[7:].strip(),
-            key,
-            algorithms=algorithms,
-            options={"require": ["sub", "exp"]},
-        )
-        return uuid.UUID(str(claims["sub"]))
-    except (jwt.PyJWTError, ValueError):
-        raise Unauthorized("the bearer token is not valid") from None
+    """``TokenVerifier(settings).actor_of(authorization)``, for one-off checks."""
+    return TokenVerifier(settings).actor_of(authorization)
 
 
 def mint(actor_id: uuid.UUID, settings: Settings, *, ttl_seconds: int = 3600) -> str:
-    """A token for ``actor_id`` signed with the configured secret (for tools and tests)."""
+    """A token for ``actor_id`` signed with the configured secret (for tools and tests),
+    with the configured audience and issuer."""
     if settings.api_jwt_secret is None:
         raise ConfigurationError("minting tokens needs HUBJOBS_API_JWT_SECRET")
     now = int(time.time())
-    return jwt.encode(
-        {"sub": str(actor_id), "iat": now, "exp": now + ttl_seconds, "iss": ISSUER},
-        settings.api_jwt_secret.get_secret_value(),
-        algorithm="HS256",
-    )
+    claims: dict[str, Any] = {
+        "sub": str(actor_id),
+        "iat": now,
+        "exp": now + ttl_seconds,
+        "iss": settings.api_jwt_issuer or ISSUER,
+    }
+    if settings.api_jwt_audience is not None:
+        claims["aud"] = settings.api_jwt_audience
+    return jwt.encode(claims, settings.api_jwt_secret.get_secret_value(), algorithm="HS256")

@@ -1,7 +1,11 @@
 """``hubjobs``: the command line over the starter client, plus the embedded stack.
 
-Every command takes ``--json``. Errors are one plain line on stderr and a non-zero
-exit; the detail goes to ``<HUBJOBS_HOME>/hubjobs.log``.
+Every command takes ``--json``. Errors are one plain line on stderr,
+``error: <message> [<code>]``, and a non-zero exit: 2 for what the caller got wrong
+(codes ``invalid_…``, ``unknown_kind``; a usage error is ``invalid_argument``), 1
+otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and error
+types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes Python
+decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
 """
 
 from __future__ import annotations
@@ -12,17 +16,20 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hubjobs.devstack import embedded
-from hubjobs.errors import HubJobsError
+from hubjobs.domain.text import printable
+from hubjobs.errors import HubJobsError, InvalidInput, describe_validation_errors
+from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -74,34 +81,60 @@ def _setup_logging(settings: Settings) -> None:
     )
 
 
+# Refusals of what the caller passed: exit 2 (anything else that fails: exit 1).
+CALLER_CODES = frozenset({"unknown_kind"})
+
+
+def error_line(message: str, code: str) -> None:
+    err.print(
+        f"error: {message} [{code}]",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,  # one line, however long, whatever the terminal's width
+    )
+
+
+def exit_code_of(code: str) -> int:
+    return 2 if code.startswith("invalid") or code in CALLER_CODES else 1
+
+
+def _check_encoding(kwargs: dict[str, Any]) -> None:
+    """Refuses an option whose bytes were not UTF-8: Python hands them over as lone
+    surrogates (surrogateescape), which no database or server takes."""
+    for name, value in kwargs.items():
+        if isinstance(value, str) and any("\ud800" <= ch <= "\udfff" for ch in value):
+            raise InvalidInput(
+                f"--{name.replace('_', '-')} is not valid UTF-8 text", code="invalid_encoding"
+            )
+
+
 def command(fn: Callable[..., R]) -> Callable[..., R]:
     """Turns errors into one plain line on stderr and exit code 1 (2 for bad input)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
-        settings = Settings()
+        try:
+            settings = Settings()
+        except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
+            problems = describe_validation_errors(invalid.errors(include_input=False))
+            error_line(f"invalid HUBJOBS_* setting: {problems}", "invalid_settings")
+            raise typer.Exit(2) from None
         _setup_logging(settings)
         try:
+            _check_encoding(kwargs)
             return fn(*args, **kwargs)
         except HubJobsError as error:
-            log.info("command failed: %s (%s)", error.message, error.code)
-            err.print(
-                f"error: {error.message} [{error.code}]",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,  # one line, however long, whatever the terminal's width
-            )
-            raise typer.Exit(2 if error.code.startswith("invalid") else 1) from None
+            # The code only: a message is plain, but the log keeps to codes and ids.
+            log.info("command %s failed: %s", fn.__name__, error.code)
+            error_line(error.message, error.code)
+            raise typer.Exit(exit_code_of(error.code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
-        except Exception:
-            log.exception("command failed")
-            err.print(
-                f"error: internal error; the detail is in {settings.home / 'hubjobs.log'} "
-                "[internal_error]",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
+        except Exception as failure:
+            log_failure(log, f"command {fn.__name__} failed", failure)
+            error_line(
+                f"internal error; the detail is in {settings.home / 'hubjobs.log'}",
+                "internal_error",
             )
             raise typer.Exit(1) from None
 
@@ -256,6 +289,9 @@ def api() -> None:
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,
+        # The app writes its own access line (the route's template, not the path and
+        # query as sent: those are the caller's text).
+        access_log=False,
         timeout_graceful_shutdown=10,
     )
 
@@ -463,8 +499,9 @@ def list_jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """List a workspace's jobs, newest first."""
-    if status is not None and status not in {s.value for s in JobStatus}:
-        raise HubJobsError("unknown status", code="invalid_status")
+    statuses = [s.value for s in JobStatus]
+    if status is not None and status not in statuses:
+        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
 
     async def go() -> list[JobView]:
         client, jobs = await _scoped(workspace, actor)
@@ -548,7 +585,10 @@ def demo(
     import worker as worker_module
     from hubjobs.db.engine import async_engine
     from hubjobs.devstack.demo_data import seed_demo as seed
+    from hubjobs.kinds.course_tagging import COURSE_TAGGING
 
+    # Refused before anything is seeded.
+    COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
     settings = Settings()
 
     async def go() -> JobView:
@@ -583,8 +623,25 @@ def demo(
         raise typer.Exit(1)
 
 
+def run_cli(args: Sequence[str] | None = None) -> int:
+    """Runs one command line (``sys.argv`` by default) and returns its exit code. A usage
+    error (an unknown option, a value of the wrong type) is one line as well, with the
+    code ``invalid_argument`` and exit code 2, its text made printable."""
+    try:
+        result = app(args=args, prog_name="hubjobs", standalone_mode=False)
+    except typer.TyperException as usage:  # typer's click exceptions
+        exit_code = int(getattr(usage, "exit_code", 2))
+        if type(usage).__name__ != "NoArgsIsHelpError":  # its help is printed already
+            error_line(printable(usage.format_message()), "invalid_argument")
+        return exit_code
+    except typer.Abort:
+        error_line("aborted", "aborted")
+        return 1
+    return result if isinstance(result, int) else 0
+
+
 def main() -> None:
-    run_and_exit(app)
+    run_and_exit(lambda: sys.exit(run_cli()))
 
 
 if __name__ == "__main__":

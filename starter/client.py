@@ -17,17 +17,24 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.db.engine import async_engine
+from hubjobs.db.errors import is_data_error, is_outage
 from hubjobs.domain.access import require_administrator, require_member
-from hubjobs.errors import HubJobsError, NotFound, Unavailable
-from hubjobs.kinds import get_kind
+from hubjobs.domain.text import (
+    check_correlation_id,
+    check_idempotency_key,
+    check_reason,
+    is_kind_name,
+)
+from hubjobs.errors import HubJobsError, InvalidInput, NotFound, Unavailable
+from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.observability.logs import log_failure
 from hubjobs.observability.telemetry import job_span
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.lifecycle import create_job, finish_job
@@ -69,15 +76,38 @@ class HubJobsClient:
         return WorkspaceJobs(self, workspace_id, actor_id)
 
     async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Runs ``work`` in one transaction; database trouble becomes ``Unavailable``."""
+        """Runs ``work`` in one transaction. A database that does not answer is
+        ``Unavailable`` (try again); a value the database refuses is ``InvalidInput``
+        (``invalid_data``: trying again changes nothing); anything else is an
+        ``internal_error``. The log gets the error's type, SQLSTATE and frames, never its
+        message (which may quote the values sent)."""
         try:
             async with self.engine.begin() as conn:
                 return await work(conn)
         except HubJobsError:
             raise
-        except (OperationalError, DBAPIError, OSError):
-            log.exception("database call failed")
-            raise Unavailable("the job database does not answer") from None
+        except Exception as err:
+            if is_outage(err):
+                log_failure(log, "database call failed (outage)", err, level=logging.WARNING)
+                raise Unavailable("the job database does not answer") from None
+            if is_data_error(err):
+                log_failure(log, "database refused a value", err, level=logging.INFO)
+                raise InvalidInput(
+                    "the database refused a value of the request", code="invalid_data"
+                ) from None
+            log_failure(log, "database call failed", err)
+            raise HubJobsError(
+                "internal error; the detail is in the server log", code="internal_error"
+            ) from None
+
+
+def _known_kind(name: str) -> JobKind[Any]:
+    """The registered kind, or ``unknown_kind`` (without repeating the name: it is the
+    caller's text, and the message may reach a log)."""
+    kind = REGISTRY.find(name) if is_kind_name(name) else None
+    if kind is None:
+        raise InvalidInput("unknown job kind", code="unknown_kind")
+    return kind
 
 
 class WorkspaceJobs:
@@ -100,11 +130,15 @@ class WorkspaceJobs:
     ) -> JobView:
         """Starts a job of any registered kind. Refused starts raise and leave nothing;
         the same idempotency key gives the same job (and repairs one whose workflow
-        never started)."""
-        kind = get_kind(kind_name)
+        never started). The idempotency key and correlation id are 1–128 characters of
+        ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``)."""
+        kind = _known_kind(kind_name)
+        idempotency_key = check_idempotency_key(idempotency_key)
+        correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        if not isinstance(raw, dict):
+            raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
         job_id = uuid.uuid4()
-        correlation_id = correlation_id or uuid.uuid4().hex
 
         async def create(conn: AsyncConnection) -> Any:
             return await create_job(
@@ -159,7 +193,7 @@ class WorkspaceJobs:
         try:
             await launch(self.client.temporal, job, self.client.settings)
         except RPCError as err:
-            log.warning("starting workflow %s failed: %s", job.workflow_id, err)
+            log.warning("starting workflow %s failed: %s", job.workflow_id, err.status.name)
             raise Unavailable(
                 "the job was recorded but Temporal did not accept it; "
                 "start it again with the same idempotency key"
@@ -180,6 +214,11 @@ class WorkspaceJobs:
     async def list(
         self, *, status: JobStatus | None = None, kind: str | None = None, limit: int = 50
     ) -> list[JobView]:
+        if kind is not None and not is_kind_name(kind):
+            raise InvalidInput("unknown job kind", code="unknown_kind")
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
+
         async def read(conn: AsyncConnection) -> list[JobView]:
             await require_member(conn, self.workspace_id, self.actor_id)
             return await read_model.list_jobs(
@@ -192,7 +231,9 @@ class WorkspaceJobs:
 
     async def cancel(self, job_id: uuid.UUID, *, reason: str | None = None) -> JobView:
         """Records the request in the read model at once, then signals the workflow.
-        Cancelling a finished job changes nothing."""
+        Cancelling a finished job changes nothing. A reason is free text of at most 500
+        characters (``invalid_reason``)."""
+        reason = check_reason(reason)
 
         async def record(conn: AsyncConnection) -> JobView:
             await require_administrator(conn, self.workspace_id, self.actor_id)
@@ -211,7 +252,7 @@ class WorkspaceJobs:
             await handle.signal("cancel", CancelRequest(actor_id=self.actor_id, reason=reason))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
-                log.warning("cancel signal to %s failed: %s", job.workflow_id, err)
+                log.warning("cancel signal to %s failed: %s", job.workflow_id, err.status.name)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None
             if job.status == JobStatus.queued:
                 # Recorded but never started: no workflow will finish the row; do it here.

@@ -185,9 +185,12 @@ async def test_authentication_and_workspace_isolation(
     assert own_job.status_code == 202
     location = own_job.headers["Content-Location"]
     outsider = bearer(other.actor_id, api_settings)
-    # Another workspace's administrator: not a member here, and finds nothing from there.
-    assert (await http.get(base, headers=outsider)).status_code == 403
-    assert (await http.get(location, headers=outsider)).status_code == 403
+    # Another workspace's administrator: not a member here, so to it this workspace does
+    # not exist (as any workspace it may not see), and it finds nothing from there.
+    for url in (base, location):
+        probe = await http.get(url, headers=outsider)
+        assert probe.status_code == 404
+        assert probe.json()["error"]["code"] == "workspace_not_found"
     foreign = location.replace(str(course.workspace_id), str(other.workspace_id))
     hidden = await http.get(foreign, headers=outsider)
     assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "job_not_found"

@@ -146,7 +146,7 @@ async def test_errors_are_one_plain_line(
     stranger = await _hubjobs(
         settings, tmp_path, "list", *_scope(course.workspace_id, uuid.uuid4()), "--json"
     )
-    _assert_one_error_line(stranger, "actor_not_member")
+    _assert_one_error_line(stranger, "workspace_not_found")
 
     bad_status = await _hubjobs(settings, tmp_path, "list", *scope, "--status", "nope")
     _assert_one_error_line(bad_status, "invalid_status")

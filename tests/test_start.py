@@ -108,9 +108,10 @@ async def test_refused_starts_leave_nothing_behind(
         (start(uuid.uuid4(), admin), NotFound, "workspace_not_found"),
         (start(ws, reader), Forbidden, "actor_not_administrator"),
         (start(ws, editor), Forbidden, "actor_not_administrator"),
-        (start(ws, disabled), Forbidden, "actor_not_member"),
-        (start(ws, outsider), Forbidden, "actor_not_member"),
-        (start(ws, uuid.uuid4()), Forbidden, "actor_not_member"),
+        # Not an enabled member: the same answer as a workspace that does not exist.
+        (start(ws, disabled), NotFound, "workspace_not_found"),
+        (start(ws, outsider), NotFound, "workspace_not_found"),
+        (start(ws, uuid.uuid4()), NotFound, "workspace_not_found"),
         (start(ws, admin, page=uuid.uuid4()), NotFound, "page_not_found"),
         (start(ws, admin, page=other_root), NotFound, "page_not_found"),
         (start(ws, admin, page=trashed_root), InvalidInput, "page_trashed"),
@@ -154,8 +155,8 @@ async def test_a_reader_cannot_take_over_an_idempotency_key(
     reader = await _account(engine, course.workspace_id, role="reader")
     outsider_workspace, _ = await _workspace_with_course(engine, 1)
     outsider = await _account(engine, outsider_workspace)
-    for actor, code in ((reader, "actor_not_administrator"), (outsider, "actor_not_member")):
-        with pytest.raises(Forbidden) as caught:
+    for actor, code in ((reader, "actor_not_administrator"), (outsider, "workspace_not_found")):
+        with pytest.raises(HubJobsError) as caught:
             await hub.scope(course.workspace_id, actor).start_course_tagging(
                 root_page_id=course.root_page_id, tag=TAG, idempotency_key="key-1"
             )
@@ -253,12 +254,12 @@ async def test_one_workspace_never_sees_another_workspaces_jobs(
     with pytest.raises(NotFound) as not_found:
         await hub.scope(b, b_reader).get(job.id)
     assert not_found.value.code == "job_not_found"
-    with pytest.raises(Forbidden) as forbidden:
+    with pytest.raises(NotFound) as forbidden:
         await hub.scope(a, b_reader).get(job.id)
-    assert forbidden.value.code == "actor_not_member"
-    with pytest.raises(Forbidden) as forbidden_list:
+    assert forbidden.value.code == "workspace_not_found"
+    with pytest.raises(NotFound) as forbidden_list:
         await hub.scope(a, b_reader).list()
-    assert forbidden_list.value.code == "actor_not_member"
+    assert forbidden_list.value.code == "workspace_not_found"
     with pytest.raises(NotFound) as not_found_cancel:
         await hub.scope(b, b_admin).cancel(job.id)
     assert not_found_cancel.value.code == "job_not_found"

@@ -1,4 +1,7 @@
-"""Connections: one async engine per process, psycopg 3 underneath."""
+"""Connections: one async engine per process, psycopg 3 underneath.
+
+Every engine hides statement parameters from its errors (``hide_parameters``): an
+error's text goes to logs, and parameters are payloads, tags and keys."""
 
 from __future__ import annotations
 
@@ -22,9 +25,13 @@ def plain_url(url: str) -> str:
 
 def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     return create_async_engine(
-        driver_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        driver_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        hide_parameters=True,
     )
 
 
 def sync_engine(url: str) -> Engine:
-    return create_engine(driver_url(url), pool_pre_ping=True)
+    return create_engine(driver_url(url), pool_pre_ping=True, hide_parameters=True)

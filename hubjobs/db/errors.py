@@ -42,11 +42,14 @@ def is_outage(err: BaseException) -> bool:
         return err.orig is not None and _psycopg_outage(err.orig)
     if isinstance(err, ConnectionError):  # refused, reset, broken pipe
         return True
+    if isinstance(err, sa.TimeoutError):  # the pool had no connection to give in time
+        return True
     return _psycopg_outage(err)
 
 
 def is_data_error(err: BaseException) -> bool:
     """The input itself was refused by the database (an invalid character, a value out
-    of range): the caller's fault, never worth a retry."""
+    of range), or could not even be sent to it (text that is not valid Unicode, which
+    psycopg cannot encode): the caller's fault, never worth a retry."""
     orig = err.orig if isinstance(err, sa.DBAPIError) else err
-    return isinstance(orig, psycopg.DataError)
+    return isinstance(orig, (psycopg.DataError, UnicodeEncodeError))

@@ -1,5 +1,10 @@
 """Who may do what in a workspace: roles come from memberships, and only enabled
-accounts count."""
+accounts count.
+
+A workspace the actor is not an enabled member of answers exactly as one that does not
+exist (``workspace_not_found``, same message, one query either way): otherwise anyone
+with a token could probe which workspace ids exist. Only an enabled member learns more,
+e.g. that starting or cancelling needs an administrator."""
 
 from __future__ import annotations
 
@@ -30,23 +35,20 @@ async def role_of(
     return None if row is None else str(row.role)
 
 
-async def require_workspace(conn: AsyncConnection, workspace_id: uuid.UUID) -> None:
-    found = (
-        await conn.execute(text("SELECT 1 FROM workspaces WHERE id = :id"), {"id": workspace_id})
-    ).first()
-    if found is None:
-        raise NotFound("the workspace does not exist", code="workspace_not_found")
+def workspace_not_found() -> NotFound:
+    """The one answer for a workspace that does not exist and for one the actor is not
+    an enabled member of."""
+    return NotFound("the workspace does not exist", code="workspace_not_found")
 
 
 async def require_member(
     conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
 ) -> str:
-    await require_workspace(conn, workspace_id)
+    """The actor's role; ``workspace_not_found`` when it is not an enabled member (or
+    there is no such workspace: the same answer)."""
     role = await role_of(conn, workspace_id, actor_id)
     if role is None:
-        raise Forbidden(
-            "the actor is not an enabled member of the workspace", code="actor_not_member"
-        )
+        raise workspace_not_found()
     return role
 
 

@@ -7,7 +7,6 @@ concurrency conflict and changes nothing.
 
 from __future__ import annotations
 
-import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.schema import MAX_TAGS_PER_PAGE
+from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput
 
 MAX_TAG_LENGTH = 64
@@ -29,17 +29,10 @@ class ConcurrencyConflict(HubJobsError):
 
 
 def normalize_tag(raw: str) -> str:
-    """A tag as stored: trimmed, non-empty, bounded, free of control characters."""
-    tag = raw.strip()
-    if not tag:
-        raise InvalidInput("the tag is empty", code="invalid_tag")
-    if len(tag) > MAX_TAG_LENGTH:
-        raise InvalidInput(
-            f"the tag is longer than {MAX_TAG_LENGTH} characters", code="invalid_tag"
-        )
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in tag):
-        raise InvalidInput("the tag contains control characters", code="invalid_tag")
-    return tag
+    """A tag as stored: trimmed, non-empty, bounded, free text (``hubjobs.domain.text``:
+    no control, bidi or invisible format character, no lone surrogate; emoji sequences
+    are fine)."""
+    return check_free_text(raw, what="the tag", code="invalid_tag", max_length=MAX_TAG_LENGTH)
 
 
 def etag(page_id: uuid.UUID, version: int) -> str:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.errors import InvalidInput
+from hubjobs.errors import InvalidInput, describe_validation_errors
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -115,11 +115,8 @@ class JobKind(Generic[P]):
         try:
             return self.payload.model_validate(raw)
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'] if str(p).isidentifier()) or 'payload'}: "
-                f"{e['msg']}"
-                for e in err.errors(include_input=False, include_url=False)
-            )
+            # From each error's place and message only: never the input, nor a key's name.
+            problems = describe_validation_errors(err.errors(include_input=False))
             raise InvalidInput(
                 f"invalid {self.name} payload: {problems}", code="invalid_payload"
             ) from None

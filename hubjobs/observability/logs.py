@@ -9,10 +9,12 @@ import contextlib
 import json
 import logging
 import sys
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import Any, TextIO
 
 from temporalio import activity
@@ -113,3 +115,33 @@ class _ActivityLogContext(ActivityInboundInterceptor):
         # the SDK's lines after it returned or failed carry the context too.
         bind(activity=info.activity_type, attempt=info.attempt, job_id=job_id)
         return await super().execute_activity(input)
+
+
+def describe_failure(err: BaseException) -> str:
+    """An exception for the log without its message: the type of each exception in its
+    chain (with the SQLSTATE of a database error) and where it was raised, frame by
+    frame. ``str(err)`` is left out on purpose: a database error quotes the statement's
+    values (``invalid input syntax for type uuid: "…"``), an encoding error the text."""
+    chain: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen and len(chain) < 5:
+        seen.add(id(current))
+        kind = type(current)
+        orig = getattr(current, "orig", None)
+        sqlstate = getattr(current, "sqlstate", None) or getattr(orig, "sqlstate", None)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        chain.append(f"{name} (SQLSTATE {sqlstate})" if isinstance(sqlstate, str) else name)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    frames = traceback.extract_tb(err.__traceback__)[-10:]
+    where = " > ".join(f"{PurePath(f.filename).name}:{f.lineno} {f.name}" for f in frames)
+    return " <- ".join(chain) + (f" at {where}" if where else "")
+
+
+def log_failure(
+    logger: logging.Logger, what: str, err: BaseException, *, level: int = logging.ERROR
+) -> None:
+    """Logs ``what`` failed, with ``describe_failure(err)``: ids and codes, no payload."""
+    logger.log(level, "%s: %s", what, describe_failure(err))

@@ -27,7 +27,7 @@ def run_migrations() -> None:
         return
     url = config.get_main_option("sqlalchemy.url")
     assert url is not None
-    engine = create_engine(url, poolclass=pool.NullPool)
+    engine = create_engine(url, poolclass=pool.NullPool, hide_parameters=True)
     with engine.begin() as connection:
         run_on(connection)
     engine.dispose()
