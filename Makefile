@@ -28,8 +28,17 @@ system-deps:
 	@command -v chromium >/dev/null && command -v docker-compose >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium docker-compose >/dev/null; }
 
+# The compose file, and the Temporal dynamic config it mounts (which `config` does not
+# read): every key a list of values, each a `value` and optional `constraints`. Debian's
+# docker-compose brings python3-yaml.
+DYNAMIC_CONFIG := deploy/temporal/dynamicconfig.yaml
 compose-check:
 	docker-compose --env-file .env.example config --quiet
+	python3 -c 'import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); \
+	  ok = isinstance(c, dict) and all(isinstance(v, list) and v and all(isinstance(e, dict) \
+	    and "value" in e and set(e) <= {"value", "constraints"} and set(e.get("constraints") \
+	    or {}) <= {"namespace", "taskQueueName", "taskType"} for e in v) for v in c.values()); \
+	  sys.exit(0 if ok else sys.argv[1] + ": not a Temporal dynamic config file")' $(DYNAMIC_CONFIG)
 
 lint: install
 	$(BIN)/ruff check .
