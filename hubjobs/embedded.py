@@ -158,7 +158,8 @@ def _command_line(pid: int, limit: int = 200) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "?"
-    command = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+    # One line, whatever the arguments hold (an error message quotes it).
+    command = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     return command if len(command) <= limit else command[: limit - 1] + "…"
 
 
@@ -187,12 +188,33 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); it is not running.
+    # A zombie still answers kill(0); it is not running.
+    return not is_zombie(pid)
+
+
+def is_zombie(pid: int) -> bool:
+    """Dead but not yet reaped by its parent (for a daemon, init: some reap late)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
+            return stat.read().split(") ", 1)[1][0] == "Z"
     except OSError:
-        return True
+        return False
+
+
+def processes_in(folder: Path) -> list[int]:
+    """Live processes whose working directory is ``folder`` (PostgreSQL's postmaster and
+    backends all work in their data directory). Processes we may not look into are not
+    seen."""
+    found = []
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(process / "cwd")) == folder:
+                found.append(int(process.name))
+        except OSError:  # gone meanwhile, a zombie, or not ours to look into
+            continue
+    return found
 
 
 # --- PostgreSQL ---------------------------------------------------------------
@@ -286,6 +308,7 @@ class EmbeddedPostgres:
     def start_on(self, port: int) -> None:
         """Starts the cluster on exactly ``port``, creating it first if it is new."""
         run_as = self._create()
+        self._clear_stale_lock()
         result = subprocess.run(
             [
                 self._bin("pg_ctl"),
@@ -340,6 +363,30 @@ class EmbeddedPostgres:
                 with open(self.pgdata / "pg_hba.conf", "a") as hba:
                     hba.write(f"host all all {self.trusted_network} trust\n")
         return run_as
+
+    def _clear_stale_lock(self, timeout: float = 15) -> None:
+        """PostgreSQL clears the lock file of a postmaster that died, unless that
+        postmaster is an unreaped zombie, which to it looks alive ("lock file already
+        exists"): init may reap late (or, as a container's PID 1, never). Once no live
+        process works in the data directory (the backends quit when their postmaster
+        dies), nothing uses the cluster and the lock goes."""
+        lock = self.pgdata / "postmaster.pid"
+        try:
+            pid = int(lock.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        if not is_zombie(pid):
+            return  # gone (PostgreSQL clears the lock itself) or alive (not stale)
+        deadline = time.monotonic() + timeout
+        while users := processes_in(self.pgdata):
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"PostgreSQL's last postmaster (pid {pid}) died but processes {users} "
+                    f"still work in {self.pgdata}"
+                )
+            time.sleep(0.2)
+        log.warning("removing the lock file of dead postmaster %s (an unreaped zombie)", pid)
+        lock.unlink(missing_ok=True)
 
     def stop(self, mode: Literal["smart", "fast", "immediate"] = "fast") -> None:
         """``pg_ctl stop``: ``fast`` rolls back open transactions and shuts down cleanly;
