@@ -116,7 +116,7 @@ def port_holder(port: int) -> PortHolder | None:
     for inodes in (listening, other):
         pid = _process_with_socket(inodes)
         if pid is not None:
-            return PortHolder(pid, _command_line(pid))
+            return PortHolder(pid, command_line(pid) or "?")
     return None
 
 
@@ -153,12 +153,13 @@ def _process_with_socket(inodes: Collection[int]) -> int | None:
     return None
 
 
-def _command_line(pid: int, limit: int = 200) -> str:
+def command_line(pid: int, limit: int = 200) -> str | None:
+    """A process's command line on one line (an error message quotes it), shortened to
+    ``limit``; None when it cannot be read."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return "?"
-    # One line, whatever the arguments hold (an error message quotes it).
+        return None
     command = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     return command if len(command) <= limit else command[: limit - 1] + "…"
 
@@ -431,10 +432,16 @@ class EmbeddedTemporal:
         self.ip = "127.0.0.1"
 
     def running_pid(self) -> int | None:
+        """The dev server's pid, if it runs. A pid file outlives a killed server and its
+        pid may be reused since: a live process that is not a dev server is not ours
+        (``up`` must restart the server, ``down`` must not stop that process)."""
         if not self.pidfile.exists():
             return None
         pid = int(self.pidfile.read_text().strip() or 0)
-        return pid if pid and pid_alive(pid) else None
+        if not pid or not pid_alive(pid):
+            return None
+        command = command_line(pid, limit=1000)
+        return pid if command is None or "start-dev" in command else None
 
     def start(self, port: int, ui_port: int, extra_args: list[str] | None = None) -> None:
         self.home.mkdir(parents=True, exist_ok=True)

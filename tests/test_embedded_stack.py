@@ -13,6 +13,7 @@ of its own (tests/stacks.py):
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import urllib.request
@@ -194,3 +195,13 @@ def test_up_refuses_a_recorded_port_held_by_another_program() -> None:
         # Once the port is free, the stack comes back where it was.
         assert own.up() == own.info
         assert own.record.read_bytes() == record
+
+
+def test_a_reused_pid_is_not_taken_for_the_dev_server(tmp_path: Path) -> None:
+    """A killed dev server leaves its pid file; should the pid be reused by another
+    process, that process is neither taken as the running server (`up` restarts the
+    server) nor stopped by `down`."""
+    (tmp_path / "temporal.pid").write_text(str(os.getpid()))
+    temporal = embedded.EmbeddedTemporal(tmp_path)
+    assert temporal.running_pid() is None
+    temporal.stop()  # nothing to stop: this process lives on
