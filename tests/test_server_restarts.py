@@ -9,9 +9,10 @@ restarted: it must carry on by itself, and the job must finish with every page t
 exactly once.
 
 - The Temporal dev server is SIGKILLed and kept down for 10 s. The SDK's pollers retry
-  the unreachable server by themselves; the activity's heartbeats fail, so it is given
-  up locally and Temporal retries it from its last recorded cursor once back (the dev
-  server persists its state in ``temporal.db``).
+  the unreachable server by themselves. The running chunk goes on tagging meanwhile,
+  its heartbeats failing; once the server is back (with its state, from
+  ``temporal.db``) it times that attempt out on its heartbeat and retries the chunk from
+  the last cursor it recorded, and the retry skips the pages already done.
 - PostgreSQL is stopped with ``pg_ctl stop -m immediate`` (a crash, for the clients)
   and kept down for 5 s. The running batch fails, Temporal retries the activity (2 s,
   then 10 s later), and a retry after the restart resumes from the cursor.
