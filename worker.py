@@ -178,6 +178,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             await stop.wait()
         log.info("worker stopped")
     finally:
+        # However the worker ended: a fatal error of the SDK's (it retries an unreachable
+        # server for as long as it takes, but gives up on what it deems fatal) must end
+        # the process, not leave it waiting on the queue refresher without pollers.
+        stop.set()
         await queue
         await engine.dispose()
 

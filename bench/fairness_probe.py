@@ -66,7 +66,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from hubjobs.embedded import choose_port, wait_for_port
+from hubjobs.devstack.embedded import choose_port, wait_for_port
 
 TASK_QUEUE = "fairness-probe"
 TEMPORAL = str(Path(sys.executable).parent / "temporal")

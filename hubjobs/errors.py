@@ -48,6 +48,13 @@ class Unavailable(HubJobsError):
     code = "unavailable"
 
 
+class PortTaken(HubJobsError):
+    """A port the embedded stack is recorded on is held by another process. The stack is
+    not moved elsewhere: running workers read its addresses once and would be stranded."""
+
+    code = "port_taken"
+
+
 class JobFailed(HubJobsError):
     code = "job_failed"
 

@@ -206,7 +206,10 @@ async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobVie
 @app.command()
 @command
 def up(as_json: JsonOpt = False) -> None:
-    """Start (or find running) the embedded PostgreSQL and Temporal dev server."""
+    """Start (or find running) the embedded PostgreSQL and Temporal dev server.
+
+    A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
+    (`port_taken`) when someone else holds one: workers keep the addresses they read."""
     s = Settings()
     info = embedded.up(
         s.home,
@@ -234,7 +237,8 @@ def up(as_json: JsonOpt = False) -> None:
 @app.command()
 @command
 def down(as_json: JsonOpt = False) -> None:
-    """Stop the embedded stack (its data stays in the state folder)."""
+    """Stop the embedded stack. Its data and addresses stay in the state folder: the
+    next `hubjobs up` brings it back on the same ports."""
     embedded.down(Settings().home)
     if as_json:
         print_json({"stopped": True})

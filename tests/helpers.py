@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowHistory
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.readmodel.views import JobView
 from starter.client import WorkspaceJobs
+from tests.processes import WorkerProcess
 
 EDITOR = uuid.UUID(int=7)
 
@@ -98,6 +99,24 @@ async def wait_until_final(jobs: WorkspaceJobs, job_id: uuid.UUID, timeout: floa
         if job.is_final or time.monotonic() > deadline:
             return job
         await asyncio.sleep(0.25)
+
+
+async def wait_until_processed(
+    engine: AsyncEngine, job_id: uuid.UUID, at_least: int, worker: WorkerProcess, timeout: float
+) -> int:
+    """The job's processed count once it reaches ``at_least``, while ``worker`` (the one
+    doing the work) must stay alive."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        processed = await processed_of(engine, job_id)
+        if processed >= at_least:
+            return processed
+        assert worker.alive(), f"{worker.name} exited early:\n{worker.tail()}"
+        await asyncio.sleep(0.02)
+    raise AssertionError(
+        f"only {await processed_of(engine, job_id)} pages done after {timeout:.0f} s:\n"
+        f"{worker.tail()}"
+    )
 
 
 async def assert_every_page_tagged_once(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
 from pathlib import Path
 
 from sqlalchemy import text
@@ -30,6 +29,7 @@ from tests.helpers import (
     processed_of,
     run_endings,
     wait_until_final,
+    wait_until_processed,
 )
 from tests.processes import WorkerProcess, hubjobs_env
 
@@ -37,22 +37,6 @@ PAGES = 3000
 KILL_AFTER = 600
 TAG = "crash-resume"
 TAG_COURSE = CourseTaggingActivities.tag_course.__name__
-
-
-async def wait_until_processed(
-    engine: AsyncEngine, job_id: uuid.UUID, at_least: int, worker: WorkerProcess, timeout: float
-) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        processed = await processed_of(engine, job_id)
-        if processed >= at_least:
-            return processed
-        assert worker.alive(), f"{worker.name} exited early:\n{worker.tail()}"
-        await asyncio.sleep(0.02)
-    raise AssertionError(
-        f"only {await processed_of(engine, job_id)} pages done after {timeout:.0f} s:\n"
-        f"{worker.tail()}"
-    )
 
 
 async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(

