@@ -97,7 +97,7 @@ def backup(series: dict[str, Any], out: Path) -> Path:
 
 def readmodel(series: dict[str, Any], out: Path) -> Path:
     labels = list(series["p99_ms"])
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(labels) + 1.5))
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(labels) + 1.5))
     ys = range(len(labels))
     ax.barh(
         [y + 0.2 for y in ys],
@@ -120,7 +120,7 @@ def readmodel(series: dict[str, Any], out: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("ms per query (client round trip)")
     ax.set_title(f"Read-model queries at {series['rows']:,} job rows")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
     path = out / "readmodel.png"
     fig.tight_layout()
     fig.savefig(path, dpi=120)
