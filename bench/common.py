@@ -29,13 +29,11 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-
-# --- end of hubjobs internals ----------------------------------------------------------
-from harness import Process, say, wait_for_poller
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-# --- hubjobs internals: the only imports of them in bench/ --------------------------
+# isort: split
+# --- hubjobs internals: every import of them in bench/ is in this block ---------------
 from activities.maintenance import MaintenanceActivities
 from hubjobs import read_model
 from hubjobs.db import async_engine
@@ -48,6 +46,11 @@ from hubjobs.models import ReconcileRequest, SweepRequest
 from hubjobs.schedules import RETENTION, schedules
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
+from worker import metrics_of
+
+# --- end of hubjobs internals ----------------------------------------------------------
+# isort: split
+from harness import Process, say, wait_for_poller
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -411,12 +414,12 @@ async def read_model_statements(
     own code paths: the CLI's and API's get and list (``WorkspaceJobs``), the metrics'
     queue state, and the selections of the retention sweep and of the reconciler (those
     two activities are stopped at their first statement: nothing is changed)."""
-    from worker import metrics_of
-
     found: list[Statement] = []
 
     def keep(op: str, seen: list[tuple[str, dict[str, Any]]]) -> None:
         """Each statement once (the access checks repeat), named by its first caller."""
+        if not seen:
+            raise RuntimeError(f"no statement captured for {op}: has its code path moved?")
         for sql, params in seen:
             if _table_of(sql) != "?" and all((s.sql, s.params) != (sql, params) for s in found):
                 found.append(Statement(f"{op}: {_table_of(sql)}", sql, params))
@@ -443,20 +446,18 @@ async def read_model_statements(
             client.engine, client.temporal, settings, metrics_of(client.temporal)
         )
         _, sweep_args, _ = retention_schedule(settings)
-        with capturing(client.engine, _selects_jobs) as seen:
-            try:
-                request = SweepRequest(cutoff=datetime.now(UTC), limit=int(sweep_args[0]))
-                await maintenance.sweep_expired(request)
-            except Captured:
-                pass
-        keep("retention sweep selection", seen[-1:])
-        with capturing(client.engine, _selects_jobs) as seen:
-            try:
-                grace = settings.reconcile_grace_seconds
-                await maintenance.reconcile(ReconcileRequest(grace_seconds=grace))
-            except Captured:
-                pass
-        keep("reconciler selection", seen[-1:])
+        sweep = SweepRequest(cutoff=datetime.now(UTC), limit=int(sweep_args[0]))
+        reconcile = ReconcileRequest(grace_seconds=settings.reconcile_grace_seconds)
+        for op, call in (
+            ("retention sweep selection", lambda: maintenance.sweep_expired(sweep)),
+            ("reconciler selection", lambda: maintenance.reconcile(reconcile)),
+        ):
+            with capturing(client.engine, _selects_jobs) as seen:
+                try:
+                    await call()
+                except Exception:  # Captured, maybe wrapped by the activity: seen says
+                    pass
+            keep(op, [s for s in seen if _selects_jobs(s[0])][:1])
     return found
 
 
