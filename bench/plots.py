@@ -37,7 +37,7 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
     ax.set_ylabel("pages per second (created → finished)")
     ax.set_title("Tagging a course: hubjobs, the SQL floor and the seed loop")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(loc="best")
     path = out / "tagging.png"
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -84,7 +84,8 @@ def backup(series: dict[str, Any], out: Path) -> Path:
     ax.axhline(series["idle_mb"], color="gray", linestyle=":", label="worker idle")
     ax.set_xlabel("seconds since the start call")
     ax.set_ylabel("worker RSS (MB)")
-    ax.set_ylim(bottom=0)
+    top = max([s[1] for samples in series["rss"] for s in samples] + [series["idle_mb"]])
+    ax.set_ylim(0, top * 1.2)
     ax.set_title(f"Worker memory while backing up a {series['database_mb']:.0f} MB hub")
     ax.grid(True, alpha=0.3)
     ax.legend()
