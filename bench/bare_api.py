@@ -42,7 +42,8 @@ def create_app(database_url: str) -> FastAPI:
             row = await (await cursor.execute(QUERY, (job_id, workspace_id))).fetchone()
         if row is None:
             return JSONResponse({"error": "not found"}, status_code=404)
-        return JSONResponse({k: v if isinstance(v, int | dict) else str(v) for k, v in row.items()})
+        plain = (int, dict, type(None))
+        return JSONResponse({k: v if isinstance(v, plain) else str(v) for k, v in row.items()})
 
     @app.get("/health")
     async def health() -> dict[str, str]:
