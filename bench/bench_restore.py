@@ -1,0 +1,84 @@
+"""Restore into an empty database: ``hubjobs restore ARCHIVE --database-url URL`` (the
+CLI, as a process: checksums, schema, COPY, migrations, attachment files) against
+``pg_restore -d URL`` of the pg_dump archive of the same hub, each into a database
+created empty for it (fsync on). Rounds alternate.
+
+The archives are bench_backup's (made here first when run alone).
+
+    python bench/bench_restore.py [--megabytes 300] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+
+from bench_backup import backup_hub, hubjobs_backup, pg_dump
+from common import HUBJOBS, Stack, pg_bin
+from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say, timed_run
+
+NAME = "restore"
+TITLE = "Restore into an empty database"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--megabytes", type=int, default=300, help="hub size (default 300)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each (default 2)")
+
+
+async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
+    target = await backup_hub(stack, args.megabytes)
+    hub = target.hub
+    if target.archive is None:
+        target.archive = (await hubjobs_backup(target, []))[1]
+    if target.dump is None:
+        target.dump = hub.home / "pg_dump.dump"
+        await asyncio.to_thread(pg_dump, hub.url, target.dump)
+    times: dict[str, list[float]] = {"hubjobs": [], "pg_restore": []}
+    for n in range(args.rounds):
+        for who in rotate(("hubjobs", "pg_restore"), n):
+            name = f"restore_{who}_{n}"
+            url = stack.empty_database(name)
+            stack.checkpoint()
+            if who == "hubjobs":
+                files = hub.home / f"restored-{n}"
+                command = [
+                    HUBJOBS,
+                    "restore",
+                    str(target.archive),
+                    "--database-url",
+                    url,
+                    "--attachments-dir",
+                    str(files),
+                    "--json",
+                ]
+                seconds, _ = await asyncio.to_thread(timed_run, command, env=hub.env())
+                shutil.rmtree(files, ignore_errors=True)
+            else:
+                command = [pg_bin("pg_restore"), "-d", url, str(target.dump)]
+                seconds, _ = await asyncio.to_thread(timed_run, command)
+            stack.drop_database(name)
+            times[who].append(seconds)
+            say(f"restore round {n + 1}: {who} {seconds:.1f} s")
+    ours, theirs = median(times["hubjobs"]), median(times["pg_restore"])
+    figures = [
+        Figure(
+            NAME,
+            f"restore of a {target.database_bytes / 1e6:.0f} MB hub into an empty database",
+            "s",
+            ours,
+            theirs,
+            "pg_restore",
+            ratio_of(ours, theirs),
+            Target("<=", 1.0),
+        )
+    ]
+    notes = [f"restore: medians of {args.rounds} rounds; pg_restore single job, no -1"]
+    return Outcome(figures, {"times": times}, notes)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main_for(sys.modules[__name__])

@@ -1,0 +1,125 @@
+"""Retention: how many expirations a day the sweep can sustain, on the read model of
+bench_readmodel (1,000,000 rows, ~8 % past their expiry).
+
+hubjobs: what the retention Schedule would start (its workflow and arguments, read
+from the product's own Schedule definition, which is not created), run back to back
+by a hubjobs worker process; the rows it removed per run, over the longer of the
+Schedule's interval and the run's own time, make the rate a day. The floor: one
+``DELETE … WHERE id IN (SELECT … ORDER BY expires_at LIMIT 10000)`` after another.
+Runs alternate.
+
+    python bench/bench_retention.py [--rows 1000000] [--runs 6] [--floor-batch 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+import psycopg
+from bench_readmodel import jobs_table
+from common import Stack, retention_schedule
+from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say
+
+NAME = "retention"
+TITLE = "Retention sweep"
+DAY = 86_400.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=1_000_000, help="job rows (default 1000000)")
+    parser.add_argument("--runs", type=int, default=6, help="sweep runs (default 6)")
+    parser.add_argument("--floor-batch", type=int, default=10_000, help="rows a floor DELETE")
+    parser.add_argument("--floor-runs", type=int, default=3, help="floor DELETEs (default 3)")
+
+
+def count_jobs(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM jobs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def backlog(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM jobs WHERE expires_at <= now()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def floor_once(url: str, batch: int) -> tuple[int, float]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        removed = conn.execute(
+            "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE expires_at <= now() "
+            "ORDER BY expires_at LIMIT %s)",
+            (batch,),
+        ).rowcount
+        return removed, time.perf_counter() - started
+
+
+async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
+    table = await jobs_table(stack, args.rows)
+    hub = table.hub
+    await hub.ensure_worker()
+    workflow, workflow_args, interval = retention_schedule(hub.settings_object())
+    expired = await asyncio.to_thread(backlog, hub.url)
+    # The floor takes at most a third of the backlog: the sweeps must find full batches.
+    floor_batch = max(100, min(args.floor_batch, expired // (3 * max(1, args.floor_runs))))
+    sweeps: list[tuple[int, float]] = []
+    floors: list[tuple[int, float]] = []
+    async with hub.client() as client:
+        n_floor = 0
+        for n in range(max(args.runs, args.floor_runs)):
+            for who in rotate(("hubjobs", "floor"), n):
+                if who == "hubjobs" and n < args.runs:
+                    before = await asyncio.to_thread(count_jobs, hub.url)
+                    started = time.perf_counter()
+                    await client.temporal.execute_workflow(
+                        workflow,
+                        args=workflow_args,
+                        id=f"bench-sweep-{uuid.uuid4()}",
+                        task_queue=hub.task_queue,
+                    )
+                    seconds = time.perf_counter() - started
+                    removed = before - await asyncio.to_thread(count_jobs, hub.url)
+                    sweeps.append((removed, seconds))
+                    say(f"retention: sweep removed {removed} in {seconds * 1000:.0f} ms")
+                elif who == "floor" and n_floor < args.floor_runs:
+                    n_floor += 1
+                    removed, seconds = await asyncio.to_thread(floor_once, hub.url, floor_batch)
+                    floors.append((removed, seconds))
+                    say(f"retention: floor removed {removed} in {seconds * 1000:.0f} ms")
+    per_run = median([r for r, _ in sweeps])
+    run_seconds = median([s for _, s in sweeps])
+    ours = per_run * DAY / max(interval, run_seconds)
+    work_bound = per_run * DAY / run_seconds
+    floor = median([r / s for r, s in floors]) * DAY
+    figures = [
+        Figure(
+            NAME,
+            "retention: expirations a day, sustained",
+            "/day",
+            ours,
+            floor,
+            f"DELETE of {floor_batch:,}",
+            ratio_of(ours, floor),
+            Target(">=", 1_000_000, on="value", unit="/day"),
+        )
+    ]
+    notes = [
+        f"retention: the Schedule runs {workflow}{tuple(workflow_args)} every {interval:g} s; "
+        f"a run removed {per_run:.0f} rows in {run_seconds * 1000:.0f} ms (median of "
+        f"{len(sweeps)}), so back to back it would do {work_bound:,.0f} a day; "
+        f"backlog at the start: {expired:,} expired rows"
+    ]
+    series = {"sweeps": sweeps, "floors": floors, "interval": interval}
+    return Outcome(figures, series, notes)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main_for(sys.modules[__name__])

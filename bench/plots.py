@@ -1,0 +1,146 @@
+"""The PNG plots of bench/results/, from the series the benchmarks hand back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from harness import Outcome, percentile
+
+COLORS = {"hubjobs": "tab:blue", "floor": "tab:green", "seed loop": "tab:red"}
+
+
+def tagging(series: dict[str, Any], out: Path) -> Path:
+    sizes = series["sizes"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for who, per_size in series["rates"].items():
+        points = [(s, r) for s in sizes for r in per_size[s] if r == r]
+        ax.scatter(
+            [p[0] for p in points], [p[1] for p in points], s=12, alpha=0.4, color=COLORS[who]
+        )
+        ax.plot(
+            sizes,
+            [series["median"][who][s] for s in sizes],
+            marker="o",
+            label=who,
+            color=COLORS[who],
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("course size (pages)")
+    ax.set_ylabel("pages per second (created → finished)")
+    ax.set_title("Tagging a course: hubjobs, the SQL floor and the seed loop")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="best")
+    path = out / "tagging.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def job_latency(series: dict[str, Any], out: Path) -> Path:
+    fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = {"hubjobs": "hubjobs 1-page job", "bare": "bare workflow, 1 activity"}
+    top = max(percentile(v, 99) for v in series["ms"].values()) * 1.1
+    for who, values in series["ms"].items():
+        color = "tab:blue" if who == "hubjobs" else "tab:gray"
+        hist.hist(values, bins=30, range=(0, top), alpha=0.6, label=labels[who], color=color)
+        ordered = sorted(values)
+        cdf.step(
+            ordered,
+            [(i + 1) / len(ordered) for i in range(len(ordered))],
+            where="post",
+            label=labels[who],
+            color=color,
+        )
+        cdf.axvline(percentile(values, 50), color=color, linestyle=":", alpha=0.8)
+    hist.set_xlabel("start → final (ms)")
+    hist.set_ylabel("runs")
+    hist.legend()
+    cdf.set_xlabel("start → final (ms)")
+    cdf.set_ylabel("fraction of runs")
+    cdf.set_xlim(0, top)
+    cdf.grid(True, alpha=0.3)
+    cdf.legend(loc="lower right")
+    fig.suptitle("Per-job cost on an idle server (dotted: medians)")
+    path = out / "job_latency.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def backup(series: dict[str, Any], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for n, samples in enumerate(series["rss"]):
+        ax.plot([s[0] for s in samples], [s[1] for s in samples], label=f"backup {n + 1}")
+    ax.axhline(series["idle_mb"], color="gray", linestyle=":", label="worker idle")
+    ax.set_xlabel("seconds since the start call")
+    ax.set_ylabel("worker RSS (MB)")
+    top = max([s[1] for samples in series["rss"] for s in samples] + [series["idle_mb"]])
+    ax.set_ylim(0, top * 1.2)
+    ax.set_title(f"Worker memory while backing up a {series['database_mb']:.0f} MB hub")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    path = out / "backup_rss.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def readmodel(series: dict[str, Any], out: Path) -> Path:
+    labels = list(series["p99_ms"])
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(labels) + 1.5))
+    ys = range(len(labels))
+    ax.barh(
+        [y + 0.2 for y in ys],
+        [series["p99_ms"][k] for k in labels],
+        height=0.4,
+        label="p99",
+        color="tab:blue",
+    )
+    ax.barh(
+        [y - 0.2 for y in ys],
+        [series["p50_ms"][k] for k in labels],
+        height=0.4,
+        label="p50",
+        color="tab:cyan",
+    )
+    ax.axvline(series["probe_p99_ms"], color="gray", linestyle=":", label="PK probe p99")
+    ax.axvline(5, color="tab:red", linestyle="--", label="5 ms target")
+    ax.set_yticks(list(ys), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per query (client round trip)")
+    ax.set_title(f"Read-model queries at {series['rows']:,} job rows")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+    path = out / "readmodel.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+PLOTS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
+    "tagging": tagging,
+    "job_latency": job_latency,
+    "backup": backup,
+    "readmodel": readmodel,
+}
+
+
+def render(outcomes: dict[str, Outcome], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        PLOTS[name](outcome.series, out)
+        for name, outcome in outcomes.items()
+        if name in PLOTS and outcome.series
+    ]
