@@ -12,9 +12,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
 from temporalio.client import Client, WorkflowHistory
+from temporalio.common import MetricMeter
 
+from activities.base import Deps, WorkContext
+from activities.course_tagging import BeforeWrite, CourseTaggingActivities
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
+from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
+from hubjobs.observability.telemetry import JobMetrics
+from hubjobs.readmodel import store
+from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.views import JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import JobInput, WorkRequest
 from starter.client import WorkspaceJobs
 from tests.processes import WorkerProcess
 
@@ -218,3 +228,74 @@ async def all_runs_history(client: Client, workflow_id: str) -> list[list[Histor
             return runs
         run_id = started.continued_execution_run_id
     raise AssertionError("more than 100 runs")
+
+
+# --- tagging without Temporal: the attempt's batches driven straight -------------------
+
+
+async def create_tagging_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uuid.UUID:
+    """A course-tagging job's row and snapshot, as a start makes them (no workflow)."""
+    job_id = uuid.uuid4()
+    async with engine.begin() as conn:
+        await create_job(
+            conn,
+            COURSE_TAGGING,
+            job_id=job_id,
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="c-1",
+            payload={"root_page_id": str(course.root_page_id), "tag": tag},
+        )
+    return job_id
+
+
+async def tagger_for(
+    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None, batch: int = 50
+) -> tuple[CourseTaggingActivities, WorkContext[CourseTaggingPayload]]:
+    """The tagging activities and an attempt's context for a job, outside Temporal."""
+    deps = Deps(
+        engine=engine,
+        settings=Settings(tagging_batch_size=batch),
+        metrics=JobMetrics(MetricMeter.noop),
+        hooks={"before_write": before_write},
+    )
+    async with engine.begin() as conn:  # opened for an attempt, as the attempt would
+        job = await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
+    assert job is not None
+    request = WorkRequest(
+        job=JobInput(
+            job_id=job.id,
+            kind=job.kind,
+            workspace_id=job.workspace_id,
+            actor_id=job.actor_id,
+            correlation_id=job.correlation_id,
+            payload=job.payload,
+        )
+    )
+    ctx = WorkContext(
+        deps=deps,
+        kind=COURSE_TAGGING,
+        request=request,
+        job=job,
+        payload=CourseTaggingPayload.model_validate(job.payload),
+        counters=job.counters,
+    )
+    return CourseTaggingActivities(deps), ctx
+
+
+async def tag_one_batch(
+    tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
+) -> tuple[int, store.Recorded] | None:
+    async with ctx.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await tagger.tag_batch(conn, ctx=ctx, after=after)
+
+
+async def tag_whole_job(
+    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None
+) -> None:
+    """Every batch of a job, as attempts would run them (no Temporal)."""
+    tagger, ctx = await tagger_for(engine, job_id, before_write)
+    after = 0
+    while (batch := await tag_one_batch(tagger, ctx, after)) is not None:
+        after = batch[0]

@@ -10,86 +10,24 @@ from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from temporalio.common import MetricMeter
 
-from activities.base import Deps, WorkContext
-from activities.course_tagging import BeforeWrite, CourseTaggingActivities
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.kinds import get_kind
-from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
-from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import store
-from hubjobs.readmodel.lifecycle import create_job
-from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobInput, WorkRequest
-from tests.helpers import edit, items_of, job_revisions, tags_of
+from tests.helpers import (
+    create_tagging_job,
+    edit,
+    items_of,
+    job_revisions,
+    tag_one_batch,
+    tag_whole_job,
+    tagger_for,
+    tags_of,
+)
 
 TAG = "reviewed"
 
 
 async def _job(engine: AsyncEngine, course: DemoCourse) -> uuid.UUID:
-    job_id = uuid.uuid4()
-    async with engine.begin() as conn:
-        await create_job(
-            conn,
-            get_kind("course_tagging"),
-            job_id=job_id,
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="c-1",
-            payload={"root_page_id": str(course.root_page_id), "tag": TAG},
-        )
-    return job_id
-
-
-async def _tagger(
-    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None, batch: int = 50
-) -> tuple[CourseTaggingActivities, WorkContext[CourseTaggingPayload]]:
-    deps = Deps(
-        engine=engine,
-        settings=Settings(tagging_batch_size=batch),
-        metrics=JobMetrics(MetricMeter.noop),
-        hooks={"before_write": before_write},
-    )
-    async with engine.connect() as conn:
-        job = await store.get_job(conn, job_id)
-    assert job is not None
-    request = WorkRequest(
-        job=JobInput(
-            job_id=job.id,
-            kind=job.kind,
-            workspace_id=job.workspace_id,
-            actor_id=job.actor_id,
-            correlation_id=job.correlation_id,
-            payload=job.payload,
-        )
-    )
-    ctx = WorkContext(
-        deps=deps,
-        kind=COURSE_TAGGING,
-        request=request,
-        job=job,
-        payload=CourseTaggingPayload.model_validate(job.payload),
-        counters=job.counters,
-    )
-    return CourseTaggingActivities(deps), ctx
-
-
-async def _batch(
-    tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
-) -> tuple[int, store.Recorded] | None:
-    async with ctx.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        return await tagger.tag_batch(conn, ctx=ctx, after=after)
-
-
-async def _run_all(
-    engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None
-) -> None:
-    tagger, ctx = await _tagger(engine, job_id, before_write)
-    after = 0
-    while (batch := await _batch(tagger, ctx, after)) is not None:
-        after = batch[0]
+    return await create_tagging_job(engine, course, TAG)
 
 
 async def test_a_page_edited_once_between_read_and_write_is_reread_and_tagged(
@@ -102,7 +40,7 @@ async def test_a_page_edited_once_between_read_and_write_is_reread_and_tagged(
             await edit(engine, target, title="Renamed while the job ran")
 
     job_id = await _job(engine, course)
-    await _run_all(engine, job_id, someone_edits)
+    await tag_whole_job(engine, job_id, someone_edits)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("succeeded", None)
     assert await tags_of(engine, target) == [TAG]
@@ -121,7 +59,7 @@ async def test_a_page_that_stays_in_conflict_fails_and_changes_nothing(
             await edit(engine, target, markdown=f"edit {attempt}")
 
     job_id = await _job(engine, course)
-    await _run_all(engine, job_id, someone_keeps_editing)
+    await tag_whole_job(engine, job_id, someone_keeps_editing)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("failed", "concurrency_conflict")
     assert await tags_of(engine, target) == []
@@ -141,7 +79,7 @@ async def test_a_page_trashed_between_read_and_write_is_unavailable(
             await edit(engine, target, trashed=True)
 
     job_id = await _job(engine, course)
-    await _run_all(engine, job_id, someone_trashes)
+    await tag_whole_job(engine, job_id, someone_trashes)
     items = await items_of(engine, job_id)
     assert (items[target].state, items[target].error_code) == ("failed", "page_unavailable")
 
@@ -165,7 +103,7 @@ async def test_one_page_failing_to_update_never_undoes_the_others(
             )
         )
     job_id = await _job(engine, course)
-    await _run_all(engine, job_id)
+    await tag_whole_job(engine, job_id)
     items = await items_of(engine, job_id)
     assert (items[broken].state, items[broken].error_code) == ("failed", "page_update_failed")
     others = [page for page in course.page_ids if page != broken]
@@ -187,9 +125,9 @@ async def test_two_attempts_racing_over_one_batch_record_it_once(
         if attempt == 1:
             await both_read.wait()
 
-    first = await _tagger(engine, job_id, wait_for_the_other, batch=10)
-    second = await _tagger(engine, job_id, wait_for_the_other, batch=10)
-    results = await asyncio.gather(_batch(*first, 0), _batch(*second, 0))
+    first = await tagger_for(engine, job_id, wait_for_the_other, batch=10)
+    second = await tagger_for(engine, job_id, wait_for_the_other, batch=10)
+    results = await asyncio.gather(tag_one_batch(*first, 0), tag_one_batch(*second, 0))
     assert all(r is not None and r[0] == 10 for r in results)
     recorded = sorted(r[1].recorded for r in results if r is not None)
     assert recorded == [0, 10]
