@@ -132,6 +132,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             )
             if result.cancel_requested:
                 return Stopped()
+            if ctx.counters.processed >= ctx.counters.total:
+                return Done()  # the counters are exact: no need to look for more
             if ctx.time_to_pause():
                 return Paused()
             if pause:
