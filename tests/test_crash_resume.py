@@ -31,6 +31,7 @@ from tests.helpers import (
     wait_until_final,
     wait_until_processed,
 )
+from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
 
 PAGES = 3000
@@ -101,6 +102,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
     handle = temporal.get_workflow_handle(done.workflow_id)
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
+    await record(handle, "course_tagging_worker_killed")
     endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
     assert "timed_out:heartbeat" in endings, endings
     assert endings[-1] == "completed", endings

@@ -13,6 +13,7 @@ from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.conftest import SUGGEST_CONTINUE_AS_NEW, running_worker, seed
 from tests.helpers import all_runs_history, item_counts
+from tests.histories import record
 
 PAGES = 100_000
 
@@ -60,6 +61,8 @@ async def test_small_chunks_continue_as_new_and_end_exact(
         done = await jobs.wait(job.id, timeout=240)
         handle = temporal.get_workflow_handle(done.workflow_id)
         final = await handle.describe()
+    # The last run: it started from a checkpoint, for the replay test.
+    await record(handle, "course_tagging_continued_as_new")
     assert done.status == "succeeded" and done.processed == done.succeeded == pages
     assert await item_counts(engine, job.id) == {"succeeded": pages}
     sizes = await _runs(temporal, done.workflow_id)
