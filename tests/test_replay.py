@@ -25,6 +25,8 @@ def test_histories_are_recorded() -> None:
         "course_tagging_cancelled_in_temporal",
         "course_tagging_actor_unavailable",
         "backup_succeeded",
+        "scheduled_start_kept",
+        "scheduled_start_refused",
     } <= names
 
 

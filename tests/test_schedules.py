@@ -34,6 +34,7 @@ from hubjobs.temporal.job_schedules import (
 from hubjobs.temporal.messages import FiringOutcome, SweepResult
 from starter.client import HubJobsClient
 from tests.conftest import running_worker, seed
+from tests.histories import record
 
 T = TypeVar("T")
 # Every 2 s: a few firings within a test, with room for a loaded machine.
@@ -252,6 +253,7 @@ async def test_a_firing_whose_actor_was_demoted_is_a_failed_job_with_its_code(
         await firing.result()
     assert isinstance(failed.value.cause, ApplicationError)
     assert failed.value.cause.type == "actor_not_administrator"
+    await record(firing, "scheduled_start_refused")
     with pytest.raises(RPCError) as missing:
         await temporal.get_workflow_handle(job.workflow_id).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND
@@ -300,6 +302,7 @@ async def test_keep_one_on_a_backup_schedule_leaves_one_archive(
                 job.correlation_id, result_type=FiringOutcome
             ).result()
             assert outcome.job_id == job.id and outcome.status == "succeeded"
+        await record(temporal.get_workflow_handle(newest.correlation_id), "scheduled_start_kept")
         older = [j for j in runs if j.id != newest.id]
         async with engine.connect() as conn:
             now = (await conn.execute(text("SELECT now()"))).scalar_one()
