@@ -19,8 +19,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
@@ -257,6 +257,45 @@ async def test_a_firing_whose_actor_was_demoted_is_a_failed_job_with_its_code(
     with pytest.raises(RPCError) as missing:
         await temporal.get_workflow_handle(job.workflow_id).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND
+
+
+async def test_cancelling_a_firing_in_temporal_cancels_its_job(
+    temporal: Client, engine: AsyncEngine, settings: Settings, cleanup: list[str]
+) -> None:
+    slow = settings.model_copy(
+        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+    )
+    course = await seed(engine, 1000)
+    schedules = HubJobsClient(temporal, engine, slow).schedules(
+        course.workspace_id, course.actor_id
+    )
+    async with running_worker(temporal, slow):
+        created = await schedules.create(
+            "course_tagging",
+            cron="0 3 * * *",
+            payload={"root_page_id": str(course.root_page_id), "tag": "x"},
+        )
+        cleanup.append(created.id)
+        await schedules.trigger(created.id)
+
+        async def under_way() -> list[JobView] | None:
+            runs = await runs_of(engine, created.id)
+            return runs if runs and runs[0].processed >= 50 else None
+
+        job = (await until("the run under way", under_way))[0]
+        firing = temporal.get_workflow_handle(job.correlation_id)
+        await firing.cancel()  # as the UI's Cancel on the firing does
+
+        async def finished() -> list[JobView] | None:
+            runs = await runs_of(engine, created.id)
+            return runs if runs[0].is_final else None
+
+        job = (await until("the run finished", finished))[0]
+        assert job.status == "cancelled" and 50 <= job.processed < 1000  # work done kept
+        with pytest.raises(WorkflowFailureError) as ended:
+            await firing.result()
+        assert isinstance(ended.value.cause, CancelledError)
+        assert (await firing.describe()).status == WorkflowExecutionStatus.CANCELED
 
 
 # --- keep -------------------------------------------------------------------------------

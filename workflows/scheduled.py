@@ -7,7 +7,8 @@ started by a Temporal Schedule every time, into one new job each time.
 2. The kind's workflow runs as this workflow's child, ``<kind>-<job id>`` like any job,
    and the firing waits for it: the schedule's overlap policy (skip) then keeps two
    runs of one schedule from overlapping. The child outlives a terminated firing
-   (parent close policy: abandon); cancelling the firing cancels the job.
+   (parent close policy: abandon); cancelling the firing in Temporal cancels the job
+   (as cancelling any job from Temporal does) and ends the firing cancelled.
 3. After a successful run of a schedule with ``keep``, its older successful runs
    expire now (a local activity); the retention sweep removes them, hooks first.
 
@@ -104,7 +105,10 @@ class ScheduledStartWorkflow:
         except ChildWorkflowError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
-                return FiringOutcome(job_id=opened.job_id, status=JobStatus.cancelled)
+                # Cancelled in Temporal: the firing itself (it ends cancelled, its job
+                # cancelled through the child) or the job's workflow alone (the firing
+                # fails, saying so).
+                raise
             refusal = cause if isinstance(cause, ApplicationError) and cause.type else None
             code = refusal.type if refusal is not None and refusal.type else PROCESSING_FAILED
             message = message_for(code, refusal.message if refusal is not None else None)
