@@ -1,5 +1,6 @@
 """The hubjobs worker: runs every registered kind's workflow and activities, the
-lifecycle's local activities and the maintenance workflows, on one task queue.
+lifecycle's local activities, the maintenance workflows and the firings of job
+schedules, on one task queue.
 
 It builds itself from the kind registry (hubjobs/kinds/__init__.py): for each kind, the
 workflow declared with ``@kind_workflow(KIND)`` in ``workflows/<kind>.py`` and the
@@ -29,6 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.base import Deps, KindActivities
 from activities.lifecycle import LifecycleActivities
 from activities.maintenance import MaintenanceActivities
+from activities.scheduled import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.logs import LogContextInterceptor, setup_logging
@@ -43,6 +45,7 @@ from hubjobs.temporal.client import connect
 from hubjobs.temporal.process import run_and_exit
 from hubjobs.temporal.schedules import ensure_schedules
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
+from workflows.scheduled import ScheduledStartWorkflow
 
 log = logging.getLogger("hubjobs.worker")
 
@@ -93,9 +96,13 @@ def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplem
     return found
 
 
+# Besides the kinds' own: the maintenance Schedules' workflows and job schedules' firings.
+SHARED_WORKFLOWS = (*MAINTENANCE_WORKFLOWS, ScheduledStartWorkflow)
+
+
 def workflows() -> list[type]:
     """Every workflow the worker runs (the replay test replays histories against these)."""
-    return [*(k.workflow for k in implementations()), *MAINTENANCE_WORKFLOWS]
+    return [*(k.workflow for k in implementations()), *SHARED_WORKFLOWS]
 
 
 def activity_methods(instance: object) -> list[Callable[..., Any]]:
@@ -130,10 +137,11 @@ def build_worker(
         activities += activity_methods(implementation.activities(deps))
     activities += activity_methods(LifecycleActivities(deps))
     activities += activity_methods(MaintenanceActivities(deps))
+    activities += activity_methods(ScheduleActivities(deps))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[*(k.workflow for k in kinds), *MAINTENANCE_WORKFLOWS],
+        workflows=[*(k.workflow for k in kinds), *SHARED_WORKFLOWS],
         activities=activities,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)

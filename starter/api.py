@@ -10,6 +10,15 @@ FHIR bulk data over the starter client.
     GET    /workspaces/{ws}/jobs          the workspace's jobs, newest first
     GET    /health                        database and Temporal reachability
 
+Recurring jobs (each a Temporal Schedule whose every firing is a job):
+
+    POST   /workspaces/{ws}/schedules                   201 + Location: create one
+    GET    /workspaces/{ws}/schedules                   the workspace's schedules
+    GET    /workspaces/{ws}/schedules/{id}              one, with its next and recent runs
+    POST   /workspaces/{ws}/schedules/{id}/pause        200 (and /unpause)
+    POST   /workspaces/{ws}/schedules/{id}/trigger      202: fires now
+    DELETE /workspaces/{ws}/schedules/{id}              204: gone from Temporal; jobs stay
+
 Every call but /health carries ``Authorization: Bearer <JWT naming the actor>`` and is
 scoped to the workspace in its path. Errors are ``{"error": {"code", "message"}}``
 with a stable code; details go to the log. The OpenAPI document is the contract.
@@ -29,12 +38,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,8 +69,14 @@ from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.job_schedules import (
+    SCHEDULE_ID_MAX_LENGTH,
+    SCHEDULE_ID_PATTERN,
+    ScheduleView,
+)
 from starter.auth import TokenVerifier, Unauthorized
 from starter.client import HubJobsClient, WorkspaceJobs
+from starter.schedules import WorkspaceSchedules, invalid_schedule_id
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("hubjobs.api.access")
@@ -96,6 +112,8 @@ class JobResource(BaseModel):
     created_at: str
     started_at: str | None
     finished_at: str | None
+    # The schedule whose firing started the job (null for a job started by hand).
+    schedule_id: str | None
     status_url: str
 
     @classmethod
@@ -103,6 +121,83 @@ class JobResource(BaseModel):
         data = job.model_dump(mode="json")
         return cls.model_validate(
             {**{k: data[k] for k in cls.model_fields if k in data}, "status_url": status_url(job)}
+        )
+
+
+class ScheduleRequest(BaseModel):
+    """A schedule to create: exactly one of ``cron`` and ``every`` (else 422
+    ``invalid_schedule``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="The job kind (422 unknown_kind otherwise)")
+    cron: str | None = Field(
+        default=None,
+        description='A cron expression, five fields: "0 3 * * *" is 03:00 every day '
+        "(422 invalid_cron otherwise)",
+    )
+    every: str | None = Field(
+        default=None,
+        description="An interval instead: 30s, 15m, 1h30m, 7d (422 invalid_interval otherwise)",
+    )
+    time_zone: str | None = Field(
+        default=None,
+        description="The cron expression's IANA time zone, UTC by default "
+        "(422 invalid_time_zone otherwise)",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="The kind's payload, checked now and at every firing"
+    )
+    keep: int | None = Field(
+        default=None,
+        description="Keep the newest N (1 to 1000) successful runs; older ones expire "
+        "(422 invalid_keep otherwise)",
+    )
+
+
+class ScheduleRunResource(BaseModel):
+    scheduled_at: datetime
+    started_at: datetime
+    job_id: uuid.UUID
+    job_url: str
+
+
+class ScheduleResource(BaseModel):
+    id: str
+    kind: str
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID
+    payload: dict[str, Any]
+    cron: str | None
+    every_seconds: int | None
+    time_zone: str | None
+    timing: str
+    keep: int | None
+    paused: bool
+    note: str | None
+    next_runs: list[datetime]
+    recent_runs: list[ScheduleRunResource]
+    created_at: datetime
+    url: str
+    jobs_url: str
+
+    @classmethod
+    def of(cls, view: ScheduleView) -> ScheduleResource:
+        base = f"/workspaces/{view.workspace_id}"
+        return cls(
+            **view.model_dump(exclude={"recent_runs"}),
+            timing=view.timing.describe(),
+            recent_runs=[
+                ScheduleRunResource(
+                    scheduled_at=run.scheduled_at,
+                    started_at=run.started_at,
+                    job_id=run.job_id,
+                    job_url=f"{base}/jobs/{run.job_id}",
+                )
+                for run in view.recent_runs
+            ],
+            url=schedule_url(view),
+            jobs_url=f"{base}/jobs?schedule_id={view.id}",
         )
 
 
@@ -114,6 +209,10 @@ class Health(BaseModel):
 
 def status_url(job: JobView) -> str:
     return f"/workspaces/{job.workspace_id}/jobs/{job.id}"
+
+
+def schedule_url(view: ScheduleView) -> str:
+    return f"/workspaces/{view.workspace_id}/schedules/{view.id}"
 
 
 def error(
@@ -142,7 +241,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {
         "model": ErrorBody,
         "description": "No such workspace for the actor (also when not a member), "
-        "or no such job in it (or cancelled)",
+        "or no such job (or cancelled) or schedule in it",
     },
     413: {"model": ErrorBody, "description": f"A body over {MAX_BODY_BYTES} bytes"},
     422: {"model": ErrorBody, "description": "Invalid request"},
@@ -158,7 +257,11 @@ FIELD_REFUSALS = {
     ("header", "idempotency-key"): invalid_idempotency_key,
     ("header", "x-correlation-id"): invalid_correlation_id,
 }
-FIELD_CODES = {("path", "kind"): ("unknown_kind", "unknown job kind")}
+FIELD_CODES = {
+    ("path", "kind"): ("unknown_kind", "unknown job kind"),
+    ("path", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
+    ("query", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
+}
 
 
 class RequestGuard:
@@ -256,6 +359,22 @@ def jobs_for(
 
 
 Jobs = Annotated[WorkspaceJobs, Depends(jobs_for)]
+
+
+def schedules_for(jobs: Jobs) -> WorkspaceSchedules:
+    """The workspace's schedules, for the same actor, authorised like its jobs."""
+    return jobs.schedules
+
+
+Schedules = Annotated[WorkspaceSchedules, Depends(schedules_for)]
+ScheduleId = Annotated[
+    str,
+    Path(
+        description="The schedule's id, <kind>-schedule-<uuid>",
+        max_length=SCHEDULE_ID_MAX_LENGTH,
+        pattern=SCHEDULE_ID_PATTERN,
+    ),
+]
 
 
 def create_app(settings: Settings | None = None, client: HubJobsClient | None = None) -> FastAPI:
@@ -369,9 +488,18 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     async def list_jobs(
         jobs: Jobs,
         status: Annotated[JobStatus | None, Query()] = None,
+        schedule_id: Annotated[
+            str | None,
+            Query(
+                description="Only the runs of this schedule",
+                max_length=SCHEDULE_ID_MAX_LENGTH,
+                pattern=SCHEDULE_ID_PATTERN,
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> list[JobResource]:
-        return [JobResource.of(job) for job in await jobs.list(status=status, limit=limit)]
+        found = await jobs.list(status=status, schedule_id=schedule_id, limit=limit)
+        return [JobResource.of(job) for job in found]
 
     @app.get(
         "/workspaces/{workspace_id}/jobs/{job_id}",
@@ -426,6 +554,87 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         if job.status == JobStatus.cancelled:
             raise NotFound("the job was cancelled", code="job_cancelled")
         return JobResource.of(await jobs.cancel(job_id))
+
+    # --- schedules ---------------------------------------------------------------------
+
+    @app.post(
+        "/workspaces/{workspace_id}/schedules",
+        status_code=201,
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary="Create a schedule of jobs of a kind (cron or interval)",
+    )
+    async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONResponse:
+        view = await schedules.create(
+            body.kind,
+            cron=body.cron,
+            every=body.every,
+            time_zone=body.time_zone,
+            payload=body.payload,
+            keep=body.keep,
+        )
+        return JSONResponse(
+            ScheduleResource.of(view).model_dump(mode="json"),
+            status_code=201,
+            headers={"Location": schedule_url(view)},
+        )
+
+    @app.get(
+        "/workspaces/{workspace_id}/schedules",
+        response_model=list[ScheduleResource],
+        responses={**ERRORS},
+        summary="The workspace's schedules, newest first",
+    )
+    async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
+        return [ScheduleResource.of(view) for view in await schedules.list()]
+
+    @app.get(
+        "/workspaces/{workspace_id}/schedules/{schedule_id}",
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary="One schedule: its definition, next firings and recent runs",
+    )
+    async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+        return ScheduleResource.of(await schedules.get(schedule_id))
+
+    @app.post(
+        "/workspaces/{workspace_id}/schedules/{schedule_id}/pause",
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary="Pause the schedule (a run under way goes on)",
+    )
+    async def pause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+        return ScheduleResource.of(await schedules.pause(schedule_id))
+
+    @app.post(
+        "/workspaces/{workspace_id}/schedules/{schedule_id}/unpause",
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary="Let a paused schedule fire again",
+    )
+    async def unpause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+        return ScheduleResource.of(await schedules.unpause(schedule_id))
+
+    @app.post(
+        "/workspaces/{workspace_id}/schedules/{schedule_id}/trigger",
+        status_code=202,
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary="Fire now (skipped while a run of the schedule is still going)",
+    )
+    async def trigger_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+        return ScheduleResource.of(await schedules.trigger(schedule_id))
+
+    @app.delete(
+        "/workspaces/{workspace_id}/schedules/{schedule_id}",
+        status_code=204,
+        response_class=Response,
+        responses={**ERRORS},
+        summary="Delete the schedule from Temporal (its jobs stay)",
+    )
+    async def delete_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Response:
+        await schedules.delete(schedule_id)
+        return Response(status_code=204)
 
     @app.get(
         "/health",

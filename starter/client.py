@@ -1,4 +1,5 @@
-"""The client other services import: start jobs, read them, cancel them, wait for them.
+"""The client other services import: start jobs, read them, cancel them, wait for them,
+and schedule recurring ones (``jobs.schedules``, starter/schedules.py).
 
 Every call is scoped to a workspace and an actor (``client.scope(workspace, actor)``):
 an actor sees the jobs of workspaces it is an enabled member of, starts and cancels
@@ -44,6 +45,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.launch import launch
 from hubjobs.temporal.messages import CancelRequest
+from starter.schedules import WorkspaceSchedules, check_schedule_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +76,10 @@ class HubJobsClient:
 
     def scope(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceJobs:
         return WorkspaceJobs(self, workspace_id, actor_id)
+
+    def schedules(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceSchedules:
+        """The workspace's job schedules, as the actor sees them (starter/schedules.py)."""
+        return WorkspaceSchedules(self, workspace_id, actor_id)
 
     async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Runs ``work`` in one transaction. A database that does not answer is
@@ -117,6 +123,11 @@ class WorkspaceJobs:
         self.client = client
         self.workspace_id = workspace_id
         self.actor_id = actor_id
+
+    @property
+    def schedules(self) -> WorkspaceSchedules:
+        """The same workspace's job schedules, as the same actor sees them."""
+        return WorkspaceSchedules(self.client, self.workspace_id, self.actor_id)
 
     # --- starting ---------------------------------------------------------------
 
@@ -212,17 +223,30 @@ class WorkspaceJobs:
         return await self.client.db(read)
 
     async def list(
-        self, *, status: JobStatus | None = None, kind: str | None = None, limit: int = 50
+        self,
+        *,
+        status: JobStatus | None = None,
+        kind: str | None = None,
+        schedule_id: str | None = None,
+        limit: int = 50,
     ) -> list[JobView]:
+        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs."""
         if kind is not None and not is_kind_name(kind):
             raise InvalidInput("unknown job kind", code="unknown_kind")
+        if schedule_id is not None:
+            check_schedule_id(schedule_id)
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
 
         async def read(conn: AsyncConnection) -> list[JobView]:
             await require_member(conn, self.workspace_id, self.actor_id)
             return await read_model.list_jobs(
-                conn, self.workspace_id, status=status, kind=kind, limit=limit
+                conn,
+                self.workspace_id,
+                status=status,
+                kind=kind,
+                schedule_id=schedule_id,
+                limit=limit,
             )
 
         return await self.client.db(read)

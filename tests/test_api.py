@@ -25,6 +25,7 @@ from temporalio.client import Client
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import choose_port, wait_for_port
 from hubjobs.settings import Settings
+from hubjobs.temporal.job_schedules import workspace_query
 from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient
@@ -302,3 +303,11 @@ def test_schemathesis_finds_nothing_wrong_with_the_api(
     finally:
         server.terminate()
         server.wait(timeout=20)
+        # Any schedule it managed to create would fire for the rest of the session.
+        asyncio.run(delete_schedules(api_settings, course.workspace_id))
+
+
+async def delete_schedules(settings: Settings, workspace_id: uuid.UUID) -> None:
+    client = await Client.connect(settings.resolved_temporal_address())
+    async for entry in await client.list_schedules(workspace_query(workspace_id)):
+        await client.get_schedule_handle(entry.id).delete()

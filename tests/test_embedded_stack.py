@@ -42,7 +42,7 @@ from tests.stacks import (
     stack_env,
 )
 
-SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId")
+SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId", "JobScheduleId")
 
 
 def http_status(url: str) -> int:

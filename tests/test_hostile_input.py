@@ -1,7 +1,8 @@
 """Hostile text through every text field, on the real servers: property-based tests
 (hypothesis) of the HTTP API (path ids, payload fields and unknown keys, raw bodies,
-Idempotency-Key, X-Correlation-Id, Authorization, query parameters) and of the CLI
-(every option taking text, and bytes that are not UTF-8).
+Idempotency-Key, X-Correlation-Id, Authorization, query parameters, a schedule's id,
+kind, cron expression, interval and time zone) and of the CLI (every option taking
+text, and bytes that are not UTF-8).
 
 Whatever comes in: never a 5xx, never a traceback, a stable error code, no echo of the
 value in the error, and nothing written when refused (no job row, no item, no page
@@ -38,6 +39,7 @@ from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
+from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW, workspace_query
 from starter.api import create_app
 from starter.auth import mint
 from starter.cli import run_cli
@@ -65,6 +67,11 @@ API_CODES = frozenset(
         "not_found",
         "method_not_allowed",
         "payload_too_large",
+        "invalid_cron",
+        "invalid_interval",
+        "invalid_time_zone",
+        "invalid_schedule_id",
+        "schedule_not_found",
     }
 )
 CLI_CODES = API_CODES | {
@@ -122,14 +129,19 @@ async def fingerprint(engine: AsyncEngine) -> tuple[int, ...]:
 
 
 async def assert_no_workflow_without_its_row(
-    temporal: Client, engine: AsyncEngine, task_queue: str
+    temporal: Client, engine: AsyncEngine, task_queue: str, workspace_id: uuid.UUID
 ) -> None:
-    """Every workflow on the test's queue belongs to a job row; then they are ended."""
+    """Every job workflow on the test's queue belongs to a job row; then they are ended,
+    and any schedule a value that happened to be valid created is deleted (a firing is
+    not a job: it makes its row when a worker runs it)."""
+    async for schedule in await temporal.list_schedules(workspace_query(workspace_id)):
+        await temporal.get_schedule_handle(schedule.id).delete()
     async with engine.connect() as conn:
         ids = {str(i) for i in (await conn.execute(text("SELECT id FROM jobs"))).scalars()}
     await asyncio.sleep(1)  # visibility lags a start a little
     async for wf in temporal.list_workflows(f'TaskQueue = "{task_queue}"'):
-        assert wf.id.split("-", 1)[1] in ids, wf.id  # <kind>-<job id>
+        if wf.workflow_type != SCHEDULED_START_WORKFLOW:
+            assert wf.id.split("-", 1)[1] in ids, wf.id  # <kind>-<job id>
         if wf.status is not None and wf.status.name == "RUNNING":
             await temporal.get_workflow_handle(wf.id).terminate("test over")
 
@@ -171,6 +183,11 @@ API_FIELDS = [
     "status_query",
     "limit_query",
     "other_query",
+    "schedule",
+    "schedule_kind",
+    "cron",
+    "every",
+    "time_zone",
 ]
 
 
@@ -185,6 +202,18 @@ def api_request(
     options: dict[str, Any] = {"headers": headers}
     if field == "workspace":
         return "GET", f"/workspaces/{_segment(value)}/jobs", options
+    if field == "schedule":
+        return "GET", f"/workspaces/{ws}/schedules/{_segment(value)}", options
+    schedule = {
+        "schedule_kind": {"kind": value, "every": "1d"},
+        "cron": {"kind": "backup", "cron": value},
+        "every": {"kind": "backup", "every": value},
+        "time_zone": {"kind": "backup", "cron": "0 3 * * *", "time_zone": value},
+    }.get(field)
+    if schedule is not None:
+        body = json.dumps(schedule, ensure_ascii=True).encode()
+        headers["Content-Type"] = "application/json"
+        return "POST", f"/workspaces/{ws}/schedules", {**options, "content": body}
     if field == "kind":
         return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}", {**options, "json": {}}
     if field in ("job", "delete_job"):
@@ -270,7 +299,9 @@ async def test_hostile_text_in_any_field_of_the_api(
     for field in API_FIELDS:
         await asyncio.to_thread(check, field)
     assert set(seen) == set(API_FIELDS), seen  # every field got hostile text
-    await assert_no_workflow_without_its_row(temporal, engine, api_settings.task_queue)
+    await assert_no_workflow_without_its_row(
+        temporal, engine, api_settings.task_queue, course.workspace_id
+    )
 
 
 async def test_json_oddities_in_the_body(
@@ -323,6 +354,7 @@ def cli_command(field: str, value: str, course: DemoCourse) -> list[str]:
     scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
     tag = ["tag-course", *scope, "--root-page", str(course.root_page_id)]
     job = str(uuid.uuid4())
+    create = ["schedule", "create", "backup", *scope]
     return {
         "tag": [*tag, "--tag", value],
         "idempotency_key": [*tag, "--tag", "t", "--idempotency-key", value],
@@ -338,6 +370,10 @@ def cli_command(field: str, value: str, course: DemoCourse) -> list[str]:
         "job": ["status", value, *scope],
         "token_ttl": ["token", "--actor", str(course.actor_id), "--ttl", value],
         "unknown_option": ["list", *scope, f"--{value}", "x"],
+        "schedule_cron": [*create, "--cron", value],
+        "schedule_every": [*create, "--every", value],
+        "schedule_payload": [*create, "--every", "1d", "--payload", value],
+        "schedule_id": ["schedule", "pause", value, *scope],
     }[field]
 
 
@@ -356,6 +392,10 @@ CLI_FIELDS = [
     "job",
     "token_ttl",
     "unknown_option",
+    "schedule_cron",
+    "schedule_every",
+    "schedule_payload",
+    "schedule_id",
 ]
 
 
@@ -421,7 +461,9 @@ async def test_hostile_text_in_every_cli_option(
     for field in CLI_FIELDS:
         await asyncio.to_thread(check, field)
     assert set(seen) == set(CLI_FIELDS), seen
-    await assert_no_workflow_without_its_row(temporal, engine, settings.task_queue)
+    await assert_no_workflow_without_its_row(
+        temporal, engine, settings.task_queue, course.workspace_id
+    )
 
 
 async def test_bytes_that_are_not_utf8_from_a_real_command_line(

@@ -27,6 +27,8 @@ def test_histories_are_recorded() -> None:
         "backup_succeeded",
         "course_tagging_worker_killed",
         "course_tagging_continued_as_new",
+        "scheduled_start_kept",
+        "scheduled_start_refused",
     } <= names
 
 

@@ -178,6 +178,13 @@ class Job(Base):
             "updated_at",
             postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
         ),
+        # A schedule's runs, newest first: its job listing and its keep step (0003).
+        Index(
+            "ix_jobs_schedule_created",
+            "schedule_id",
+            text("created_at DESC"),
+            postgresql_where=text("schedule_id IS NOT NULL"),
+        ),
     )
     id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
     workspace_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
@@ -208,6 +215,8 @@ class Job(Base):
     attempts_failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     # The job whose failed items this one retries (issue: retry what failed).
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    # The Temporal Schedule whose firing started the job; NULL for a job started by hand.
+    schedule_id: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

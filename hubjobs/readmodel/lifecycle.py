@@ -46,6 +46,7 @@ async def create_job(
     payload: dict[str, Any],
     idempotency_key: str | None = None,
     source_job_id: uuid.UUID | None = None,
+    schedule_id: str | None = None,
 ) -> CreatedJob:
     """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
     model = kind.validate(payload)
@@ -68,6 +69,7 @@ async def create_job(
         idempotency_key=idempotency_key,
         payload=model.model_dump(mode="json"),
         source_job_id=source_job_id,
+        schedule_id=schedule_id,
     )
     if not inserted:
         # Lost a race on the idempotency key, or this id exists already.
@@ -99,9 +101,11 @@ async def record_refused(
     code: str,
     message: str,
     retention: timedelta,
+    schedule_id: str | None = None,
 ) -> None:
-    """A job started straight through Temporal that its kind refuses still gets a row,
-    failed, so that whoever started it can see why."""
+    """A job started straight through Temporal (or by a schedule's firing) that its
+    start checks refuse still gets a row, failed, so that whoever started it can see
+    why."""
     await store.insert_job(
         conn,
         job_id=job_id,
@@ -111,6 +115,7 @@ async def record_refused(
         correlation_id=correlation_id,
         idempotency_key=None,
         payload=payload,
+        schedule_id=schedule_id,
     )
     await store.finish(
         conn,

@@ -25,7 +25,8 @@ JOB_COLUMNS = (
     "id, workflow_id, kind, status, workspace_id, actor_id, correlation_id, idempotency_key, "
     "payload, summary, total, processed, succeeded, skipped, failed, progress_message, result, "
     "result_content_type, error_code, error_message, cancel_requested_at, cancel_requested_by, "
-    "attempts, attempts_failed, source_job_id, created_at, started_at, finished_at, expires_at"
+    "attempts, attempts_failed, source_job_id, schedule_id, created_at, started_at, finished_at, "
+    "expires_at"
 )
 UNFINISHED = sql_list(UNFINISHED_STATUSES)
 
@@ -57,6 +58,7 @@ async def insert_job(
     idempotency_key: str | None,
     payload: dict[str, Any],
     source_job_id: uuid.UUID | None = None,
+    schedule_id: str | None = None,
 ) -> bool:
     """Inserts a queued row; False when the idempotency key (or the id) already names one.
     A concurrent insert with the same key waits on the unique index, then finds it."""
@@ -64,9 +66,10 @@ async def insert_job(
         await conn.execute(
             text(
                 "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload, source_job_id) VALUES (:id, "
-                ":workflow_id, :kind, :status, :workspace, :actor, :correlation, :key, "
-                "CAST(:payload AS jsonb), :source) ON CONFLICT DO NOTHING RETURNING id"
+                "correlation_id, idempotency_key, payload, source_job_id, schedule_id) "
+                "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
+                ":key, CAST(:payload AS jsonb), :source, :schedule) "
+                "ON CONFLICT DO NOTHING RETURNING id"
             ),
             {
                 "id": job_id,
@@ -79,6 +82,7 @@ async def insert_job(
                 "key": idempotency_key,
                 "payload": _json(payload),
                 "source": source_job_id,
+                "schedule": schedule_id,
             },
         )
     ).first()
@@ -157,6 +161,7 @@ async def list_jobs(
     *,
     status: JobStatus | None = None,
     kind: str | None = None,
+    schedule_id: str | None = None,
     limit: int = 50,
 ) -> list[JobView]:
     rows = await conn.execute(
@@ -164,9 +169,16 @@ async def list_jobs(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
             "AND (CAST(:status AS text) IS NULL OR status = :status) "
             "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
+            "AND (CAST(:schedule AS text) IS NULL OR schedule_id = :schedule) "
             "ORDER BY created_at DESC, id LIMIT :limit"
         ),
-        {"workspace": workspace_id, "status": status, "kind": kind, "limit": limit},
+        {
+            "workspace": workspace_id,
+            "status": status,
+            "kind": kind,
+            "schedule": schedule_id,
+            "limit": limit,
+        },
     )
     return [_view(row) for row in rows]
 
@@ -473,6 +485,28 @@ async def lock_expired(conn: AsyncConnection, cutoff: datetime, limit: int) -> l
         {"cutoff": cutoff, "limit": limit},
     )
     return [_view(row) for row in rows]
+
+
+async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) -> int:
+    """A schedule's ``keep``: its successful runs but the newest ``keep`` expire now, so
+    that the retention sweep removes them (each after its kind's expire hook, as any
+    expired job). Returns how many it moved; a run whose expiry has passed already is
+    left alone. Idempotent: a second call with the same ``keep`` moves nothing."""
+    expired = await conn.execute(
+        text(
+            """
+            UPDATE jobs SET expires_at = now(), updated_at = now()
+             WHERE schedule_id = :schedule AND status = 'succeeded'
+               AND (expires_at IS NULL OR expires_at > now())
+               AND finished_at IS NOT NULL
+               AND id NOT IN (SELECT id FROM jobs
+                               WHERE schedule_id = :schedule AND status = 'succeeded'
+                               ORDER BY finished_at DESC, id DESC LIMIT :keep)
+            """
+        ),
+        {"schedule": schedule_id, "keep": keep},
+    )
+    return int(expired.rowcount or 0)
 
 
 async def delete_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> None:

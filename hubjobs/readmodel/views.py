@@ -64,6 +64,8 @@ class JobView(BaseModel):
     attempts: int
     attempts_failed: int
     source_job_id: uuid.UUID | None
+    # The schedule whose firing started the job (None for a job started by hand).
+    schedule_id: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

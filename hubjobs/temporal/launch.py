@@ -1,6 +1,8 @@
 """Starting a job's workflow for a recorded read-model row: used by the starter right
-after the row is inserted, and by the reconciler to repair a row whose start was
-recorded but whose workflow never started (the process died in between).
+after the row is inserted, by the reconciler to repair a row whose start was recorded
+but whose workflow never started (the process died in between), and by a schedule's
+firing, which starts it as its child workflow. What is started is built once here
+(``job_start``), whoever starts it.
 
 Each job's workflow carries its workspace as fairness key and its kind's priority, and
 its activities inherit both: one workspace's flood never starves another's job, and
@@ -25,7 +27,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
-from hubjobs.temporal.messages import JobInput, JobOptions
+from hubjobs.temporal.messages import JobInput, JobOptions, JobStart
 
 
 def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
@@ -38,44 +40,65 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
     )
 
 
-def priority_of(kind: JobKind[Any], job: JobView) -> Priority:
-    return Priority(priority_key=kind.priority, fairness_key=str(job.workspace_id))
+def job_start(job: JobView, settings: Settings) -> JobStart:
+    """The workflow a job's row stands for: its type, id, input and UI metadata."""
+    kind = get_kind(job.kind)
+    return JobStart(
+        workflow_type=kind.workflow_type,
+        workflow_id=job.workflow_id,
+        input=JobInput(
+            job_id=job.id,
+            kind=job.kind,
+            workspace_id=job.workspace_id,
+            actor_id=job.actor_id,
+            correlation_id=job.correlation_id,
+            payload=job.payload,
+            options=job_options(settings, kind),
+        ),
+        summary=job.summary,
+        details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
+        priority_key=kind.priority,
+        schedule_id=job.schedule_id,
+    )
+
+
+def priority_of(start: JobStart) -> Priority:
+    return Priority(priority_key=start.priority_key, fairness_key=str(start.input.workspace_id))
+
+
+def search_attributes_of(start: JobStart) -> TypedSearchAttributes:
+    """What finds the run in the Temporal UI from its start (the workflow keeps
+    ``JobStatus`` current)."""
+    job = start.input
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(sa.JOB_KIND, job.kind),
+        SearchAttributePair(sa.WORKSPACE_ID, str(job.workspace_id)),
+        SearchAttributePair(sa.JOB_STATUS, JobStatus.queued.value),
+        SearchAttributePair(sa.JOB_ACTOR, str(job.actor_id)),
+        SearchAttributePair(sa.JOB_ID, str(job.job_id)),
+    ]
+    if start.schedule_id is not None:
+        pairs.append(SearchAttributePair(sa.JOB_SCHEDULE_ID, start.schedule_id))
+    return TypedSearchAttributes(pairs)
 
 
 async def launch(client: Client, job: JobView, settings: Settings) -> None:
     """Starts the job's workflow; a second call for the same job finds the running one
     and never runs a finished one again. Raises temporalio's RPCError when Temporal
     does not answer."""
-    kind = get_kind(job.kind)
-    job_input = JobInput(
-        job_id=job.id,
-        kind=job.kind,
-        workspace_id=job.workspace_id,
-        actor_id=job.actor_id,
-        correlation_id=job.correlation_id,
-        payload=job.payload,
-        options=job_options(settings, kind),
-    )
+    start = job_start(job, settings)
     try:
         await client.start_workflow(
-            kind.workflow_type,
-            job_input,
-            id=job.workflow_id,
+            start.workflow_type,
+            start.input,
+            id=start.workflow_id,
             task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.JOB_KIND, job.kind),
-                    SearchAttributePair(sa.WORKSPACE_ID, str(job.workspace_id)),
-                    SearchAttributePair(sa.JOB_STATUS, JobStatus.queued.value),
-                    SearchAttributePair(sa.JOB_ACTOR, str(job.actor_id)),
-                    SearchAttributePair(sa.JOB_ID, str(job.id)),
-                ]
-            ),
-            static_summary=job.summary,
-            static_details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
-            priority=priority_of(kind, job),
+            search_attributes=search_attributes_of(start),
+            static_summary=start.summary,
+            static_details=start.details,
+            priority=priority_of(start),
         )
     except WorkflowAlreadyStartedError:
         pass

@@ -163,3 +163,59 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
+
+
+# --- job schedules ------------------------------------------------------------------
+
+
+class JobStart(BaseModel):
+    """Everything it takes to start a job's workflow for its row, built once
+    (hubjobs.temporal.launch.job_start): the starter starts it through the client, a
+    schedule's firing as its child workflow."""
+
+    workflow_type: str
+    workflow_id: str
+    input: JobInput
+    summary: str | None = None
+    details: str
+    priority_key: int
+    schedule_id: str | None = None
+
+
+class ScheduledJob(BaseModel):
+    """What a job schedule's Temporal Schedule starts at every firing (the same input
+    each time): the job to create, with the start checks of that moment."""
+
+    schedule_id: str
+    kind: str
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID
+    payload: dict[str, Any]
+    # Keep the newest N successful runs; older ones expire (None: ordinary retention).
+    keep: int | None = None
+
+
+class FiringStart(BaseModel):
+    """The firing's job, as its row now is: ``start`` to run it, or None when the row is
+    final already (the start checks refused it: ``error_code`` says why; or an earlier
+    run of the same firing saw it through)."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    error_code: str | None = None
+    error_message: str | None = None
+    start: JobStart | None = None
+
+
+class KeepNewest(BaseModel):
+    schedule_id: str
+    keep: int
+
+
+class FiringOutcome(BaseModel):
+    """What a firing returns: its job, how it ended, and how many older runs its
+    ``keep`` expired."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    expired: int = 0

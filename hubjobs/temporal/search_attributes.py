@@ -11,5 +11,9 @@ WORKSPACE_ID = SearchAttributeKey.for_keyword("WorkspaceId")
 JOB_STATUS = SearchAttributeKey.for_keyword("JobStatus")
 JOB_ACTOR = SearchAttributeKey.for_keyword("JobActor")
 JOB_ID = SearchAttributeKey.for_keyword("JobId")
+# On a job schedule, its firings and the jobs they start: ``JobScheduleId = "..."``
+# lists every run of one schedule (Temporal's own TemporalScheduledById marks only the
+# firings, not the jobs they start as child workflows).
+JOB_SCHEDULE_ID = SearchAttributeKey.for_keyword("JobScheduleId")
 
-REGISTERED = (JOB_KIND, WORKSPACE_ID, JOB_STATUS, JOB_ACTOR, JOB_ID)
+REGISTERED = (JOB_KIND, WORKSPACE_ID, JOB_STATUS, JOB_ACTOR, JOB_ID, JOB_SCHEDULE_ID)

@@ -1,0 +1,233 @@
+"""Job schedules through the client: ``client.schedules(workspace, actor)`` (or
+``jobs.schedules``) creates, lists, shows, pauses, unpauses, triggers and deletes the
+recurring jobs of one workspace (see hubjobs.temporal.job_schedules for what a
+schedule is in Temporal and how each firing becomes a job).
+
+Authorised like jobs: an enabled administrator of the workspace creates, pauses,
+unpauses, triggers and deletes; an enabled member lists and shows; a workspace the
+actor is not an enabled member of is ``workspace_not_found``, and a schedule of
+another workspace is ``schedule_not_found``, as one that does not exist. Errors are
+``HubJobsError`` with a stable code; a message never repeats what the caller sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncConnection
+from temporalio.client import ScheduleHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from hubjobs.domain.access import require_administrator, require_member
+from hubjobs.domain.text import is_kind_name
+from hubjobs.domain.timing import invalid_cron, invalid_interval, timing
+from hubjobs.errors import InvalidInput, NotFound, Unavailable
+from hubjobs.kinds import REGISTRY
+from hubjobs.temporal.job_schedules import (
+    MEMO_KEY,
+    ScheduleDefinition,
+    ScheduleView,
+    is_schedule_id,
+    new_schedule_id,
+    schedule_of,
+    search_attributes_of,
+    view_of,
+    view_of_listed,
+    workspace_query,
+)
+
+if TYPE_CHECKING:
+    from starter.client import HubJobsClient
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+KEEP_MAX = 1000
+
+
+def invalid_schedule_id() -> InvalidInput:
+    return InvalidInput(
+        "a schedule id is <kind>-schedule-<uuid>, as create returned it",
+        code="invalid_schedule_id",
+    )
+
+
+def check_schedule_id(value: str) -> str:
+    if not is_schedule_id(value):
+        raise invalid_schedule_id()
+    return value
+
+
+def check_keep(value: int | None) -> int | None:
+    """None (ordinary retention) or 1 to 1000 runs, else ``invalid_keep``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= KEEP_MAX:
+        raise InvalidInput(f"keep must be from 1 to {KEEP_MAX} runs", code="invalid_keep")
+    return value
+
+
+def schedule_not_found() -> NotFound:
+    return NotFound("no such schedule in this workspace", code="schedule_not_found")
+
+
+class WorkspaceSchedules:
+    """The job schedules of one workspace, as one actor sees them."""
+
+    def __init__(self, client: HubJobsClient, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+        self.client = client
+        self.workspace_id = workspace_id
+        self.actor_id = actor_id
+
+    # --- creating -------------------------------------------------------------------
+
+    async def create(
+        self,
+        kind_name: str,
+        *,
+        cron: str | None = None,
+        every: str | timedelta | int | None = None,
+        time_zone: str | None = None,
+        payload: BaseModel | dict[str, Any] | None = None,
+        keep: int | None = None,
+    ) -> ScheduleView:
+        """A schedule of jobs of a registered kind: ``cron`` (five fields, in
+        ``time_zone``, UTC by default) or ``every`` (``"5s"``, ``"1h30m"``, a timedelta
+        or seconds); ``payload`` is the kind's, checked now and at every firing;
+        ``keep`` keeps the newest N successful runs (older ones expire). Refusals:
+        ``unknown_kind``, ``invalid_payload``, ``invalid_schedule``, ``invalid_cron``,
+        ``invalid_interval``, ``invalid_time_zone``, ``invalid_keep``, then
+        ``workspace_not_found`` / ``actor_not_administrator``."""
+        kind = REGISTRY.find(kind_name) if is_kind_name(kind_name) else None
+        if kind is None:  # the caller's text: not repeated
+            raise InvalidInput("unknown job kind", code="unknown_kind")
+        when = timing(cron=cron, every=every, time_zone=time_zone)
+        keep = check_keep(keep)
+        raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
+        model = kind.validate(raw)
+        await self.client.db(self._require_administrator)
+        definition = ScheduleDefinition(
+            id=new_schedule_id(kind.name),
+            kind=kind.name,
+            workspace_id=self.workspace_id,
+            actor_id=self.actor_id,
+            payload=model.model_dump(mode="json"),
+            cron=when.cron,
+            every_seconds=when.every_seconds,
+            time_zone=when.time_zone,
+            keep=keep,
+            created_at=datetime.now(UTC),
+        )
+        try:
+            await self.client.temporal.create_schedule(
+                definition.id,
+                schedule_of(definition, self.client.settings, kind.title),
+                memo={MEMO_KEY: definition},
+                search_attributes=search_attributes_of(definition),
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.INVALID_ARGUMENT:
+                # Temporal's word on the timing (its message may quote it: not passed on).
+                raise (invalid_cron() if when.cron is not None else invalid_interval()) from None
+            raise _unavailable("creating schedule", err) from None
+        log.info("schedule %s created (%s)", definition.id, kind.name)
+        return await self._describe(definition.id)
+
+    # --- reading ----------------------------------------------------------------------
+
+    async def list(self) -> list[ScheduleView]:
+        """The workspace's schedules, newest first. From Temporal's visibility store:
+        a change shows here a moment after it was made (``get`` is exact)."""
+        await self.client.db(self._require_member)
+        found: list[ScheduleView] = []
+        try:
+            listing = await self.client.temporal.list_schedules(
+                workspace_query(self.workspace_id), page_size=100
+            )
+            async for entry in listing:
+                view = await view_of_listed(entry)
+                if view is not None and view.workspace_id == self.workspace_id:
+                    found.append(view)
+        except RPCError as err:
+            raise _unavailable("listing schedules", err) from None
+        return sorted(found, key=lambda v: (v.created_at, v.id), reverse=True)
+
+    async def get(self, schedule_id: str) -> ScheduleView:
+        check_schedule_id(schedule_id)
+        await self.client.db(self._require_member)
+        return await self._describe(schedule_id)
+
+    # --- changing -------------------------------------------------------------------------
+
+    async def pause(self, schedule_id: str) -> ScheduleView:
+        """No firing until unpaused (a run under way goes on)."""
+        handle = await self._administered(schedule_id)
+        note = f"paused by {self.actor_id}"
+        await self._call(handle, "pausing", lambda: handle.pause(note=note))
+        return await self._describe(schedule_id)
+
+    async def unpause(self, schedule_id: str) -> ScheduleView:
+        handle = await self._administered(schedule_id)
+        note = (await self._describe(schedule_id)).describe()
+        await self._call(handle, "unpausing", lambda: handle.unpause(note=note))
+        return await self._describe(schedule_id)
+
+    async def trigger(self, schedule_id: str) -> ScheduleView:
+        """Fires now, as at a scheduled time: a job with the start checks of now, unless
+        a run of this schedule is still going (the overlap policy skips it)."""
+        handle = await self._administered(schedule_id)
+        await self._call(handle, "triggering", lambda: handle.trigger())
+        return await self._describe(schedule_id)
+
+    async def delete(self, schedule_id: str) -> None:
+        """Removes the schedule from Temporal. Its jobs stay (ordinary jobs, with their
+        retention); a run under way goes on."""
+        handle = await self._administered(schedule_id)
+        await self._call(handle, "deleting", lambda: handle.delete())
+        log.info("schedule %s deleted", schedule_id)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    async def _require_member(self, conn: AsyncConnection) -> None:
+        await require_member(conn, self.workspace_id, self.actor_id)
+
+    async def _require_administrator(self, conn: AsyncConnection) -> None:
+        await require_administrator(conn, self.workspace_id, self.actor_id)
+
+    async def _administered(self, schedule_id: str) -> ScheduleHandle:
+        """The handle of one of this workspace's schedules, for an administrator."""
+        check_schedule_id(schedule_id)
+        await self.client.db(self._require_administrator)
+        await self._describe(schedule_id)
+        return self.client.temporal.get_schedule_handle(schedule_id)
+
+    async def _describe(self, schedule_id: str) -> ScheduleView:
+        """The schedule, if it is one of this workspace's; ``schedule_not_found``
+        otherwise (another workspace's answers as one that does not exist)."""
+        handle = self.client.temporal.get_schedule_handle(schedule_id)
+        description = await self._call(handle, "describing", handle.describe)
+        view = await view_of(description)
+        if view is None or view.workspace_id != self.workspace_id:
+            raise schedule_not_found()
+        return view
+
+    @staticmethod
+    async def _call(handle: ScheduleHandle, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise schedule_not_found() from None
+            raise _unavailable(f"{what} schedule {handle.id}", err) from None
+
+
+def _unavailable(what: str, err: RPCError) -> Unavailable:
+    log.warning("%s failed: %s", what, err.status.name)
+    return Unavailable("Temporal did not answer; try again")
