@@ -72,6 +72,7 @@ CLI_CODES = API_CODES | {
     "invalid_encoding",
     "invalid_status",
     "invalid_reason",
+    "invalid_state",
 }
 # Examples per field: every field gets its own run, so none is left out by chance.
 PROPERTY = hypothesis_settings(
@@ -171,6 +172,11 @@ API_FIELDS = [
     "status_query",
     "limit_query",
     "other_query",
+    "items_state",
+    "items_after",
+    "items_limit",
+    "file_name",
+    "retry_job",
 ]
 
 
@@ -187,6 +193,17 @@ def api_request(
         return "GET", f"/workspaces/{_segment(value)}/jobs", options
     if field == "kind":
         return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}", {**options, "json": {}}
+    if field in ("items_state", "items_after", "items_limit"):
+        name = field.removeprefix("items_")
+        return (
+            "GET",
+            f"/workspaces/{ws}/jobs/{uuid.uuid4()}/items?{name}={_segment(value)}",
+            options,
+        )
+    if field == "file_name":
+        return "GET", f"/workspaces/{ws}/jobs/{uuid.uuid4()}/files/{_segment(value)}", options
+    if field == "retry_job":
+        return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}/retry", options
     if field in ("job", "delete_job"):
         method = "GET" if field == "job" else "DELETE"
         return method, f"/workspaces/{ws}/jobs/{_segment(value)}", options
@@ -338,6 +355,10 @@ def cli_command(field: str, value: str, course: DemoCourse) -> list[str]:
         "job": ["status", value, *scope],
         "token_ttl": ["token", "--actor", str(course.actor_id), "--ttl", value],
         "unknown_option": ["list", *scope, f"--{value}", "x"],
+        "items_state": ["items", job, *scope, "--state", value],
+        "items_after": ["items", job, *scope, "--after", value],
+        "export_pages_per_file": ["export", *scope, "--pages-per-file", value],
+        "retry_job": ["retry", value, *scope],
     }[field]
 
 
@@ -356,6 +377,10 @@ CLI_FIELDS = [
     "job",
     "token_ttl",
     "unknown_option",
+    "items_state",
+    "items_after",
+    "export_pages_per_file",
+    "retry_job",
 ]
 
 
@@ -415,6 +440,9 @@ async def test_hostile_text_in_every_cli_option(
             "list_limit",
             "token_ttl",
             "unknown_option",
+            "items_after",
+            "export_pages_per_file",
+            "retry_job",
         ):
             assert refusal == "invalid_encoding", (field, err)
 
