@@ -127,6 +127,7 @@ def test_only_the_manifests_files_of_a_finished_export_are_served(tmp_path: Path
         "",
         "pages-0001.ndjson/..",
         "PAGES-0001.NDJSON",
+        "pages-0001.ndjson\n",
     ):
         assert export_file(settings, finished, name) is None, name
     assert export_file(settings, job(None), "pages-0001.ndjson") is None  # not finished
