@@ -39,6 +39,8 @@ async def _job(engine: AsyncEngine, course: DemoCourse) -> uuid.UUID:
             correlation_id="c-1",
             payload={"root_page_id": str(course.root_page_id), "tag": TAG},
         )
+        # Running, as an attempt leaves it: batches read only a running job's items.
+        await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
     return job_id
 
 
