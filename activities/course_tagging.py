@@ -54,6 +54,7 @@ from hubjobs.kinds.course_tagging import (
     CourseTaggingPayload,
     Outcome,
     TaggingCursor,
+    TaggingOutput,
     change_summary,
     decide,
 )
@@ -124,7 +125,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         while True:
             recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after))
             if recorded is None:
-                return Done()
+                return Done(
+                    TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json")
+                )
             after, result = recorded
             ctx.counters = result.counters
             ctx.beat(

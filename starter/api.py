@@ -8,6 +8,9 @@ FHIR bulk data over the starter client.
                                           404 once it is cancelled or gone
     DELETE /workspaces/{ws}/jobs/{id}     202: cancellation signalled (a no-op once finished)
     GET    /workspaces/{ws}/jobs          the workspace's jobs, newest first
+    GET    /workspaces/{ws}/jobs/{id}/items        the job's items, keyset-paged (``next``)
+    POST   /workspaces/{ws}/jobs/{id}/retry        202: a new job over its failed items
+    GET    /workspaces/{ws}/jobs/{id}/files/{name} a finished export's file, streamed NDJSON
     GET    /health                        database and Temporal reachability
 
 Recurring jobs (each a Temporal Schedule whose every firing is a job):
@@ -32,18 +35,21 @@ that does not exist (404 ``workspace_not_found``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -65,9 +71,10 @@ from hubjobs.errors import (
     Unavailable,
     describe_validation_errors,
 )
+from hubjobs.kinds.page_export import CONTENT_TYPE as EXPORT_CONTENT_TYPE
 from hubjobs.observability.logs import log_failure
-from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import (
     SCHEDULE_ID_MAX_LENGTH,
@@ -75,7 +82,7 @@ from hubjobs.temporal.job_schedules import (
     ScheduleView,
 )
 from starter.auth import TokenVerifier, Unauthorized
-from starter.client import HubJobsClient, WorkspaceJobs
+from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL, HubJobsClient, WorkspaceJobs
 from starter.schedules import WorkspaceSchedules, invalid_schedule_id
 
 log = logging.getLogger(__name__)
@@ -84,6 +91,8 @@ RETRY_AFTER_SECONDS = 2
 # The largest request body taken (a payload is a few hundred bytes).
 MAX_BODY_BYTES = 1024 * 1024
 INTERNAL_MESSAGE = "internal error; the detail is in the server log"
+# Export files are streamed in pieces this large.
+FILE_CHUNK_BYTES = 256 * 1024
 
 
 class ErrorDetail(BaseModel):
@@ -636,6 +645,73 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         await schedules.delete(schedule_id)
         return Response(status_code=204)
 
+    @app.post(
+        "/workspaces/{workspace_id}/jobs/{job_id}/retry",
+        status_code=202,
+        response_model=JobResource,
+        responses={**ERRORS},
+        summary="Run a finished job's failed items again, as a new job of its kind "
+        "(the same one for every retry of the same job)",
+    )
+    async def retry_job(
+        jobs: Jobs,
+        job_id: uuid.UUID,
+        x_correlation_id: Annotated[
+            str | None,
+            Header(
+                description="Carried into traces and logs: 1 to 128 characters of "
+                "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
+                min_length=1,
+                max_length=KEY_MAX_LENGTH,
+                pattern=KEY_PATTERN,
+            ),
+        ] = None,
+    ) -> JSONResponse:
+        job = await jobs.retry(job_id, correlation_id=x_correlation_id)
+        return JSONResponse(
+            JobResource.of(job).model_dump(mode="json"),
+            status_code=202,
+            headers={"Content-Location": status_url(job)},
+        )
+
+    @app.get(
+        "/workspaces/{workspace_id}/jobs/{job_id}/items",
+        response_model=ItemPage,
+        responses={**ERRORS},
+        summary="The job's items in order (each page's id, title, state, code and "
+        "message), keyset-paged: pass `next` as `after` for the following page",
+    )
+    async def job_items(
+        jobs: Jobs,
+        job_id: uuid.UUID,
+        state: Annotated[ItemState | None, Query(description="Only items in this state")] = None,
+        after: Annotated[
+            int,
+            Query(ge=0, le=MAX_ORDINAL, description="The ordinal to start after (a `next`)"),
+        ] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_ITEMS_PAGE)] = 100,
+    ) -> ItemPage:
+        return await jobs.items(job_id, state=state, after=after, limit=limit)
+
+    @app.get(
+        "/workspaces/{workspace_id}/jobs/{job_id}/files/{name}",
+        response_class=StreamingResponse,
+        responses={
+            200: {
+                "description": "A file of a finished export (one page a line), streamed",
+                "content": {EXPORT_CONTENT_TYPE: {"schema": {"type": "string"}}},
+            },
+            **ERRORS,
+        },
+        summary="Download a file listed in an export's manifest",
+    )
+    async def job_file(
+        jobs: Jobs,
+        job_id: uuid.UUID,
+        name: Annotated[str, Path(description="A file name from the manifest's output")],
+    ) -> StreamingResponse:
+        return await stream_file(await jobs.export_file(job_id, name), name)
+
     @app.get(
         "/health",
         response_model=Health,
@@ -649,6 +725,33 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         return JSONResponse(report.model_dump(), status_code=200 if ok else 503)
 
     return app
+
+
+async def stream_file(path: FilePath, name: str) -> StreamingResponse:
+    """The file, streamed a chunk at a time. Opened before the answer starts: removed
+    after that (its job expired), it is still read whole; removed before, it is gone
+    (404, as a job that is)."""
+    try:
+        handle = await asyncio.to_thread(path.open, "rb")
+    except FileNotFoundError:
+        raise NotFound("no such file of a job in this workspace", code="job_not_found") from None
+    size = os.fstat(handle.fileno()).st_size
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await asyncio.to_thread(handle.read, FILE_CHUNK_BYTES):
+                yield chunk
+        finally:
+            handle.close()
+
+    return StreamingResponse(
+        chunks(),
+        media_type=EXPORT_CONTENT_TYPE,
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{name}"',
+        },
+    )
 
 
 async def check_health(hub: HubJobsClient) -> Health:

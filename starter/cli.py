@@ -25,13 +25,14 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from hubjobs.devstack import embedded
 from hubjobs.domain.text import printable
 from hubjobs.errors import HubJobsError, InvalidInput, describe_validation_errors
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import ScheduleView
 from hubjobs.temporal.process import run_and_exit
@@ -451,6 +452,52 @@ def backup(
 
 @app.command()
 @command
+def export(
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    root_page: Annotated[
+        uuid.UUID | None,
+        typer.Option("--root-page", help="Root page of a course; the whole workspace without."),
+    ] = None,
+    pages_per_file: Annotated[
+        int | None,
+        typer.Option("--pages-per-file", min=1, max=100_000, help="Pages a file (default 1000)."),
+    ] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export a course, or the whole workspace, as NDJSON files of pages; the result is
+    a FHIR bulk-data manifest whose files the API serves."""
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_page_export(
+            root_page_id=root_page,
+            pages_per_file=pages_per_file,
+            idempotency_key=idempotency_key,
+        ),
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+@app.command()
+@command
+def retry(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the retry to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a finished job's failed items again, as a new job of the same kind (the same
+    one each time for the same JOB)."""
+    start_job(workspace, actor, lambda jobs: jobs.retry(job_id), wait=wait, as_json=as_json)
+
+
+@app.command()
+@command
 def restore(
     archive: Annotated[Path, typer.Argument(metavar="ARCHIVE", help="A backup archive.")],
     database_url: Annotated[str, typer.Option(help="An empty database to restore into.")],
@@ -538,6 +585,49 @@ def list_jobs(
             job.summary or "",
         )
     out.print(table)
+
+
+@app.command()
+@command
+def items(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt,
+    actor: ActorOpt,
+    state: Annotated[
+        str | None, typer.Option(help="Only items in this state (e.g. failed).")
+    ] = None,
+    after: Annotated[
+        int, typer.Option(min=0, help="Start after this ordinal (a previous page's next).")
+    ] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a job's items (each page's outcome, code and message), in order, a page
+    at a time."""
+
+    async def go() -> ItemPage:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.items(job_id, state=state, after=after, limit=limit)
+
+    page = run(go())
+    if as_json:
+        print_json(page.model_dump(mode="json"))
+        return
+    table = Table("#", "page", "title", "state", "code", "message")
+    for item in page.items:
+        # Titles are the hub's users' text: printed as text, never as markup.
+        table.add_row(
+            str(item.ordinal),
+            str(item.ref or ""),
+            Text(printable(item.label or "")),
+            item.state.value,
+            item.error_code or "",
+            Text(item.error_message or ""),
+        )
+    out.print(table)
+    if page.next is not None:
+        out.print(f"more: --after {page.next}")
 
 
 @app.command()

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -35,12 +36,13 @@ from hubjobs.errors import HubJobsError, InvalidInput, NotFound, Unavailable
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.kinds.page_export import PAGE_EXPORT, export_file
 from hubjobs.observability.logs import log_failure
 from hubjobs.observability.telemetry import job_span
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.lifecycle import create_job, finish_job
-from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.lifecycle import CreatedJob, create_job, finish_job
+from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.launch import launch
@@ -49,6 +51,9 @@ from starter.schedules import WorkspaceSchedules, check_schedule_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Item listings: the largest page, and the largest ordinal (job_items.ordinal is int4).
+MAX_ITEMS_PAGE = 1000
+MAX_ORDINAL = 2**31 - 1
 
 
 class HubJobsClient:
@@ -107,6 +112,22 @@ class HubJobsClient:
             ) from None
 
 
+def retry_key(source_id: uuid.UUID) -> str:
+    """The idempotency key of a job's retry: one retry per source job. It holds a space,
+    which no caller's key may (hubjobs.domain.text), so no start can take it."""
+    return f"retry of {source_id}"
+
+
+def _item_state(state: ItemState | str | None) -> ItemState | None:
+    if state is None or isinstance(state, ItemState):
+        return state
+    try:
+        return ItemState(state)
+    except ValueError:
+        states = ", ".join(s.value for s in ItemState)
+        raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
+
+
 def _known_kind(name: str) -> JobKind[Any]:
     """The registered kind, or ``unknown_kind`` (without repeating the name: it is the
     caller's text, and the message may reach a log)."""
@@ -151,7 +172,7 @@ class WorkspaceJobs:
             raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
         job_id = uuid.uuid4()
 
-        async def create(conn: AsyncConnection) -> Any:
+        async def create(conn: AsyncConnection) -> CreatedJob:
             return await create_job(
                 conn,
                 kind,
@@ -172,10 +193,17 @@ class WorkspaceJobs:
             workspace_id=str(self.workspace_id),
             correlation_id=correlation_id,
         ):
-            created = await self.client.db(create)
-            job: JobView = created.job
-            if job.status == JobStatus.queued:
-                await self._start_workflow(job)
+            return await self._create_and_launch(create)
+
+    async def _create_and_launch(
+        self, create: Callable[[AsyncConnection], Awaitable[CreatedJob]]
+    ) -> JobView:
+        """Records the job (or finds the one its idempotency key names), then starts its
+        workflow unless it has started already."""
+        created = await self.client.db(create)
+        job = created.job
+        if job.status == JobStatus.queued:
+            await self._start_workflow(job)
         return job
 
     async def start_course_tagging(
@@ -199,6 +227,75 @@ class WorkspaceJobs:
         return await self.start(
             BACKUP.name, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
         )
+
+    async def start_page_export(
+        self,
+        *,
+        root_page_id: uuid.UUID | None = None,
+        pages_per_file: int | None = None,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JobView:
+        """Exports a course (``root_page_id`` and its subtree) or, without one, the whole
+        workspace as NDJSON files of ``pages_per_file`` pages (the kind's default,
+        1000, when None). The finished job's result is the FHIR bulk-data manifest; its
+        files are read with ``export_file`` (or downloaded through the API)."""
+        payload: dict[str, Any] = {
+            "root_page_id": None if root_page_id is None else str(root_page_id)
+        }
+        if pages_per_file is not None:
+            payload["pages_per_file"] = pages_per_file
+        return await self.start(
+            PAGE_EXPORT.name,
+            payload,
+            correlation_id=correlation_id,
+            idempotency_key=idempotency_key,
+        )
+
+    async def retry(self, job_id: uuid.UUID, *, correlation_id: str | None = None) -> JobView:
+        """A new job of the same kind and payload over the failed items of a finished
+        job, linked to it (``source_job_id``). The start checks are a start's (an
+        enabled administrator; the kind keeps only the items still there, e.g. pages
+        not trashed since). Refused as ``not_retryable`` for a kind whose items cannot
+        be retried, ``job_not_finished`` while the job runs, ``nothing_to_retry`` when
+        no failed item is left. Idempotent per source job: retrying it again returns
+        the same retry."""
+        correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
+        new_id = uuid.uuid4()
+
+        async def create(conn: AsyncConnection) -> CreatedJob:
+            # First: one who may not start jobs here learns nothing about the job.
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            source = await read_model.get_job(conn, job_id, self.workspace_id)
+            if source is None:
+                raise NotFound("no such job in this workspace", code="job_not_found")
+            kind = REGISTRY.find(source.kind)
+            if kind is None or not kind.retryable_items:
+                raise InvalidInput("jobs of this kind cannot be retried", code="not_retryable")
+            if not source.is_final:
+                raise InvalidInput(
+                    "the job has not finished; retry it once it has", code="job_not_finished"
+                )
+            return await create_job(
+                conn,
+                kind,
+                job_id=new_id,
+                workspace_id=self.workspace_id,
+                actor_id=self.actor_id,
+                correlation_id=correlation_id,
+                payload=source.payload,
+                idempotency_key=retry_key(source.id),
+                source_job_id=source.id,
+            )
+
+        with job_span(
+            "hubjobs.retry",
+            job_id=str(new_id),
+            source_job_id=str(job_id),
+            workspace_id=str(self.workspace_id),
+            correlation_id=correlation_id,
+        ):
+            return await self._create_and_launch(create)
 
     async def _start_workflow(self, job: JobView) -> None:
         try:
@@ -250,6 +347,52 @@ class WorkspaceJobs:
             )
 
         return await self.client.db(read)
+
+    async def items(
+        self,
+        job_id: uuid.UUID,
+        *,
+        state: ItemState | str | None = None,
+        after: int = 0,
+        limit: int = 100,
+    ) -> ItemPage:
+        """A page of the job's items (a page's id as ``ref``, its title at the snapshot
+        as ``label``, its state, error code and message) in their order, from the one
+        after ordinal ``after``; ``state`` keeps only those. Pass the answer's ``next``
+        as ``after`` for the following page (None: that was the last)."""
+        wanted = _item_state(state)
+        if not 0 <= after <= MAX_ORDINAL:
+            raise InvalidInput(
+                f"after must be an ordinal from 0 to {MAX_ORDINAL}", code="invalid_cursor"
+            )
+        if not 1 <= limit <= MAX_ITEMS_PAGE:
+            raise InvalidInput(
+                f"the limit must be from 1 to {MAX_ITEMS_PAGE}", code="invalid_limit"
+            )
+
+        async def read(conn: AsyncConnection) -> ItemPage:
+            await require_member(conn, self.workspace_id, self.actor_id)
+            if await read_model.get_job(conn, job_id, self.workspace_id) is None:
+                raise NotFound("no such job in this workspace", code="job_not_found")
+            # One more than asked: whether another page follows, without a count.
+            found = await read_model.list_items(
+                conn, job_id, state=wanted, after=after, limit=limit + 1
+            )
+            page = found[:limit]
+            return ItemPage(items=page, next=page[-1].ordinal if len(found) > limit else None)
+
+        return await self.client.db(read)
+
+    async def export_file(self, job_id: uuid.UUID, name: str) -> Path:
+        """Where the file ``name`` of a finished export is, if its manifest lists it.
+        Anything else (another kind, an export not finished or not succeeded, a name
+        not in the manifest, a file removed at expiry) is ``job_not_found``, as a
+        job of another workspace is."""
+        job = await self.get(job_id)
+        path = export_file(self.client.settings, job, name)
+        if path is None:
+            raise NotFound("no such file of a job in this workspace", code="job_not_found")
+        return path
 
     # --- cancelling -----------------------------------------------------------------
 

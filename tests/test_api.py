@@ -239,8 +239,23 @@ async def test_health_and_openapi(
     assert {
         "/workspaces/{workspace_id}/jobs/{kind}",
         "/workspaces/{workspace_id}/jobs/{job_id}",
+        "/workspaces/{workspace_id}/jobs/{job_id}/items",
+        "/workspaces/{workspace_id}/jobs/{job_id}/retry",
+        "/workspaces/{workspace_id}/jobs/{job_id}/files/{name}",
         "/health",
     } <= set(spec["paths"])
+    items = spec["paths"]["/workspaces/{workspace_id}/jobs/{job_id}/items"]["get"]
+    assert {p["name"] for p in items["parameters"] if p["in"] == "query"} == {
+        "state",
+        "after",
+        "limit",
+    }
+    files = spec["paths"]["/workspaces/{workspace_id}/jobs/{job_id}/files/{name}"]["get"]
+    assert set(files["responses"]["200"]["content"]) == {"application/x-ndjson"}
+    assert (
+        "202"
+        in spec["paths"]["/workspaces/{workspace_id}/jobs/{job_id}/retry"]["post"]["responses"]
+    )
 
     from hubjobs.db.engine import async_engine
 

@@ -79,6 +79,7 @@ CLI_CODES = API_CODES | {
     "invalid_encoding",
     "invalid_status",
     "invalid_reason",
+    "invalid_state",
 }
 # Examples per field: every field gets its own run, so none is left out by chance.
 PROPERTY = hypothesis_settings(
@@ -188,6 +189,11 @@ API_FIELDS = [
     "cron",
     "every",
     "time_zone",
+    "items_state",
+    "items_after",
+    "items_limit",
+    "file_name",
+    "retry_job",
 ]
 
 
@@ -216,6 +222,17 @@ def api_request(
         return "POST", f"/workspaces/{ws}/schedules", {**options, "content": body}
     if field == "kind":
         return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}", {**options, "json": {}}
+    if field in ("items_state", "items_after", "items_limit"):
+        name = field.removeprefix("items_")
+        return (
+            "GET",
+            f"/workspaces/{ws}/jobs/{uuid.uuid4()}/items?{name}={_segment(value)}",
+            options,
+        )
+    if field == "file_name":
+        return "GET", f"/workspaces/{ws}/jobs/{uuid.uuid4()}/files/{_segment(value)}", options
+    if field == "retry_job":
+        return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}/retry", options
     if field in ("job", "delete_job"):
         method = "GET" if field == "job" else "DELETE"
         return method, f"/workspaces/{ws}/jobs/{_segment(value)}", options
@@ -374,6 +391,10 @@ def cli_command(field: str, value: str, course: DemoCourse) -> list[str]:
         "schedule_every": [*create, "--every", value],
         "schedule_payload": [*create, "--every", "1d", "--payload", value],
         "schedule_id": ["schedule", "pause", value, *scope],
+        "items_state": ["items", job, *scope, "--state", value],
+        "items_after": ["items", job, *scope, "--after", value],
+        "export_pages_per_file": ["export", *scope, "--pages-per-file", value],
+        "retry_job": ["retry", value, *scope],
     }[field]
 
 
@@ -396,6 +417,10 @@ CLI_FIELDS = [
     "schedule_every",
     "schedule_payload",
     "schedule_id",
+    "items_state",
+    "items_after",
+    "export_pages_per_file",
+    "retry_job",
 ]
 
 
@@ -455,6 +480,9 @@ async def test_hostile_text_in_every_cli_option(
             "list_limit",
             "token_ttl",
             "unknown_option",
+            "items_after",
+            "export_pages_per_file",
+            "retry_job",
         ):
             assert refusal == "invalid_encoding", (field, err)
 

@@ -176,6 +176,18 @@ async def _hostile_api_session(
                     f"/workspaces/{ws}/jobs?status={seg(hostile.make(piece))}&limit={seg(hostile.make(piece))}",
                     {},
                 ),
+                (
+                    "GET",
+                    f"/workspaces/{ws}/jobs/{uuid.uuid4()}/items?state={seg(hostile.make(piece))}"
+                    f"&after={seg(hostile.make(piece))}&limit={seg(hostile.make(piece))}",
+                    {},
+                ),
+                (
+                    "GET",
+                    f"/workspaces/{ws}/jobs/{uuid.uuid4()}/files/{seg(hostile.make(piece))}",
+                    {},
+                ),
+                ("POST", f"/workspaces/{ws}/jobs/{seg(hostile.make(piece))}/retry", {}),
             ]
             for method, url, options in requests:
                 answer = await http.request(method, url, headers={**auth, **json_type}, **options)
@@ -280,6 +292,8 @@ def _hostile_cli_session(
             ["list", *scope, "--status", hostile.make(piece)],
             ["cancel", str(uuid.uuid4()), *scope, "--reason", hostile.make(piece)],
             ["status", hostile.make(piece), *scope],
+            ["items", str(uuid.uuid4()), *scope, "--state", hostile.make(piece)],
+            ["retry", hostile.make(piece), *scope],
         ):
             runs.append(args)
     marker = hostile.marker()
@@ -432,6 +446,10 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
             lambda: jobs.cancel(job_id),
             lambda: jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t"),
             lambda: jobs.start_backup(),
+            lambda: jobs.start_page_export(),
+            lambda: jobs.items(job_id),
+            lambda: jobs.retry(job_id),
+            lambda: jobs.export_file(job_id, "pages-0001.ndjson"),
         ):
             with pytest.raises(HubJobsError) as caught:
                 await call()
@@ -462,6 +480,10 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
                     {"root_page_id": str(course.root_page_id), "tag": "t"},
                 ),
                 ("POST", f"{base}/backup", {}),
+                ("POST", f"{base}/page_export", {}),
+                ("GET", f"{base}/{job_id}/items", None),
+                ("POST", f"{base}/{job_id}/retry", None),
+                ("GET", f"{base}/{job_id}/files/pages-0001.ndjson", None),
             ):
                 answer = await http.request(method, url, json=body, headers=auth)
                 answers.append((answer.status_code, answer.json()))

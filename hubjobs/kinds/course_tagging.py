@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -49,6 +49,14 @@ class CourseTaggingResult(Result):
     succeeded: int
     skipped: int
     failed: int
+    # A retry's source job (left out of the JSON of a first run).
+    source_job_id: uuid.UUID | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class TaggingOutput(BaseModel):
+    """What the attempt that finished a tagging job hands to its result."""
+
+    source_job_id: uuid.UUID | None = None
 
 
 class TaggingCursor(BaseModel):
@@ -163,8 +171,12 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
 def build_result(
     payload: CourseTaggingPayload, counters: Counters, output: dict[str, Any] | None
 ) -> CourseTaggingResult:
+    done = TaggingOutput.model_validate(output or {})
     return CourseTaggingResult(
-        root_page_id=payload.root_page_id, tag=payload.tag, **counters.model_dump()
+        root_page_id=payload.root_page_id,
+        tag=payload.tag,
+        source_job_id=done.source_job_id,
+        **counters.model_dump(),
     )
 
 

@@ -85,7 +85,7 @@ def export_folder(settings: Settings, job_id: uuid.UUID) -> Path:
 
 def export_file(settings: Settings, job: JobView, name: str) -> Path | None:
     """The file ``name`` of a finished export, if it is one of its manifest's files."""
-    if job.kind != PAGE_EXPORT.name or job.result is None or not FILE_NAME.match(name):
+    if job.kind != PAGE_EXPORT.name or job.result is None or not FILE_NAME.fullmatch(name):
         return None
     listed = {entry["url"].rsplit("/", 1)[-1] for entry in job.result.get("output", [])}
     if name not in listed:

@@ -103,6 +103,14 @@ class ItemView(BaseModel):
     processed_at: datetime | None
 
 
+class ItemPage(BaseModel):
+    """One page of a job's items, keyset-paged by ordinal: ``next`` is the ``after`` that
+    reads the following page, None when this one is the last."""
+
+    items: list[ItemView]
+    next: int | None
+
+
 class QueueState(BaseModel):
     queued: int
     running: int

@@ -1,0 +1,144 @@
+"""The page export's pure parts and the retry key, with no server: how pages split into
+files, the manifest built from a finished export, which names a download may take, and
+a retry's idempotency key that no caller's key can equal."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hubjobs.domain.text import is_key
+from hubjobs.kinds.page_export import (
+    PAGE_EXPORT,
+    PageExportPayload,
+    export_file,
+    export_folder,
+    files_of,
+)
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
+from starter.client import retry_key
+
+WORKSPACE = uuid.UUID(int=1)
+JOB = uuid.UUID(int=2)
+WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("total", "per_file", "counts"),
+    [
+        (0, 10, []),
+        (1, 10, [1]),
+        (10, 10, [10]),
+        (11, 10, [10, 1]),
+        (20_000, 1000, [1000] * 20),
+        (2500, 1000, [1000, 1000, 500]),
+    ],
+)
+def test_pages_split_into_files_of_n(total: int, per_file: int, counts: list[int]) -> None:
+    files = files_of(total, per_file)
+    assert [count for _, count in files] == counts
+    assert [name for name, _ in files] == [
+        f"pages-{k:04d}.ndjson" for k in range(1, len(counts) + 1)
+    ]
+
+
+def manifest(total: int, per_file: int) -> dict[str, object]:
+    output = {
+        "transaction_time": WHEN.isoformat(),
+        "workspace_id": str(WORKSPACE),
+        "job_id": str(JOB),
+        "files": files_of(total, per_file),
+    }
+    payload = PageExportPayload(pages_per_file=per_file)
+    result: dict[str, object] = PAGE_EXPORT.result_of(payload, Counters(total=total), output)
+    return result
+
+
+def test_the_manifest_has_the_fhir_bulk_data_shape_and_the_apis_urls() -> None:
+    assert manifest(2500, 1000) == {
+        "transactionTime": "2026-01-02T03:04:05Z",
+        "request": f"/workspaces/{WORKSPACE}/jobs/page_export",
+        "requiresAccessToken": True,
+        "output": [
+            {
+                "type": "Page",
+                "url": f"/workspaces/{WORKSPACE}/jobs/{JOB}/files/pages-{k:04d}.ndjson",
+                "count": count,
+            }
+            for k, count in ((1, 1000), (2, 1000), (3, 500))
+        ],
+        "error": [],
+    }
+
+
+def job(result: dict[str, object] | None, kind: str = "page_export") -> JobView:
+    return JobView(
+        id=JOB,
+        workflow_id=f"{kind}-{JOB}",
+        kind=kind,
+        status=JobStatus.succeeded if result else JobStatus.running,
+        workspace_id=WORKSPACE,
+        actor_id=uuid.UUID(int=3),
+        correlation_id="c",
+        idempotency_key=None,
+        payload={},
+        summary=None,
+        total=2,
+        processed=2,
+        succeeded=2,
+        skipped=0,
+        failed=0,
+        progress_message=None,
+        result=result,
+        result_content_type=None,
+        error_code=None,
+        error_message=None,
+        cancel_requested_at=None,
+        cancel_requested_by=None,
+        attempts=1,
+        attempts_failed=0,
+        source_job_id=None,
+        schedule_id=None,
+        created_at=WHEN,
+        started_at=WHEN,
+        finished_at=WHEN,
+        expires_at=None,
+    )
+
+
+def test_only_the_manifests_files_of_a_finished_export_are_served(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    folder = export_folder(settings, JOB)
+    folder.mkdir(parents=True)
+    for name in ("pages-0001.ndjson", "pages-0002.ndjson", ".pages-0003.ndjson.partial"):
+        (folder / name).write_text("{}\n")
+    (tmp_path / "secret").write_text("x")
+    finished = job(manifest(2, 1))
+    assert export_file(settings, finished, "pages-0001.ndjson") == folder / "pages-0001.ndjson"
+    for name in (
+        "pages-0003.ndjson",  # not in the manifest
+        ".pages-0003.ndjson.partial",
+        "../secret",
+        "..",
+        "",
+        "pages-0001.ndjson/..",
+        "PAGES-0001.NDJSON",
+        "pages-0001.ndjson\n",
+    ):
+        assert export_file(settings, finished, name) is None, name
+    assert export_file(settings, job(None), "pages-0001.ndjson") is None  # not finished
+    other_kind = job(manifest(2, 1), kind="course_tagging")
+    assert export_file(settings, other_kind, "pages-0001.ndjson") is None
+    (folder / "pages-0002.ndjson").unlink()  # removed (expired): not served
+    assert export_file(settings, finished, "pages-0002.ndjson") is None
+
+
+def test_a_retrys_key_is_one_per_source_and_no_callers_key() -> None:
+    source = uuid.uuid4()
+    assert retry_key(source) == retry_key(source) != retry_key(uuid.uuid4())
+    assert not is_key(retry_key(source))  # a start's key can never name a retry
