@@ -122,12 +122,11 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after
         pause = ctx.settings.tagging_batch_pause_seconds
+        finished = Done(TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json"))
         while True:
             recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after))
             if recorded is None:
-                return Done(
-                    TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json")
-                )
+                return finished
             after, result = recorded
             ctx.counters = result.counters
             ctx.beat(
@@ -136,7 +135,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             if result.cancel_requested:
                 return Stopped()
             if ctx.counters.processed >= ctx.counters.total:
-                return Done()  # the counters are exact: no need to look for more
+                return finished  # the counters are exact: no need to look for more
             if ctx.time_to_pause():
                 return Paused()
             if pause:
