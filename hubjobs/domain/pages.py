@@ -109,8 +109,9 @@ async def add_tag_if_match(
 ) -> set[uuid.UUID]:
     """Adds the tag to every page whose version still matches, writing one revision each,
     in one statement. Returns the pages changed; the others were in conflict (changed
-    since read, left the workspace, trashed, or holding the tag or 20 tags by now) and
-    are untouched."""
+    since read, left the workspace, or trashed) and are untouched. The version is the
+    whole guard: a page at the version read still lacks the tag and has room for it, as
+    the read (in one statement with the version) found."""
     if not changes:
         return set()
     rows = await conn.execute(
@@ -126,9 +127,6 @@ async def add_tag_if_match(
                   FROM wanted w
                  WHERE p.id = w.id AND p.version = w.version
                    AND p.workspace_id = :workspace AND NOT p.trashed
-                   AND cardinality(p.tags) < :max_tags
-                   AND NOT EXISTS (SELECT 1 FROM unnest(p.tags) t
-                                    WHERE tag_key(t) = tag_key(:tag))
              RETURNING p.id, p.version, p.title, p.tags
             )
             INSERT INTO page_revisions
@@ -141,7 +139,6 @@ async def add_tag_if_match(
             "ids": [c.page_id for c in changes],
             "versions": [c.expected_version for c in changes],
             "tag": tag,
-            "max_tags": MAX_TAGS_PER_PAGE,
             "workspace": workspace_id,
             "actor": actor_id,
             "summary": change_summary,
