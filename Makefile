@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install system-deps run test lint compose-check down bench clean
+.PHONY: install system-deps run test unit lint compose-check down bench clean
 
 install: $(VENV)/.installed
 
@@ -19,8 +19,13 @@ run: install
 	$(BIN)/hubjobs up
 	$(BIN)/hubjobs demo --pages 20000
 
+# The fast tier first (tests/unit: no servers, seconds), then the tests on real servers.
 test: install system-deps lint compose-check
-	$(BIN)/pytest
+	$(BIN)/pytest tests/unit
+	$(BIN)/pytest --ignore=tests/unit
+
+unit: install
+	$(BIN)/pytest tests/unit
 
 # Debian packages the tests use: Chromium (the Temporal UI browser test) and
 # docker-compose (validating docker-compose.yml; no Docker engine is needed for that).
