@@ -47,16 +47,14 @@ from hubjobs.domain.pages import (
     read_page_facts,
 )
 from hubjobs.kinds.course_tagging import (
-    CONFLICT,
     COURSE_TAGGING,
-    SUCCEEDED,
-    UPDATE_FAILED,
     CourseTaggingPayload,
     Outcome,
     TaggingCursor,
     TaggingOutput,
     change_summary,
     decide,
+    written,
 )
 from hubjobs.readmodel import store
 from hubjobs.readmodel.store import ItemOutcome, Recorded
@@ -218,15 +216,14 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             changed, broken = await self._write(conn, ctx, wanted)
             conflicts: list[Item] = []
             for item, _ in wanted:
-                if item.page_id in changed:
-                    outcomes[item.ordinal] = SUCCEEDED
-                elif item.page_id in broken:
-                    outcomes[item.ordinal] = UPDATE_FAILED
-                else:
+                outcome = written(
+                    item.page_id in changed, item.page_id in broken, reread=attempt == 2
+                )
+                if outcome is None:
                     conflicts.append(item)
-            if not conflicts or attempt == 2:
-                for item in conflicts:
-                    outcomes[item.ordinal] = CONFLICT
+                else:
+                    outcomes[item.ordinal] = outcome
+            if not conflicts:
                 return outcomes
             facts = await read_page_facts(
                 conn,

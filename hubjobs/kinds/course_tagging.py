@@ -107,6 +107,18 @@ def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
     return None
 
 
+def written(changed: bool, broken: bool, *, reread: bool) -> Outcome | None:
+    """The outcome of a page the batch wrote the tag to: its ETag-guarded update changed
+    it, or raised, or found it changed since read (a conflict). A page in conflict is
+    read again and decided afresh (None) once; still in conflict after that re-read, it
+    fails."""
+    if changed:
+        return SUCCEEDED
+    if broken:
+        return UPDATE_FAILED
+    return CONFLICT if reread else None
+
+
 # --- the start ----------------------------------------------------------------------------
 
 # The course: the root and every descendant reachable through pages not in the trash, in
