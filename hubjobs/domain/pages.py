@@ -7,6 +7,7 @@ concurrency conflict and changes nothing.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,15 +40,20 @@ def etag(page_id: uuid.UUID, version: int) -> str:
     return f'"{page_id.hex}.{version}"'
 
 
+# What ``etag`` writes (quoted, or bare as some clients send it): the page's id in hex,
+# then its version in ASCII digits without a sign or a leading zero. Nothing else names
+# a version: ``int()`` alone would read "+7", "07", "7_0" and other scripts' digits.
+_ETAG = re.compile(r'("?)([0-9a-f]{32})\.([1-9][0-9]{0,18})\1', re.ASCII)
+NO_VERSION = -1
+
+
 def version_of(page_id: uuid.UUID, if_match: str) -> int:
-    """The version an ETag names; a malformed or foreign ETag never matches."""
-    try:
-        page_hex, version = if_match.strip('"').split(".")
-        if page_hex != page_id.hex:
-            return -1
-        return int(version)
-    except ValueError:
-        return -1
+    """The version an ETag names; a malformed or foreign ETag names NO_VERSION, which no
+    page has (versions start at 1), so it never matches."""
+    found = _ETAG.fullmatch(if_match)
+    if found is None or found.group(2) != page_id.hex:
+        return NO_VERSION
+    return int(found.group(3))
 
 
 @dataclass(frozen=True)
