@@ -115,7 +115,8 @@ class JobKind(Generic[P]):
         try:
             return self.payload.model_validate(raw)
         except ValidationError as err:
-            # From each error's place and message only: never the input, nor a key's name.
+            # From each error's place and message only: never the input, nor a key that
+            # is not a plain name (``describe_validation_errors``).
             problems = describe_validation_errors(err.errors(include_input=False))
             raise InvalidInput(
                 f"invalid {self.name} payload: {problems}", code="invalid_payload"
