@@ -27,7 +27,9 @@ from hubjobs.kinds.page_export import (
     PageExportPayload,
     export_folder,
     file_name,
+    file_of,
     files_of,
+    ordinals_of,
 )
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState
@@ -83,18 +85,19 @@ class PageExportActivities(KindActivities[PageExportPayload]):
                 {"job": ctx.job.id},
             )
         ).scalar_one()
-        return None if first is None else (int(first) - 1) // per_file + 1
+        return None if first is None else file_of(int(first), per_file)
 
     @staticmethod
     async def _lines(
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
     ) -> list[bytes]:
+        ordinals = ordinals_of(number, per_file, ctx.job.total)
         rows = await conn.execute(
             text(
                 "SELECT detail FROM job_items WHERE job_id = :job "
                 "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
             ),
-            {"job": ctx.job.id, "low": (number - 1) * per_file + 1, "high": number * per_file},
+            {"job": ctx.job.id, "low": ordinals.start, "high": ordinals.stop - 1},
         )
         return [json.dumps(row.detail, ensure_ascii=False).encode() + b"\n" for row in rows]
 
@@ -102,12 +105,13 @@ class PageExportActivities(KindActivities[PageExportPayload]):
     async def _record(
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
     ) -> Recorded:
-        low = (number - 1) * per_file + 1
-        high = min(number * per_file, ctx.job.total)
         return await store.record_outcomes(
             conn,
             ctx.job.id,
-            [ItemOutcome(o, ItemState.succeeded) for o in range(low, high + 1)],
+            [
+                ItemOutcome(o, ItemState.succeeded)
+                for o in ordinals_of(number, per_file, ctx.job.total)
+            ],
             clear_detail=True,
         )
 

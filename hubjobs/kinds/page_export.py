@@ -36,7 +36,9 @@ from hubjobs.settings import Settings
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-ndjson"
-FILE_NAME = re.compile(r"^pages-\d{4,}\.ndjson$")
+# The whole name, ASCII digits only (``$`` and ``\d`` would also take a trailing
+# newline and other scripts' digits).
+FILE_NAME = re.compile(r"pages-[0-9]{4,}\.ndjson")
 
 
 class PageExportPayload(BaseModel):
@@ -73,10 +75,21 @@ def file_name(number: int) -> str:
     return f"pages-{number:04d}.ndjson"
 
 
+def file_of(ordinal: int, per_file: int) -> int:
+    """The number of the file that holds item ``ordinal`` (both counted from 1)."""
+    return (ordinal - 1) // per_file + 1
+
+
+def ordinals_of(number: int, per_file: int, total: int) -> range:
+    """The items file ``number`` holds: ordinals (number-1)*per_file+1 … number*per_file,
+    the last file fewer."""
+    return range((number - 1) * per_file + 1, min(number * per_file, total) + 1)
+
+
 def files_of(total: int, per_file: int) -> list[tuple[str, int]]:
     """Each file's name and line count for ``total`` pages, ``per_file`` a file."""
-    count = -(-total // per_file)
-    return [(file_name(k), min(per_file, total - (k - 1) * per_file)) for k in range(1, count + 1)]
+    count = file_of(total, per_file) if total > 0 else 0
+    return [(file_name(k), len(ordinals_of(k, per_file, total))) for k in range(1, count + 1)]
 
 
 def export_folder(settings: Settings, job_id: uuid.UUID) -> Path:
