@@ -371,13 +371,7 @@ async def record_outcomes(
         )
     ).one()
     return Recorded(
-        counters=Counters(
-            total=row.total,
-            processed=row.processed,
-            succeeded=row.succeeded,
-            skipped=row.skipped,
-            failed=row.failed,
-        ),
+        counters=Counters.of(row),
         recorded=int(row.recorded),
         cancel_requested=bool(row.cancel_requested),
     )

@@ -19,6 +19,11 @@ class Counters(BaseModel):
     skipped: int = 0
     failed: int = 0
 
+    @classmethod
+    def of(cls, source: Any) -> Counters:
+        """The counts of anything that holds them as attributes: a ``jobs`` row, a job."""
+        return cls.model_validate(source, from_attributes=True)
+
     def __add__(self, other: Counters) -> Counters:
         return Counters(
             total=self.total + other.total,
@@ -73,13 +78,7 @@ class JobView(BaseModel):
 
     @property
     def counters(self) -> Counters:
-        return Counters(
-            total=self.total,
-            processed=self.processed,
-            succeeded=self.succeeded,
-            skipped=self.skipped,
-            failed=self.failed,
-        )
+        return Counters.of(self)
 
     @property
     def is_final(self) -> bool:
