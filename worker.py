@@ -105,6 +105,17 @@ def workflows() -> list[type]:
     return [*(k.workflow for k in implementations()), *SHARED_WORKFLOWS]
 
 
+def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
+    """Every class whose ``@activity.defn`` methods the worker serves: each kind's, the
+    lifecycle's, the maintenance workflows' and job schedules' firings'."""
+    return [
+        *(k.activities for k in kinds),
+        LifecycleActivities,
+        MaintenanceActivities,
+        ScheduleActivities,
+    ]
+
+
 def activity_methods(instance: object) -> list[Callable[..., Any]]:
     """The bound ``@activity.defn`` methods of an activities object."""
     return [
@@ -133,11 +144,8 @@ def build_worker(
     )
     kinds = implementations()
     activities: list[Callable[..., Any]] = []
-    for implementation in kinds:
-        activities += activity_methods(implementation.activities(deps))
-    activities += activity_methods(LifecycleActivities(deps))
-    activities += activity_methods(MaintenanceActivities(deps))
-    activities += activity_methods(ScheduleActivities(deps))
+    for cls in activity_classes(kinds):
+        activities += activity_methods(cls(deps))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
