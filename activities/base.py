@@ -36,6 +36,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import (
+    PROGRESS_SIGNAL,
     Beat,
     JobOutcome,
     JobProgressReport,
@@ -191,7 +192,7 @@ class WorkContext(Generic[P]):
             handle = activity.client().get_workflow_handle(
                 info.workflow_id, run_id=info.workflow_run_id
             )
-            await handle.signal("report_progress", report)
+            await handle.signal(PROGRESS_SIGNAL, report)
         except (RuntimeError, RPCError) as err:
             log.debug("progress report not delivered: %s", err)
 

@@ -46,7 +46,7 @@ from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.launch import launch
-from hubjobs.temporal.messages import CancelRequest
+from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
 from starter.schedules import WorkspaceSchedules, check_schedule_id
 
 log = logging.getLogger(__name__)
@@ -416,7 +416,7 @@ class WorkspaceJobs:
             return job
         handle = self.client.temporal.get_workflow_handle(job.workflow_id)
         try:
-            await handle.signal("cancel", CancelRequest(actor_id=self.actor_id, reason=reason))
+            await handle.signal(CANCEL_SIGNAL, CancelRequest(actor_id=self.actor_id, reason=reason))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err.status.name)

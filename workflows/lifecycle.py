@@ -38,6 +38,9 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.temporal import search_attributes as sa
     from hubjobs.temporal.failures import backoff_seconds, exhausted_code, judge, message_for
     from hubjobs.temporal.messages import (
+        CANCEL_SIGNAL,
+        PROGRESS_QUERY,
+        PROGRESS_SIGNAL,
         CancelRequest,
         Checkpoint,
         FinishJob,
@@ -104,7 +107,7 @@ class JobWorkflow:
 
     # --- signals and query ------------------------------------------------------
 
-    @workflow.signal(name="cancel")
+    @workflow.signal(name=CANCEL_SIGNAL)
     async def cancel(self, request: CancelRequest) -> None:
         """Cancellation, carrying who asked: recorded in the read model at once, where
         the running attempt looks between its steps. Once finished, a no-op."""
@@ -113,12 +116,12 @@ class JobWorkflow:
         self.cancel_request = request
         await self._record_cancel(request)
 
-    @workflow.signal(name="report_progress")
+    @workflow.signal(name=PROGRESS_SIGNAL)
     def report_progress(self, report: JobProgressReport) -> None:
         if self.status == JobStatus.running:
             self.report(report.counters, report.message)
 
-    @workflow.query(name="progress")
+    @workflow.query(name=PROGRESS_QUERY)
     def progress(self) -> JobProgress:
         return JobProgress(
             status=self.status,

@@ -104,6 +104,14 @@ class FinishJob(BaseModel):
     attempts_failed: int = 0
 
 
+# The names every job workflow answers to, whatever its kind: declared by the lifecycle
+# (workflows/lifecycle.py), sent by the client and by attempts. Other services send
+# them too: they are part of the contract and never change.
+CANCEL_SIGNAL = "cancel"
+PROGRESS_SIGNAL = "report_progress"
+PROGRESS_QUERY = "progress"
+
+
 class CancelRequest(BaseModel):
     """The ``cancel`` signal: who asked, and why."""
 
