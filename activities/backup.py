@@ -27,7 +27,16 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import Done, KindActivities, Paused, Refused, Stopped, WorkContext, WorkEnd
+from activities.base import (
+    ActorUnavailable,
+    Done,
+    KindActivities,
+    Paused,
+    Refused,
+    Stopped,
+    WorkContext,
+    WorkEnd,
+)
 from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     HUB_TABLES,
@@ -160,9 +169,7 @@ class BackupActivities(KindActivities[BackupPayload]):
     async def _require_administrator(conn: AsyncConnection, job: JobView) -> None:
         """Checked again before the archive is committed: the start's check is old news."""
         if await role_of(conn, job.workspace_id, job.actor_id) != ADMINISTRATOR:
-            raise Refused(
-                "the actor is no longer an enabled administrator", code="actor_unavailable"
-            )
+            raise ActorUnavailable()
 
     async def _write(
         self, ctx: WorkContext[BackupPayload], path: Path, progress: Progress

@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from hubjobs.db.errors import is_outage
-from hubjobs.errors import HubJobsError
+from hubjobs.errors import HubJobsError, JobNotFound
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.logs import bind_job
 from hubjobs.observability.telemetry import JobMetrics
@@ -35,6 +35,7 @@ from hubjobs.readmodel import lifecycle, store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
+from hubjobs.temporal.failures import ACTOR_UNAVAILABLE, UNAVAILABLE
 from hubjobs.temporal.messages import (
     PROGRESS_SIGNAL,
     Beat,
@@ -93,6 +94,20 @@ WorkEnd = Done | Stopped | Paused
 class Refused(HubJobsError):
     """The job cannot go on, whatever is retried (the actor lost the right to run it, an
     attachment is missing): it fails at once with this code."""
+
+
+class ActorUnavailable(Refused):
+    """The job's actor is no longer an enabled administrator of its workspace."""
+
+    code = ACTOR_UNAVAILABLE
+
+    def __init__(self) -> None:
+        super().__init__("the actor is no longer an enabled administrator")
+
+
+def job_not_found() -> ApplicationError:
+    """A lifecycle write for a job that has no row: nothing a retry could change."""
+    return ApplicationError("job not found", type=JobNotFound.code, non_retryable=True)
 
 
 class OutageTooLong(Exception):
@@ -313,7 +328,7 @@ class KindActivities(Generic[P]):
         except OutageTooLong:
             log.error("database unavailable for longer than %.0f s", settings.max_outage_seconds)
             raise ApplicationError(
-                "the database did not answer for too long", type="unavailable", non_retryable=True
+                "the database did not answer for too long", type=UNAVAILABLE, non_retryable=True
             ) from None
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
@@ -428,7 +443,7 @@ async def finish(
 
     finished = await with_outage_retry(deps.engine, deps.settings, write)
     if finished is None:
-        raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+        raise job_not_found()
     final = finished.job
     if finished.changed:
         kind = REGISTRY.find(final.kind)

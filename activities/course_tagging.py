@@ -28,11 +28,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
 from activities.base import (
+    ActorUnavailable,
     Deps,
     Done,
     KindActivities,
     Paused,
-    Refused,
     Stopped,
     WorkContext,
     WorkEnd,
@@ -146,9 +146,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         job = ctx.job
         batch = await self.read_batch(conn, ctx, after)
         if not batch.actor_ok:
-            raise Refused(
-                "the actor is no longer an enabled administrator", code="actor_unavailable"
-            )
+            raise ActorUnavailable()
         if batch.cancel_requested:
             return after, Recorded(ctx.counters, 0, cancel_requested=True)
         if not batch.items:

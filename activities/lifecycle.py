@@ -9,9 +9,8 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.base import Deps, finish, with_outage_retry
+from activities.base import Deps, finish, job_not_found, with_outage_retry
 from hubjobs.kinds import REGISTRY
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store
@@ -33,7 +32,7 @@ class LifecycleActivities:
 
         job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
         if job is None:
-            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+            raise job_not_found()
         bind_job(job)
         return await finish(
             self.deps,
@@ -55,7 +54,7 @@ class LifecycleActivities:
 
         job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
         if job is None:
-            raise ApplicationError("job not found", type="job_not_found", non_retryable=True)
+            raise job_not_found()
         kind = REGISTRY.find(job.kind)
         return kind.durable_progress(job) if kind is not None else job.processed
 

@@ -18,7 +18,13 @@ from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
-from hubjobs.temporal.failures import message_for
+from hubjobs.temporal.failures import (
+    ABANDONED,
+    PROCESSING_FAILED,
+    TERMINATED,
+    TIMED_OUT,
+    message_for,
+)
 from hubjobs.temporal.launch import launch
 from hubjobs.temporal.messages import (
     JobOutcome,
@@ -108,7 +114,7 @@ class MaintenanceActivities:
                     await launch(self.client, job, self.deps.settings)
                     restarted += 1
                     continue
-                verdict = (JobStatus.failed, "abandoned", message_for("abandoned"))
+                verdict = (JobStatus.failed, ABANDONED, message_for(ABANDONED))
             if verdict is None:
                 continue
             status, code, message = verdict
@@ -129,9 +135,9 @@ class MaintenanceActivities:
         ):
             return None
         if status == WorkflowExecutionStatus.TERMINATED:
-            return JobStatus.failed, "terminated", message_for("terminated")
+            return JobStatus.failed, TERMINATED, message_for(TERMINATED)
         if status == WorkflowExecutionStatus.TIMED_OUT:
-            return JobStatus.failed, "timed_out", message_for("timed_out")
+            return JobStatus.failed, TIMED_OUT, message_for(TIMED_OUT)
         if status == WorkflowExecutionStatus.CANCELED:
             return JobStatus.cancelled, None, None
         try:
@@ -140,5 +146,5 @@ class MaintenanceActivities:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type:
                 return JobStatus.failed, cause.type, message_for(cause.type, cause.message)
-            return JobStatus.failed, "processing_failed", message_for("processing_failed")
+            return JobStatus.failed, PROCESSING_FAILED, message_for(PROCESSING_FAILED)
         return outcome.status, outcome.error_code, outcome.error_message

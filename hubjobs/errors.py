@@ -10,11 +10,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+# The code of whatever failed unexpectedly: the detail is in the log, never here.
+INTERNAL_ERROR = "internal_error"
+
 
 class HubJobsError(Exception):
     """Base of every error the client raises. ``code`` is stable; ``message`` is plain."""
 
-    code = "internal_error"
+    code = INTERNAL_ERROR
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -34,8 +37,28 @@ class InvalidInput(HubJobsError):
     code = "invalid_input"
 
 
+class InvalidPayload(InvalidInput):
+    """A payload its kind does not take: refused at the start, or failing a job started
+    straight through Temporal."""
+
+    code = "invalid_payload"
+
+
+class UnknownKind(InvalidInput):
+    """No registered kind has this name. The name is the caller's text: not repeated."""
+
+    code = "unknown_kind"
+
+    def __init__(self) -> None:
+        super().__init__("unknown job kind")
+
+
 class NotFound(HubJobsError):
     code = "not_found"
+
+
+class JobNotFound(NotFound):
+    code = "job_not_found"
 
 
 class Forbidden(HubJobsError):

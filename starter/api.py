@@ -63,12 +63,16 @@ from hubjobs.domain.text import (
     invalid_idempotency_key,
 )
 from hubjobs.errors import (
+    INTERNAL_ERROR,
     ConfigurationError,
     Forbidden,
     HubJobsError,
     InvalidInput,
+    JobFailed,
+    JobNotFound,
     NotFound,
     Unavailable,
+    UnknownKind,
     describe_validation_errors,
 )
 from hubjobs.kinds.page_export import CONTENT_TYPE as EXPORT_CONTENT_TYPE
@@ -267,7 +271,7 @@ FIELD_REFUSALS = {
     ("header", "x-correlation-id"): invalid_correlation_id,
 }
 FIELD_CODES = {
-    ("path", "kind"): ("unknown_kind", "unknown job kind"),
+    ("path", "kind"): (UnknownKind.code, UnknownKind().message),
     ("path", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
     ("query", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
 }
@@ -309,7 +313,7 @@ class RequestGuard:
         except Exception as err:
             log_failure(log, "API call failed", err)
             if status == 0:
-                await error(500, "internal_error", INTERNAL_MESSAGE)(scope, receive, sending)
+                await error(500, INTERNAL_ERROR, INTERNAL_MESSAGE)(scope, receive, sending)
         finally:
             route = getattr(scope.get("route"), "path", None) or "(no route)"
             access_log.info(
@@ -438,14 +442,14 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+        codes = {400: "invalid_request", 404: NotFound.code, 405: "method_not_allowed"}
         return error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
         # Only what RequestGuard itself did not catch; it catches the rest.
         log_failure(log, "API call failed", exc)
-        return error(500, "internal_error", INTERNAL_MESSAGE)
+        return error(500, INTERNAL_ERROR, INTERNAL_MESSAGE)
 
     @app.post(
         "/workspaces/{workspace_id}/jobs/{kind}",
@@ -544,7 +548,9 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         if job.status == JobStatus.cancelled:
             return error(404, "job_cancelled", "the job was cancelled")
         if job.status == JobStatus.failed:
-            return error(422, job.error_code or "job_failed", job.error_message or "the job failed")
+            return error(
+                422, job.error_code or JobFailed.code, job.error_message or "the job failed"
+            )
         return Response(
             json.dumps(job.result or {}),
             status_code=200,
@@ -734,7 +740,7 @@ async def stream_file(path: FilePath, name: str) -> StreamingResponse:
     try:
         handle = await asyncio.to_thread(path.open, "rb")
     except FileNotFoundError:
-        raise NotFound("no such file of a job in this workspace", code="job_not_found") from None
+        raise JobNotFound("no such file of a job in this workspace") from None
     size = os.fstat(handle.fileno()).st_size
 
     async def chunks() -> AsyncIterator[bytes]:

@@ -29,7 +29,14 @@ from rich.text import Text
 
 from hubjobs.devstack import embedded
 from hubjobs.domain.text import printable
-from hubjobs.errors import HubJobsError, InvalidInput, describe_validation_errors
+from hubjobs.errors import (
+    INTERNAL_ERROR,
+    HubJobsError,
+    InvalidInput,
+    InvalidPayload,
+    UnknownKind,
+    describe_validation_errors,
+)
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
@@ -85,7 +92,7 @@ def _setup_logging(settings: Settings) -> None:
 
 
 # Refusals of what the caller passed: exit 2 (anything else that fails: exit 1).
-CALLER_CODES = frozenset({"unknown_kind"})
+CALLER_CODES = frozenset({UnknownKind.code})
 
 
 def error_line(message: str, code: str) -> None:
@@ -137,7 +144,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             log_failure(log, f"command {fn.__name__} failed", failure)
             error_line(
                 f"internal error; the detail is in {settings.home / 'hubjobs.log'}",
-                "internal_error",
+                INTERNAL_ERROR,
             )
             raise typer.Exit(1) from None
 
@@ -812,9 +819,9 @@ def schedule_create(
         try:
             parsed = json.loads(payload)
         except ValueError:
-            raise InvalidInput("the payload is not valid JSON", code="invalid_payload") from None
+            raise InvalidPayload("the payload is not valid JSON") from None
         if not isinstance(parsed, dict):
-            raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
+            raise InvalidPayload("the payload must be a JSON object")
     view = on_schedules(
         workspace,
         actor,

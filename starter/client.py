@@ -32,7 +32,14 @@ from hubjobs.domain.text import (
     check_reason,
     is_kind_name,
 )
-from hubjobs.errors import HubJobsError, InvalidInput, NotFound, Unavailable
+from hubjobs.errors import (
+    HubJobsError,
+    InvalidInput,
+    InvalidPayload,
+    JobNotFound,
+    Unavailable,
+    UnknownKind,
+)
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
@@ -107,9 +114,7 @@ class HubJobsClient:
                     "the database refused a value of the request", code="invalid_data"
                 ) from None
             log_failure(log, "database call failed", err)
-            raise HubJobsError(
-                "internal error; the detail is in the server log", code="internal_error"
-            ) from None
+            raise HubJobsError("internal error; the detail is in the server log") from None
 
 
 def retry_key(source_id: uuid.UUID) -> str:
@@ -133,7 +138,7 @@ def _known_kind(name: str) -> JobKind[Any]:
     caller's text, and the message may reach a log)."""
     kind = REGISTRY.find(name) if is_kind_name(name) else None
     if kind is None:
-        raise InvalidInput("unknown job kind", code="unknown_kind")
+        raise UnknownKind()
     return kind
 
 
@@ -169,7 +174,7 @@ class WorkspaceJobs:
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         if not isinstance(raw, dict):
-            raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
+            raise InvalidPayload("the payload must be a JSON object")
         job_id = uuid.uuid4()
 
         async def create(conn: AsyncConnection) -> CreatedJob:
@@ -268,7 +273,7 @@ class WorkspaceJobs:
             await require_administrator(conn, self.workspace_id, self.actor_id)
             source = await read_model.get_job(conn, job_id, self.workspace_id)
             if source is None:
-                raise NotFound("no such job in this workspace", code="job_not_found")
+                raise JobNotFound("no such job in this workspace")
             kind = REGISTRY.find(source.kind)
             if kind is None or not kind.retryable_items:
                 raise InvalidInput("jobs of this kind cannot be retried", code="not_retryable")
@@ -314,7 +319,7 @@ class WorkspaceJobs:
             await require_member(conn, self.workspace_id, self.actor_id)
             job = await read_model.get_job(conn, job_id, self.workspace_id)
             if job is None:
-                raise NotFound("no such job in this workspace", code="job_not_found")
+                raise JobNotFound("no such job in this workspace")
             return job
 
         return await self.client.db(read)
@@ -329,7 +334,7 @@ class WorkspaceJobs:
     ) -> list[JobView]:
         """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs."""
         if kind is not None and not is_kind_name(kind):
-            raise InvalidInput("unknown job kind", code="unknown_kind")
+            raise UnknownKind()
         if schedule_id is not None:
             check_schedule_id(schedule_id)
         if not 1 <= limit <= 1000:
@@ -373,7 +378,7 @@ class WorkspaceJobs:
         async def read(conn: AsyncConnection) -> ItemPage:
             await require_member(conn, self.workspace_id, self.actor_id)
             if await read_model.get_job(conn, job_id, self.workspace_id) is None:
-                raise NotFound("no such job in this workspace", code="job_not_found")
+                raise JobNotFound("no such job in this workspace")
             # One more than asked: whether another page follows, without a count.
             found = await read_model.list_items(
                 conn, job_id, state=wanted, after=after, limit=limit + 1
@@ -391,7 +396,7 @@ class WorkspaceJobs:
         job = await self.get(job_id)
         path = export_file(self.client.settings, job, name)
         if path is None:
-            raise NotFound("no such file of a job in this workspace", code="job_not_found")
+            raise JobNotFound("no such file of a job in this workspace")
         return path
 
     # --- cancelling -----------------------------------------------------------------
@@ -406,7 +411,7 @@ class WorkspaceJobs:
             await require_administrator(conn, self.workspace_id, self.actor_id)
             job = await read_model.get_job(conn, job_id, self.workspace_id)
             if job is None:
-                raise NotFound("no such job in this workspace", code="job_not_found")
+                raise JobNotFound("no such job in this workspace")
             if not job.is_final:
                 await read_model.request_cancel(conn, job_id, self.actor_id)
             return job

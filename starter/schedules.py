@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from hubjobs.domain.access import require_administrator, require_member
 from hubjobs.domain.text import is_kind_name
 from hubjobs.domain.timing import invalid_cron, invalid_interval, timing
-from hubjobs.errors import InvalidInput, NotFound, Unavailable
+from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable, UnknownKind
 from hubjobs.kinds import REGISTRY
 from hubjobs.temporal.job_schedules import (
     MEMO_KEY,
@@ -104,13 +104,13 @@ class WorkspaceSchedules:
         ``workspace_not_found`` / ``actor_not_administrator``."""
         kind = REGISTRY.find(kind_name) if is_kind_name(kind_name) else None
         if kind is None:  # the caller's text: not repeated
-            raise InvalidInput("unknown job kind", code="unknown_kind")
+            raise UnknownKind()
         when = timing(cron=cron, every=every, time_zone=time_zone)
         keep = check_keep(keep)
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
-            raise InvalidInput("the payload must be a JSON object", code="invalid_payload")
+            raise InvalidPayload("the payload must be a JSON object")
         model = kind.validate(raw)
         await self.client.db(self._require_administrator)
         definition = ScheduleDefinition(

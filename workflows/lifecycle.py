@@ -36,7 +36,13 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.readmodel.status import JobStatus
     from hubjobs.readmodel.views import Counters
     from hubjobs.temporal import search_attributes as sa
-    from hubjobs.temporal.failures import backoff_seconds, exhausted_code, judge, message_for
+    from hubjobs.temporal.failures import (
+        INVALID_PAYLOAD,
+        backoff_seconds,
+        exhausted_code,
+        judge,
+        message_for,
+    )
     from hubjobs.temporal.messages import (
         CANCEL_SIGNAL,
         PROGRESS_QUERY,
@@ -324,12 +330,12 @@ class JobWorkflow:
             job = JobInput.model_validate(raw)
         except ValidationError:
             raise ApplicationError(
-                message_for("invalid_payload"), type="invalid_payload", non_retryable=True
+                message_for(INVALID_PAYLOAD), type=INVALID_PAYLOAD, non_retryable=True
             ) from None
         if job.kind != self.kind.name:
             raise ApplicationError(
                 f"this workflow runs {self.kind.name} jobs, not another kind",
-                type="invalid_payload",
+                type=INVALID_PAYLOAD,
                 non_retryable=True,
             )
         return job

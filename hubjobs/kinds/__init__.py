@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from hubjobs.errors import InvalidInput
+from hubjobs.errors import UnknownKind
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
@@ -33,7 +33,7 @@ class Registry:
         try:
             return self._kinds[name]
         except KeyError:
-            raise InvalidInput("unknown job kind", code="unknown_kind") from None
+            raise UnknownKind() from None
 
     def find(self, name: str) -> JobKind[Any] | None:
         return self._kinds.get(name)

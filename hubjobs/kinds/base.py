@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.errors import InvalidInput, describe_validation_errors
+from hubjobs.errors import InvalidPayload, describe_validation_errors
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -118,9 +118,7 @@ class JobKind(Generic[P]):
             # From each error's place and message only: never the input, nor a key that
             # is not a plain name (``describe_validation_errors``).
             problems = describe_validation_errors(err.errors(include_input=False))
-            raise InvalidInput(
-                f"invalid {self.name} payload: {problems}", code="invalid_payload"
-            ) from None
+            raise InvalidPayload(f"invalid {self.name} payload: {problems}") from None
 
     def result_of(self, payload: P, counters: Counters, output: dict[str, Any] | None) -> Any:
         """The stored result of a success, as JSON."""

@@ -18,22 +18,29 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
+from hubjobs.errors import InvalidPayload, Unavailable
 from hubjobs.temporal.messages import Beat, JobOptions
 
-# Plain messages for the stable codes a job can end with. The detail of a failure goes
-# to the worker's log, never here.
-ERROR_MESSAGES: dict[str, str] = {
-    "actor_unavailable": "The actor is no longer an enabled administrator of the workspace.",
-    "invalid_payload": "The job's input is not valid for its kind.",
-    "processing_failed": "The job failed: its attempts ran out without progress.",
-    "abandoned": "The job was abandoned: its worker stopped responding and no attempts are left.",
-    "unavailable": "The job failed: the database did not answer for longer than allowed.",
-    "terminated": "The job was terminated in Temporal.",
-    "timed_out": "The job timed out in Temporal.",
-}
-
-ABANDONED = "abandoned"
+# The codes a job of any kind can end with (a kind's refusals add their own).
+ACTOR_UNAVAILABLE = "actor_unavailable"
+INVALID_PAYLOAD = InvalidPayload.code
 PROCESSING_FAILED = "processing_failed"
+ABANDONED = "abandoned"
+UNAVAILABLE = Unavailable.code
+TERMINATED = "terminated"
+TIMED_OUT = "timed_out"
+
+# Plain messages for those codes. The detail of a failure goes to the worker's log,
+# never here.
+ERROR_MESSAGES: dict[str, str] = {
+    ACTOR_UNAVAILABLE: "The actor is no longer an enabled administrator of the workspace.",
+    INVALID_PAYLOAD: "The job's input is not valid for its kind.",
+    PROCESSING_FAILED: "The job failed: its attempts ran out without progress.",
+    ABANDONED: "The job was abandoned: its worker stopped responding and no attempts are left.",
+    UNAVAILABLE: "The job failed: the database did not answer for longer than allowed.",
+    TERMINATED: "The job was terminated in Temporal.",
+    TIMED_OUT: "The job timed out in Temporal.",
+}
 
 
 @dataclass(frozen=True)
