@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +39,7 @@ from activities.base import (
     WorkEnd,
 )
 from hubjobs.db.errors import is_outage
+from hubjobs.domain.access import ADMINISTRATOR
 from hubjobs.domain.pages import (
     PAGE_FACTS,
     PageFacts,
@@ -57,6 +59,7 @@ from hubjobs.kinds.course_tagging import (
     written,
 )
 from hubjobs.readmodel import store
+from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.store import ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -90,13 +93,13 @@ READ_BATCH = f"""
            EXISTS (SELECT 1 FROM workspace_memberships m
                      JOIN user_accounts u ON u.id = m.user_id
                     WHERE m.workspace_id = j.workspace_id AND m.user_id = j.actor_id
-                      AND u.enabled AND m.role = 'administrator') AS actor_ok,
+                      AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok,
            i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
       FROM jobs j
       LEFT JOIN LATERAL (
             SELECT ordinal, ref, done_at_snapshot FROM job_items
-             WHERE job_id = j.id AND ordinal > :after AND state = 'pending'
-               AND j.status = 'running'
+             WHERE job_id = j.id AND ordinal > :after AND state = '{ItemState.pending}'
+               AND j.status = '{JobStatus.running}'
              ORDER BY ordinal LIMIT :limit) i ON true
       LEFT JOIN pages p ON p.id = i.ref
      WHERE j.id = :job
@@ -161,10 +164,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             ],
         )
         if result.recorded:
-            delta = {s: 0 for s in ("succeeded", "skipped", "failed")}
-            for outcome in outcomes.values():
-                delta[outcome.state.value] += 1
-            self.deps.metrics.items_processed(self.kind.name, delta)
+            delta = Counter(outcome.state.value for outcome in outcomes.values())
+            self.deps.metrics.items_processed(self.kind.name, dict(delta))
         return batch.items[-1].ordinal, result
 
     async def read_batch(

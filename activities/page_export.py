@@ -80,7 +80,8 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         first = (
             await conn.execute(
                 text(
-                    "SELECT min(ordinal) FROM job_items WHERE job_id = :job AND state = 'pending'"
+                    "SELECT min(ordinal) FROM job_items "
+                    f"WHERE job_id = :job AND state = '{ItemState.pending}'"
                 ),
                 {"job": ctx.job.id},
             )

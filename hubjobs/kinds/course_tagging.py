@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.pages import PageFacts, normalize_tag
+from hubjobs.domain.pages import ConcurrencyConflict, PageFacts, normalize_tag
 from hubjobs.errors import InvalidInput, NotFound
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
@@ -87,7 +87,7 @@ TAG_LIMIT = Outcome(
 UNAVAILABLE = Outcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
 CONFLICT = Outcome(
     ItemState.failed,
-    "concurrency_conflict",
+    ConcurrencyConflict.code,
     "The page changed during the job; the change was skipped.",
 )
 UPDATE_FAILED = Outcome(ItemState.failed, "page_update_failed", "The page could not be updated.")
@@ -137,12 +137,12 @@ COURSE_ITEMS = """
 """
 # A retry: the source job's failed pages that are still in the workspace, out of the
 # trash, in their order.
-FAILED_ITEMS = """
+FAILED_ITEMS = f"""
     SELECT row_number() OVER (ORDER BY i.ordinal)::int, i.ref, p.title,
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
       FROM job_items i JOIN pages p ON p.id = i.ref
-     WHERE i.job_id = :source AND i.state = 'failed'
+     WHERE i.job_id = :source AND i.state = '{ItemState.failed}'
        AND p.workspace_id = :workspace AND NOT p.trashed
 """
 

@@ -168,7 +168,7 @@ def build_result(
     base = f"/workspaces/{done.workspace_id}/jobs/{done.job_id}"
     return PageExportResult(
         transaction_time=done.transaction_time,
-        request=f"/workspaces/{done.workspace_id}/jobs/page_export",
+        request=f"/workspaces/{done.workspace_id}/jobs/{PAGE_EXPORT.name}",
         output=[OutputFile(url=f"{base}/files/{name}", count=count) for name, count in done.files],
     )
 
