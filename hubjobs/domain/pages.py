@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
-from hubjobs.errors import HubJobsError, InvalidInput
+from hubjobs.errors import HubJobsError, InvalidInput, NotFound
 
 MAX_TAG_LENGTH = 64
 CHECK_VIOLATION = "23514"
@@ -54,6 +54,38 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
     if found is None or found.group(2) != page_id.hex:
         return NO_VERSION
     return int(found.group(3))
+
+
+# A course: page ``:root`` and every descendant reachable through pages of workspace
+# ``:workspace`` out of the trash, each with its depth (the root's is 0). A statement
+# goes on from this CTE, reading ``course`` (id, depth).
+COURSE = """
+    WITH RECURSIVE course AS (
+        SELECT id, 0 AS depth FROM pages WHERE id = :root
+        UNION ALL
+        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
+         WHERE p.workspace_id = :workspace AND NOT p.trashed
+    )
+"""
+
+
+async def course_root(
+    conn: AsyncConnection, root_page_id: uuid.UUID, workspace_id: uuid.UUID
+) -> str:
+    """The title of a course's root page, which must be a page of the workspace
+    (``page_not_found`` otherwise, as for a page of another one) and out of the trash
+    (``page_trashed``)."""
+    root = (
+        await conn.execute(
+            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
+            {"id": root_page_id},
+        )
+    ).first()
+    if root is None or root.workspace_id != workspace_id:
+        raise NotFound("the root page does not exist in this workspace", code="page_not_found")
+    if root.trashed:
+        raise InvalidInput("the root page is in the trash", code="page_trashed")
+    return str(root.title)
 
 
 @dataclass(frozen=True)

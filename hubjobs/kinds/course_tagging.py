@@ -15,8 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.pages import ConcurrencyConflict, PageFacts, normalize_tag
-from hubjobs.errors import InvalidInput, NotFound
+from hubjobs.domain.pages import (
+    COURSE,
+    ConcurrencyConflict,
+    PageFacts,
+    course_root,
+    normalize_tag,
+)
+from hubjobs.errors import InvalidInput
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState
@@ -123,13 +129,7 @@ def written(changed: bool, broken: bool, *, reread: bool) -> Outcome | None:
 
 # The course: the root and every descendant reachable through pages not in the trash, in
 # a stable order (depth, then title), each noting whether it already had the tag.
-COURSE_ITEMS = """
-    WITH RECURSIVE course AS (
-        SELECT id, 0 AS depth FROM pages WHERE id = :root
-        UNION ALL
-        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
-         WHERE p.workspace_id = :workspace AND NOT p.trashed
-    )
+COURSE_ITEMS = f"""{COURSE}
     SELECT row_number() OVER (ORDER BY c.depth, p.title, p.id)::int, p.id, p.title,
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
@@ -158,16 +158,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
                 "no failed page of that job is left to retry", code="nothing_to_retry"
             )
         return Prepared(total=total, summary=f"Retry tagging {total} pages with {payload.tag}")
-    root = (
-        await conn.execute(
-            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
-            {"id": payload.root_page_id},
-        )
-    ).first()
-    if root is None or root.workspace_id != job.workspace_id:
-        raise NotFound("the root page does not exist in this workspace", code="page_not_found")
-    if root.trashed:
-        raise InvalidInput("the root page is in the trash", code="page_trashed")
+    title = await course_root(conn, payload.root_page_id, job.workspace_id)
     total = await store.insert_items(
         conn, job.job_id, COURSE_ITEMS, {**params, "root": payload.root_page_id}
     )
@@ -175,9 +166,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
         # A big snapshot changes job_items' statistics at once; without fresh ones the
         # planner may take this job's items for a handful.
         await conn.execute(text("ANALYZE job_items"))
-    return Prepared(
-        total=total, summary=f"Tag course {root.title} with {payload.tag}, {total} pages"
-    )
+    return Prepared(total=total, summary=f"Tag course {title} with {payload.tag}, {total} pages")
 
 
 def build_result(

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.errors import InvalidInput, NotFound
+from hubjobs.domain.pages import COURSE, course_root
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
@@ -114,13 +113,7 @@ FROZEN = (
     "jsonb_build_object('id', p.id, 'title', p.title, 'markdown', p.markdown, "
     "'tags', to_jsonb(p.tags), 'version', p.version, 'updatedAt', p.updated_at)"
 )
-COURSE_PAGES = f"""
-    WITH RECURSIVE course AS (
-        SELECT id, 0 AS depth FROM pages WHERE id = :root
-        UNION ALL
-        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
-         WHERE p.workspace_id = :workspace AND NOT p.trashed
-    )
+COURSE_PAGES = f"""{COURSE}
     SELECT row_number() OVER (ORDER BY c.depth, p.title, p.id)::int, p.id, p.title, false,
            {FROZEN}
       FROM course c JOIN pages p ON p.id = c.id
@@ -136,20 +129,11 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: PageExportPayload
     if payload.root_page_id is None:
         total = await store.insert_items(conn, job.job_id, WORKSPACE_PAGES, params)
         return Prepared(total=total, summary=f"Export the workspace's {total} pages")
-    root = (
-        await conn.execute(
-            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
-            {"id": payload.root_page_id},
-        )
-    ).first()
-    if root is None or root.workspace_id != job.workspace_id:
-        raise NotFound("the root page does not exist in this workspace", code="page_not_found")
-    if root.trashed:
-        raise InvalidInput("the root page is in the trash", code="page_trashed")
+    title = await course_root(conn, payload.root_page_id, job.workspace_id)
     total = await store.insert_items(
         conn, job.job_id, COURSE_PAGES, {**params, "root": payload.root_page_id}
     )
-    return Prepared(total=total, summary=f"Export course {root.title}, {total} pages")
+    return Prepared(total=total, summary=f"Export course {title}, {total} pages")
 
 
 class ExportOutput(BaseModel):
