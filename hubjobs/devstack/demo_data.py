@@ -15,6 +15,8 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.domain.access import ADMINISTRATOR
+
 
 @dataclass(frozen=True)
 class DemoCourse:
@@ -37,7 +39,7 @@ async def create_account(
     conn: AsyncConnection,
     workspace_id: uuid.UUID,
     *,
-    role: str = "administrator",
+    role: str = ADMINISTRATOR,
     enabled: bool = True,
     name: str = "Ada Admin",
 ) -> uuid.UUID:

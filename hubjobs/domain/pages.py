@@ -29,6 +29,12 @@ class ConcurrencyConflict(HubJobsError):
     code = "concurrency_conflict"
 
 
+class TagLimit(InvalidInput):
+    """A page would hold more than MAX_TAGS_PER_PAGE tags."""
+
+    code = "tag_limit"
+
+
 def normalize_tag(raw: str) -> str:
     """A tag as stored: trimmed, non-empty, bounded, free text (``hubjobs.domain.text``:
     no control, bidi or invisible format character, no lone surrogate; emoji sequences
@@ -205,7 +211,7 @@ async def update_page(
         # Uniqueness (under tag_key) is the database's to check: tags_distinct(tags).
         normalized = [normalize_tag(t) for t in tags]
         if len(normalized) > MAX_TAGS_PER_PAGE:
-            raise InvalidInput(f"a page holds at most {MAX_TAGS_PER_PAGE} tags", code="tag_limit")
+            raise TagLimit(f"a page holds at most {MAX_TAGS_PER_PAGE} tags")
         tags = normalized
     try:
         async with conn.begin_nested():

@@ -19,6 +19,7 @@ from hubjobs.domain.pages import (
     COURSE,
     ConcurrencyConflict,
     PageFacts,
+    TagLimit,
     course_root,
     normalize_tag,
 )
@@ -88,7 +89,7 @@ class Outcome:
 SUCCEEDED = Outcome(ItemState.succeeded)
 ALREADY_TAGGED = Outcome(ItemState.skipped)
 TAG_LIMIT = Outcome(
-    ItemState.skipped, "tag_limit", "The page already holds the maximum number of tags."
+    ItemState.skipped, TagLimit.code, "The page already holds the maximum number of tags."
 )
 UNAVAILABLE = Outcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
 CONFLICT = Outcome(
