@@ -8,6 +8,7 @@ project's alembic.ini names the file and formats it with ruff.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -32,9 +33,15 @@ class NothingToGenerate(Exception):
     """schema.py and the migrations agree: an empty revision would be noise."""
 
 
+def revision_number(revision: str) -> int | None:
+    """The number a revision id starts with (``0002``, ``0003_job_schedules``)."""
+    digits = re.match(r"[0-9]+", revision)
+    return int(digits.group()) if digits else None
+
+
 def next_revision_id(existing: Iterable[str]) -> str:
     """One past the highest numbered revision, four digits: 0001, 0002 → 0003."""
-    numbers = [int(rev) for rev in existing if rev.isdecimal()]
+    numbers = [n for n in map(revision_number, existing) if n is not None]
     return f"{max(numbers, default=0) + 1:04d}"
 
 
