@@ -40,7 +40,7 @@ from hubjobs.errors import (
     Unavailable,
     UnknownKind,
 )
-from hubjobs.kinds import REGISTRY, JobKind
+from hubjobs.kinds import REGISTRY
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.kinds.page_export import PAGE_EXPORT, export_file
@@ -133,15 +133,6 @@ def _item_state(state: ItemState | str | None) -> ItemState | None:
         raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
 
 
-def _known_kind(name: str) -> JobKind[Any]:
-    """The registered kind, or ``unknown_kind`` (without repeating the name: it is the
-    caller's text, and the message may reach a log)."""
-    kind = REGISTRY.find(name) if is_kind_name(name) else None
-    if kind is None:
-        raise UnknownKind()
-    return kind
-
-
 class WorkspaceJobs:
     """The jobs of one workspace, as one actor sees them."""
 
@@ -169,7 +160,7 @@ class WorkspaceJobs:
         the same idempotency key gives the same job (and repairs one whose workflow
         never started). The idempotency key and correlation id are 1–128 characters of
         ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``)."""
-        kind = _known_kind(kind_name)
+        kind = REGISTRY.get(kind_name)
         idempotency_key = check_idempotency_key(idempotency_key)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload

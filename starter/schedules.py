@@ -24,9 +24,8 @@ from temporalio.client import ScheduleHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_member
-from hubjobs.domain.text import is_kind_name
 from hubjobs.domain.timing import invalid_cron, invalid_interval, timing
-from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable, UnknownKind
+from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
 from hubjobs.kinds import REGISTRY
 from hubjobs.temporal.job_schedules import (
     MEMO_KEY,
@@ -102,9 +101,7 @@ class WorkspaceSchedules:
         ``unknown_kind``, ``invalid_payload``, ``invalid_schedule``, ``invalid_cron``,
         ``invalid_interval``, ``invalid_time_zone``, ``invalid_keep``, then
         ``workspace_not_found`` / ``actor_not_administrator``."""
-        kind = REGISTRY.find(kind_name) if is_kind_name(kind_name) else None
-        if kind is None:  # the caller's text: not repeated
-            raise UnknownKind()
+        kind = REGISTRY.get(kind_name)
         when = timing(cron=cron, every=every, time_zone=time_zone)
         keep = check_keep(keep)
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload

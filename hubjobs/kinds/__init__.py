@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from hubjobs.domain.text import is_kind_name
 from hubjobs.errors import UnknownKind
 from hubjobs.kinds.backup import BACKUP
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
@@ -30,10 +31,12 @@ class Registry:
         return kind
 
     def get(self, name: str) -> JobKind[Any]:
-        try:
-            return self._kinds[name]
-        except KeyError:
-            raise UnknownKind() from None
+        """The registered kind, or ``unknown_kind`` (the name is the caller's text, and
+        the message may reach a log: it is not repeated)."""
+        kind = self._kinds.get(name) if is_kind_name(name) else None
+        if kind is None:
+            raise UnknownKind()
+        return kind
 
     def find(self, name: str) -> JobKind[Any] | None:
         return self._kinds.get(name)
