@@ -2,7 +2,7 @@
 hubjobs/db/schema.py declares and the migrations do not yet make. The comparison runs
 against a throwaway embedded PostgreSQL migrated to head, started in a temporary folder
 and removed after, so it needs no running stack and never depends on (or touches) a
-development database. Revisions are numbered as the first ones (0003, 0004, …); the
+development database. Revisions are numbered as the others (0001, 0002, …); the
 project's alembic.ini names the file and formats it with ruff.
 """
 
