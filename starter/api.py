@@ -9,6 +9,7 @@ FHIR bulk data over the starter client.
     DELETE /workspaces/{ws}/jobs/{id}     202: cancellation signalled (a no-op once finished)
     GET    /workspaces/{ws}/jobs          the workspace's jobs, newest first
     GET    /health                        database and Temporal reachability
+    POST   /codec/encode, /codec/decode   Temporal's codec endpoint (with the codec on)
 
 Every call but /health carries ``Authorization: Bearer <JWT naming the actor>`` and is
 scoped to the workspace in its path. Errors are ``{"error": {"code", "message"}}``
@@ -61,6 +62,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.auth import TokenVerifier, Unauthorized
 from starter.client import HubJobsClient, WorkspaceJobs
+from starter.codec_endpoint import CodecCors, codec_router
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("hubjobs.api.access")
@@ -150,6 +152,15 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {
         "model": ErrorBody,
         "description": "PostgreSQL, Temporal or the identity provider's keys unavailable",
+    },
+}
+
+CODEC_ERRORS: dict[int | str, dict[str, Any]] = {
+    **{status: ERRORS[status] for status in (400, 401, 413, 500, 503)},
+    403: {"model": ErrorBody, "description": "An actor HUBJOBS_CODEC_ACTORS does not list"},
+    422: {
+        "model": ErrorBody,
+        "description": "Not base64, or a payload that does not decrypt (undecodable_payload)",
     },
 }
 
@@ -282,6 +293,11 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     )
     app.state.settings = settings
     app.state.verifier = TokenVerifier(settings)
+    if settings.payload_codec:
+        # Temporal's codec endpoint, for the UI and the CLI (see starter/codec_endpoint.py).
+        router, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
+        app.include_router(router)
+        app.add_middleware(CodecCors, origins=origins)
     app.add_middleware(RequestGuard)
     if client is not None:
         app.state.client = client
