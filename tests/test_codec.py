@@ -38,6 +38,7 @@ from hubjobs.temporal.codec import ENCODING, KEY_ID
 from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient
+from tests import toy_kind
 from tests.codec_keys import NEW_KEY_ID, OLD_KEY_ID, codec_env, with_codec
 from tests.conftest import running_worker, seed
 from tests.helpers import assert_every_page_tagged_once
@@ -46,6 +47,7 @@ from tests.processes import api_process
 from tests.stacks import hubjobs, own_stack
 
 SECRET = "test-secret-" + "x" * 32
+assert toy_kind.TOY.name == "toy_echo"  # registered by importing it
 UI_ORIGIN = "http://ui.example:8233"
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -183,6 +185,42 @@ async def test_a_job_started_under_the_old_key_finishes_under_the_new_one(
     assert key_ids == {OLD_KEY_ID, NEW_KEY_ID}
     result = await new_client.get_workflow_handle(workflow_id).result()
     assert result["status"] == "succeeded"
+
+
+async def test_failures_are_encrypted_and_still_judged(
+    stack: embedded.StackInfo, engine: AsyncEngine, settings: Settings
+) -> None:
+    """A failed attempt's message and stack trace go into an encrypted payload, and the
+    workflow still reads them: a transient failure is retried and the job succeeds, and
+    a job out of attempts fails with its code, as without the codec."""
+    codec = with_codec(settings).model_copy(
+        update={"retry_initial_seconds": 0.2, "max_activity_attempts": 2}
+    )
+    client = await connect(codec)
+    course = await seed(engine, 1)
+    jobs = HubJobsClient(client, engine, codec).scope(course.workspace_id, course.actor_id)
+    async with running_worker(client, codec):
+        retried = await jobs.start("toy_echo", {"message": "Quillonwort", "fail_attempts": 1})
+        exhausted = await jobs.start("toy_echo", {"message": "Quillonwort", "fail_attempts": 9})
+        retried_done = await jobs.wait(retried.id, timeout=60, interval=0.1)
+        exhausted_done = await jobs.wait(exhausted.id, timeout=60, interval=0.1)
+    assert (retried_done.status, retried_done.attempts_failed) == ("succeeded", 1)
+    assert (exhausted_done.status, exhausted_done.error_code) == ("failed", "processing_failed")
+    for job in (retried_done, exhausted_done):
+        shown = await asyncio.to_thread(
+            temporal_cli,
+            stack.temporal_address,
+            "workflow",
+            "show",
+            "-w",
+            job.workflow_id,
+            "-o",
+            "json",
+        )
+        assert shown.returncode == 0, shown.stderr
+        # The activity's message ("transient failure 1") is in no failure, only its type.
+        assert plain_secrets(shown.stdout, ["Quillonwort", "transient failure"]) == []
+        assert "Encoded failure" in shown.stdout
 
 
 def codec_body(payloads: list[Payload]) -> dict[str, Any]:
