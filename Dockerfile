@@ -17,7 +17,13 @@ COPY starter ./starter
 RUN pip install .
 
 USER hubjobs
-ENV HUBJOBS_HOME=/home/hubjobs/.hubjobs \
+# The build id names this image's code for Worker Deployment versioning: a job workflow
+# stays on the build that started it. One per image (`docker compose build` passes
+# HUBJOBS_BUILD_ID from .env); never reused for different code.
+ARG BUILD_ID=dev
+LABEL org.opencontainers.image.version=$BUILD_ID
+ENV HUBJOBS_BUILD_ID=$BUILD_ID \
+    HUBJOBS_HOME=/home/hubjobs/.hubjobs \
     HUBJOBS_METRICS_HOST=0.0.0.0 \
     HUBJOBS_API_HOST=0.0.0.0 \
     HUBJOBS_LOG_JSON=true

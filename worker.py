@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -42,10 +43,12 @@ from hubjobs.observability.telemetry import (
 )
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
+from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.process import run_and_exit
 from hubjobs.temporal.schedules import ensure_schedules
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 from workflows.scheduled import ScheduledStartWorkflow
+from workflows.versioning import is_declared, unversioned
 
 log = logging.getLogger("hubjobs.worker")
 
@@ -80,7 +83,7 @@ def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplem
             kind.workflow_module,
             lambda obj, kind=kind: (
                 getattr(obj, "kind", None) is kind  # type: ignore[misc]
-                and hasattr(obj, "__temporal_workflow_definition")
+                and is_declared(obj)
             ),
             kind,
         )
@@ -100,9 +103,12 @@ def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplem
 SHARED_WORKFLOWS = (*MAINTENANCE_WORKFLOWS, ScheduledStartWorkflow)
 
 
-def workflows() -> list[type]:
-    """Every workflow the worker runs (the replay test replays histories against these)."""
-    return [*(k.workflow for k in implementations()), *SHARED_WORKFLOWS]
+def workflows(*, versioned: bool = True) -> list[type]:
+    """Every workflow the worker runs (the replay test replays histories against these):
+    as declared, with their versioning behaviour, or as an unversioned worker runs them
+    (see workflows/versioning.py)."""
+    declared = [*(k.workflow for k in implementations()), *SHARED_WORKFLOWS]
+    return declared if versioned else [unversioned(cls) for cls in declared]
 
 
 def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
@@ -146,10 +152,19 @@ def build_worker(
     activities: list[Callable[..., Any]] = []
     for cls in activity_classes(kinds):
         activities += activity_methods(cls(deps))
+    versioning = deployment_config(settings)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[*(k.workflow for k in kinds), *SHARED_WORKFLOWS],
+        # Versioned, each worker serves one build of the deployment, and says which in
+        # its identity (the history's task-started events carry it).
+        deployment_config=versioning,
+        identity=(
+            f"{client.identity} {settings.deployment_name}:{settings.build_id}"
+            if versioning is not None
+            else None
+        ),
+        workflows=workflows(versioned=versioning is not None),
         activities=activities,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
@@ -164,6 +179,25 @@ def build_worker(
         graceful_shutdown_timeout=timedelta(seconds=10),
         interceptors=[LogContextInterceptor()],
     )
+
+
+async def announce_version(client: Client, settings: Settings) -> str | None:
+    """Once the worker polls: makes its build current if HUBJOBS_DEPLOYMENT_SET_CURRENT
+    says so, logs what the build gets, and returns the deployment's current build id
+    (None when versioning is off or the server does not tell)."""
+    if not settings.worker_versioning:
+        return None
+    try:
+        current = await take_current(client, settings)
+    except (TimeoutError, RPCError) as err:
+        log.warning("worker versioning: %s", err)
+        return None
+    line = explain_current(settings, current)
+    if current == settings.build_id:
+        log.info(line)
+    else:
+        log.warning(line)
+    return current
 
 
 def metrics_of(client: Client) -> JobMetrics:
@@ -189,8 +223,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     worker = build_worker(client, engine, settings)
     queue = asyncio.create_task(refresh_queue_state(engine, metrics_of(client), stop))
     log.info("worker started on task queue %s", worker.task_queue)
+    versioning: asyncio.Task[str | None] | None = None
     try:
         async with worker:
+            versioning = asyncio.create_task(announce_version(client, settings))
             await stop.wait()
         log.info("worker stopped")
     finally:
@@ -198,6 +234,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         # server for as long as it takes, but gives up on what it deems fatal) must end
         # the process, not leave it waiting on the queue refresher without pollers.
         stop.set()
+        if versioning is not None:
+            versioning.cancel()
         await queue
         await engine.dispose()
 

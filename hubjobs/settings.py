@@ -8,12 +8,14 @@ of one checkout finds the same servers.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
 
@@ -63,6 +65,38 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8080
 
+    # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
+    # version, its deployment name and build id; a job workflow stays on the build that
+    # started it. The build id names the code: production images bake theirs in
+    # (Dockerfile), the embedded stack's workers are all "dev".
+    worker_versioning: bool = True
+    deployment_name: str = Field(default="hubjobs", max_length=200, pattern=r"^[A-Za-z0-9_-]+$")
+    build_id: str = Field(default="dev", max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    # When a starting worker makes its build the deployment's current version (the one
+    # new workflows go to): "if_unset" only while the deployment has none (a fresh stack,
+    # a first deploy), "always" (a developer's latest build takes over), "never" (an
+    # operator sets it: `temporal worker deployment set-current-version`).
+    deployment_set_current: Literal["if_unset", "always", "never"] = "if_unset"
+
+    # The payload codec (see hubjobs/temporal/codec.py): every payload hubjobs sends
+    # through Temporal is encrypted with AES-GCM. Keys as "kid:base64key,kid2:…"
+    # (16, 24 or 32 bytes each); the one named by codec_key_id encrypts, any listed one
+    # decrypts (a payload names its key id), so a key is rotated by adding a new one,
+    # making it current, and dropping the old one once no history needs it.
+    payload_codec: bool = False
+    codec_keys: SecretStr | None = None
+    codec_key_id: str | None = None
+    # The API's codec endpoint (/codec/encode, /codec/decode) answers browsers from these
+    # origins (CORS), besides the embedded stack's own Temporal UI. Comma-separated.
+    codec_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Only these actors may use the codec endpoint (comma-separated ids); empty: any
+    # actor with a valid token.
+    codec_actors: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
+    # The embedded dev server's UI sends no token: with this on, a codec request from an
+    # allowed origin needs none. Refused unless the API listens on loopback only, where
+    # whoever can reach it can reach the (unauthenticated) dev server anyway.
+    codec_trust_ui_origin: bool = False
+
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
     # The "lease": a worker that stops heartbeating for this long loses its activity.
@@ -99,12 +133,30 @@ class Settings(BaseSettings):
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
 
-    @field_validator("api_jwks_url", "api_jwt_audience", "api_jwt_issuer", mode="before")
+    @field_validator(
+        "api_jwks_url",
+        "api_jwt_audience",
+        "api_jwt_issuer",
+        "codec_keys",
+        "codec_key_id",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         """``HUBJOBS_API_JWT_AUDIENCE=`` (as a compose file's ``${VAR:-}`` gives) means
         unset, never "the audience must be the empty string"."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("codec_cors_origins", "codec_actors", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """``a,b`` in the environment (a JSON list is taken too)."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @property
     def resolved_backup_dir(self) -> Path:
@@ -137,6 +189,10 @@ class Settings(BaseSettings):
                 "no database configured: run `hubjobs up` or set HUBJOBS_DATABASE_URL"
             )
         return url
+
+    def recorded_ui_url(self) -> str | None:
+        """The embedded stack's Temporal UI, as `hubjobs up` recorded it."""
+        return self._stack.get("ui_url")
 
     def resolved_temporal_address(self) -> str:
         address = self.temporal_address or self._stack.get("temporal_address")

@@ -12,6 +12,7 @@ FHIR bulk data over the starter client.
     POST   /workspaces/{ws}/jobs/{id}/retry        202: a new job over its failed items
     GET    /workspaces/{ws}/jobs/{id}/files/{name} a finished export's file, streamed NDJSON
     GET    /health                        database and Temporal reachability
+    POST   /codec/encode, /codec/decode   Temporal's codec endpoint (with the codec on)
 
 Recurring jobs (each a Temporal Schedule whose every firing is a job):
 
@@ -87,6 +88,7 @@ from hubjobs.temporal.job_schedules import (
 )
 from starter.auth import TokenVerifier, Unauthorized
 from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL, HubJobsClient, WorkspaceJobs
+from starter.codec_endpoint import CodecCors, codec_router
 from starter.schedules import WorkspaceSchedules, invalid_schedule_id
 
 log = logging.getLogger(__name__)
@@ -265,6 +267,15 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     },
 }
 
+CODEC_ERRORS: dict[int | str, dict[str, Any]] = {
+    **{status: ERRORS[status] for status in (400, 401, 413, 500, 503)},
+    403: {"model": ErrorBody, "description": "An actor HUBJOBS_CODEC_ACTORS does not list"},
+    422: {
+        "model": ErrorBody,
+        "description": "Not base64, or a payload that does not decrypt (undecodable_payload)",
+    },
+}
+
 # Request fields whose refusal has a code of its own (the client's), not invalid_request.
 FIELD_REFUSALS = {
     ("header", "idempotency-key"): invalid_idempotency_key,
@@ -414,6 +425,11 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     )
     app.state.settings = settings
     app.state.verifier = TokenVerifier(settings)
+    if settings.payload_codec:
+        # Temporal's codec endpoint, for the UI and the CLI (see starter/codec_endpoint.py).
+        router, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
+        app.include_router(router)
+        app.add_middleware(CodecCors, origins=origins)
     app.add_middleware(RequestGuard)
     if client is not None:
         app.state.client = client

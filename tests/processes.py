@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -26,8 +27,9 @@ def _env_text(value: EnvValue) -> str:
 def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[str, str]:
     """This process's environment without any ``HUBJOBS_*`` variable, plus the servers and
     task queue of ``settings``, ``HUBJOBS_HOME=home``, no maintenance Schedules (they are
-    global to the namespace; tests leave them alone), no metrics endpoint, unbuffered
-    output; then each override as ``HUBJOBS_<NAME>`` (``heartbeat_timeout_seconds=3`` is
+    global to the namespace; tests leave them alone), unversioned workers (as the
+    ``settings`` fixture's), no metrics endpoint, unbuffered output; then each override
+    as ``HUBJOBS_<NAME>`` (``heartbeat_timeout_seconds=3`` is
     ``HUBJOBS_HEARTBEAT_TIMEOUT_SECONDS=3``). ``database_url``, ``temporal_address`` and
     ``task_queue`` may be overridden too; ``settings`` is then not asked for them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
@@ -38,6 +40,7 @@ def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[s
     env["HUBJOBS_TASK_QUEUE"] = settings.task_queue
     env["HUBJOBS_HOME"] = str(home)
     env["HUBJOBS_MAINTENANCE_SCHEDULES"] = "false"
+    env["HUBJOBS_WORKER_VERSIONING"] = "false"
     env["HUBJOBS_METRICS_PORT"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
     for name, value in overrides.items():
@@ -92,3 +95,26 @@ class WorkerProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+@contextmanager
+def api_process(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``hubjobs api`` as a process of its own with ``env``, serving on
+    ``HUBJOBS_API_PORT`` once this enters; its output goes to ``log_path``."""
+    from hubjobs.devstack.embedded import wait_for_port
+
+    port = int(env["HUBJOBS_API_PORT"])
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "hubjobs"), "api"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(port, 30, "the API")
+            yield server
+        finally:
+            server.terminate()
+            server.wait(timeout=20)

@@ -201,12 +201,15 @@ class OwnStack:
 
 
 @contextmanager
-def own_stack(preferred: embedded.StackPorts | None = None) -> Iterator[OwnStack]:
+def own_stack(
+    preferred: embedded.StackPorts | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[OwnStack]:
     """A stack brought up by ``hubjobs up`` in a fresh state folder, preferring
-    ``preferred`` (free ports when not given); stopped and removed afterwards."""
+    ``preferred`` (free ports when not given), with ``extra_env`` (``HUBJOBS_*``
+    settings) in every command's environment; stopped and removed afterwards."""
     scratch = Path(tempfile.mkdtemp(prefix="hubjobs-own-stack-"))
     home = scratch / "home"
-    env = stack_env(home, preferred)
+    env = stack_env(home, preferred) | (extra_env or {})
     try:
         info, took = hubjobs_json(env, "up")
         print(f"\nfirst hubjobs up took {took:.1f} s: {info}")

@@ -29,6 +29,7 @@ from hubjobs.temporal.job_schedules import workspace_query
 from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient
+from tests.codec_keys import codec_env
 from tests.conftest import running_worker, seed
 
 SECRET = "test-secret-" + "x" * 32
@@ -273,7 +274,8 @@ async def test_health_and_openapi(
 def test_schemathesis_finds_nothing_wrong_with_the_api(
     api_settings: Settings, engine: AsyncEngine, course: DemoCourse, tmp_path: Path
 ) -> None:
-    """A real `hubjobs api` process, tested against its own OpenAPI document."""
+    """A real `hubjobs api` process (the payload codec on), tested against its own
+    OpenAPI document."""
     port = choose_port(0)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
     env.update(
@@ -283,6 +285,9 @@ def test_schemathesis_finds_nothing_wrong_with_the_api(
         HUBJOBS_API_JWT_SECRET=SECRET,
         HUBJOBS_API_PORT=str(port),
         HUBJOBS_HOME=str(tmp_path),
+        # The payload codec on, so that its endpoint (/codec/encode, /codec/decode) is in
+        # the OpenAPI document and fuzzed with the rest.
+        **codec_env(),
     )
     binary = Path(sys.executable).parent
     server = subprocess.Popen(

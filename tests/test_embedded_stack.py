@@ -67,7 +67,14 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
     try:
         first, first_took = await asyncio.to_thread(hubjobs_json, env, "up")
         print(f"\nfirst up took {first_took:.1f} s: {first}")
-        assert set(first) == {"database_url", "temporal_address", "ui_url", "metrics_url"}
+        assert set(first) == {
+            "database_url",
+            "temporal_address",
+            "ui_url",
+            "metrics_url",
+            "ui_codec_endpoint",
+        }
+        assert first["ui_codec_endpoint"] is None  # the payload codec is off by default
         pg_port = urlsplit(first["database_url"]).port
         temporal_host, _, temporal_port_text = first["temporal_address"].rpartition(":")
         temporal_port = int(temporal_port_text)

@@ -32,7 +32,6 @@ from playwright.async_api import Locator, Page, async_playwright, expect
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker as worker_module
 from activities.course_tagging import CourseTaggingActivities
@@ -44,6 +43,7 @@ from hubjobs.observability.logs import setup_logging
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
+from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import running_worker, seed
 
@@ -66,7 +66,7 @@ def slow_settings(settings: Settings) -> Settings:
 async def _connect(stack: embedded.StackInfo, **extra: Any) -> Client:
     return await Client.connect(
         stack.temporal_address,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(Settings(payload_codec=False)),
         interceptors=telemetry.interceptors(),
         **extra,
     )

@@ -2,15 +2,21 @@
 would break workflows already running fails here, not in production.
 
 Refresh them with HUBJOBS_RECORD_HISTORIES=1 (see tests/histories.py) only for a
-change meant to be compatible, and keep the old files too while old runs may exist."""
+change meant to be compatible, and keep the old files too while old runs may exist.
+
+They replay through the data converter hubjobs uses, with the payload codec on (the
+test-only keys of tests/codec_keys.py): the encrypted history decodes, and the plain
+ones pass through it unchanged."""
 
 from __future__ import annotations
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from hubjobs.settings import Settings
+from hubjobs.temporal.client import data_converter, header_codec
+from tests.codec_keys import with_codec
 from tests.histories import FOLDER
 from worker import workflows
 
@@ -29,6 +35,7 @@ def test_histories_are_recorded() -> None:
         "course_tagging_continued_as_new",
         "scheduled_start_kept",
         "scheduled_start_refused",
+        "course_tagging_encrypted",
     } <= names
 
 
@@ -38,6 +45,22 @@ async def test_history_replays_without_nondeterminism(path: object) -> None:
 
     assert isinstance(path, Path)
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=workflows(), data_converter=pydantic_data_converter)
+    codec = with_codec(Settings())
+    replayer = Replayer(
+        workflows=workflows(),
+        data_converter=data_converter(codec),
+        header_codec_behavior=header_codec(codec),
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
+
+
+async def test_the_encrypted_history_needs_the_keys() -> None:
+    """What makes it replay above is the codec: without the keys its input is ciphertext
+    the workflow cannot read."""
+    path = FOLDER / "course_tagging_encrypted.json"
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    plain = data_converter(Settings(payload_codec=False))
+    replayer = Replayer(workflows=workflows(), data_converter=plain)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None

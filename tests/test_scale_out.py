@@ -38,7 +38,6 @@ from temporalio.api.enums.v1 import (
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from activities.course_tagging import CourseTaggingActivities
@@ -47,6 +46,7 @@ from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, seed_demo
 from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, choose_port, wait_for_port
 from hubjobs.settings import Settings
+from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient
 from tests.helpers import (
     all_runs_history,
@@ -383,7 +383,9 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
 ) -> None:
     started_at = time.monotonic()
     engine = async_engine(servers.local_database_url, pool_size=5)
-    client = await Client.connect(servers.temporal_address, data_converter=pydantic_data_converter)
+    client = await Client.connect(
+        servers.temporal_address, data_converter=data_converter(Settings(payload_codec=False))
+    )
     settings = Settings(
         home=servers.home / "starter",
         database_url=servers.local_database_url,

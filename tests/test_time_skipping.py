@@ -32,7 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -47,6 +46,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
+from hubjobs.temporal.client import data_converter
 from hubjobs.temporal.failures import ERROR_MESSAGES
 from hubjobs.temporal.messages import JobOutcome, SweepRequest, SweepResult
 from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW
@@ -62,7 +62,7 @@ ECHO_ACTIVITY = toy_impl.EchoActivities.echo.__name__
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     environment = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(Path(sys.executable).parent / "temporal-test-server"),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(Settings(payload_codec=False)),
     )
     try:
         await environment.client.operator_service.add_search_attributes(

@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.temporal.messages import JobOutcome, WorkRequest, WorkResult
     from tests.toy_kind import TOY, EchoPayload
 
-from workflows.lifecycle import JobWorkflow, kind_workflow
+from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 # Each attempt's number and scheduled time, for the backoff test.
 ATTEMPTS: list[tuple[int, Any]] = []
@@ -31,7 +31,7 @@ class EchoActivities(KindActivities[EchoPayload]):
         return Done()
 
 
-@kind_workflow(TOY)
+@kind_workflow(TOY, versioning=JOB_VERSIONING)
 class ToyEchoWorkflow(JobWorkflow):
     work = EchoActivities.echo
 

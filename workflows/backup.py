@@ -12,10 +12,12 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.backup import BACKUP
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JobWorkflow, kind_workflow
+from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-@kind_workflow(BACKUP)
+# Pinned (JOB_VERSIONING): a backup's archive is written by attempts of one build's
+# format; a new build's workflow could schedule them differently on replay.
+@kind_workflow(BACKUP, versioning=JOB_VERSIONING)
 class BackupWorkflow(JobWorkflow):
     work = BackupActivities.write_backup
 

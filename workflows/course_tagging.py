@@ -14,10 +14,12 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.course_tagging import COURSE_TAGGING
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JobWorkflow, kind_workflow
+from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-@kind_workflow(COURSE_TAGGING)
+# Pinned (JOB_VERSIONING): a course is attempts over minutes or hours, each picking up
+# from the last one's cursor; the whole job replays on the code that recorded it.
+@kind_workflow(COURSE_TAGGING, versioning=JOB_VERSIONING)
 class CourseTaggingWorkflow(JobWorkflow):
     work = CourseTaggingActivities.tag_course
 

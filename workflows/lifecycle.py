@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -58,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
         WorkResult,
     )
 
+from workflows.versioning import declare_workflow
+
 # The read model must end up agreeing with Temporal: lifecycle writes retry until they land.
 LIFECYCLE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -74,12 +76,25 @@ ATTEMPT_TIMEOUT = timedelta(hours=6)
 W = TypeVar("W", bound="JobWorkflow")
 
 
-def kind_workflow(kind: JobKind[Any]) -> Callable[[type[W]], type[W]]:
-    """Declares a kind's workflow: its Temporal type comes from the kind's name."""
+# Job workflows are pinned: a running job finishes on the build that started it. A job
+# lives for minutes or hours across many workflow tasks, and a new build may change the
+# lifecycle's commands; replaying its history on that build could fail it midway. A kind
+# whose workflow is one short step could auto-upgrade instead; none does today.
+JOB_VERSIONING = VersioningBehavior.PINNED
+
+
+def kind_workflow(
+    kind: JobKind[Any], *, versioning: VersioningBehavior
+) -> Callable[[type[W]], type[W]]:
+    """Declares a kind's workflow: its Temporal type comes from the kind's name, and its
+    versioning behaviour is stated where it is declared (pinned: stays on the build that
+    started it; auto-upgrade: moves to the current build at its next workflow task). See
+    workflows/versioning.py for the twin an unversioned worker runs."""
+    declare_versioned = declare_workflow(kind.workflow_type, versioning)
 
     def declare(cls: type[W]) -> type[W]:
         cls.kind = kind
-        return workflow.defn(name=kind.workflow_type)(cls)
+        return declare_versioned(cls)
 
     return declare
 

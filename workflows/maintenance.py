@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities.maintenance import MaintenanceActivities
@@ -18,10 +18,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from hubjobs.temporal.schedules import RECONCILER_WORKFLOW, RETENTION_SWEEP_WORKFLOW
 
+from workflows.versioning import declare_workflow
+
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
+# Auto-upgrade: each run is one short step (one activity) that its Schedule starts
+# afresh, so it has no long history that a new build might not replay, and a run caught
+# by a deploy moves to the new build at its next task: old builds never wait for one
+# (drainage counts pinned workflows only).
+MAINTENANCE_VERSIONING = VersioningBehavior.AUTO_UPGRADE
 
 
-@workflow.defn(name=RETENTION_SWEEP_WORKFLOW)
+@declare_workflow(RETENTION_SWEEP_WORKFLOW, MAINTENANCE_VERSIONING)
 class RetentionSweepWorkflow:
     """Removes the jobs expired by the workflow's clock (which is also what lets the
     time-skipping test server age jobs by 24 h), 100 at a time (as seed 004) until none
@@ -39,7 +46,7 @@ class RetentionSweepWorkflow:
         )
 
 
-@workflow.defn(name=RECONCILER_WORKFLOW)
+@declare_workflow(RECONCILER_WORKFLOW, MAINTENANCE_VERSIONING)
 class ReconcilerWorkflow:
     @workflow.run
     async def run(self, request: ReconcileRequest) -> ReconcileResult:

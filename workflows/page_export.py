@@ -11,10 +11,12 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.page_export import PAGE_EXPORT
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JobWorkflow, kind_workflow
+from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-@kind_workflow(PAGE_EXPORT)
+# Pinned (JOB_VERSIONING): an export's files are written attempt after attempt in one
+# build's layout, and its history replays only on the code that recorded it.
+@kind_workflow(PAGE_EXPORT, versioning=JOB_VERSIONING)
 class PageExportWorkflow(JobWorkflow):
     work = PageExportActivities.export_pages
 

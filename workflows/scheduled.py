@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.common import RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -43,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         ScheduledJob,
     )
 
+from workflows.versioning import declare_workflow
+
 # Creating the row rides out database outages itself; this retries what else may go
 # wrong (a worker lost mid-way) a few times, then the firing fails, visible in the
 # schedule's recent runs, rather than blocking the schedule's next firings for good.
@@ -63,7 +65,9 @@ KEEP_RETRY = RetryPolicy(
 KEEP_TIMEOUT = timedelta(seconds=60)
 
 
-@workflow.defn(name=SCHEDULED_START_WORKFLOW)
+# Auto-upgrade: a firing only opens its job and waits for it (the job's own workflow is
+# pinned); moving to a new build at its next task keeps no old build alive for it.
+@declare_workflow(SCHEDULED_START_WORKFLOW, VersioningBehavior.AUTO_UPGRADE)
 class ScheduledStartWorkflow:
     @workflow.run
     async def run(self, firing: ScheduledJob) -> FiringOutcome:

@@ -443,6 +443,16 @@ class EmbeddedTemporal:
         command = command_line(pid, limit=1000)
         return pid if command is None or "start-dev" in command else None
 
+    def ui_codec_endpoint(self) -> str | None:
+        """The codec endpoint the running dev server's UI was started with."""
+        pid = self.running_pid()
+        command = command_line(pid, limit=4000) if pid is not None else None
+        words = (command or "").split()
+        if "--ui-codec-endpoint" not in words:
+            return None
+        at = words.index("--ui-codec-endpoint") + 1
+        return words[at] if at < len(words) else None
+
     def start(self, port: int, ui_port: int, extra_args: list[str] | None = None) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         args = [
@@ -534,12 +544,15 @@ def up(
     ui_port: int,
     durable: bool = True,
     temporal_extra_args: list[str] | None = None,
+    ui_codec_endpoint: str | None = None,
 ) -> StackInfo:
     """Bring the stack up (or find it up), migrate the database, record the addresses.
 
     The ports are the recorded ones when ``stack.json`` exists (a dead server comes back
     on its own port; a port held by someone else raises ``PortTaken`` before anything
-    starts), else the preferred ones when free and free ones otherwise."""
+    starts), else the preferred ones when free and free ones otherwise. With
+    ``ui_codec_endpoint`` the UI decodes payloads there (the payload codec's endpoint on
+    the API); a dev server already running keeps the endpoint it was started with."""
     from hubjobs.db.migrate import upgrade
 
     home.mkdir(parents=True, exist_ok=True)
@@ -564,7 +577,8 @@ def up(
     database_url = postgres.ensure_database(pg_port)
     upgrade(database_url)
     if temporal.running_pid() is None:
-        temporal.start(ports.temporal, ports.ui, temporal_extra_args)
+        codec = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
+        temporal.start(ports.temporal, ports.ui, [*codec, *(temporal_extra_args or [])])
 
     info = StackInfo(
         database_url=database_url,

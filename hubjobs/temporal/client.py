@@ -1,30 +1,57 @@
-"""Connecting to Temporal with the pydantic data converter, as worker and starter both do."""
+"""Connecting to Temporal, as worker and starter both do, with the one data converter
+every hubjobs client uses (``data_converter``): pydantic models as JSON, encrypted by
+the payload codec when ``HUBJOBS_PAYLOAD_CODEC`` is on."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from temporalio.client import Client
+from temporalio.common import HeaderCodecBehavior
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from hubjobs.errors import Unavailable
 from hubjobs.observability.telemetry import interceptors
 from hubjobs.settings import Settings
+from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
 
 log = logging.getLogger(__name__)
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """Pydantic JSON payloads; with the codec on, each encrypted (AES-GCM), and failure
+    messages and stack traces moved into an encrypted payload too (a library's error
+    message may quote a value). Raises ConfigurationError for missing or bad keys."""
+    if not settings.payload_codec:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=AesGcmCodec(CodecKeys.of(settings)),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def header_codec(settings: Settings) -> HeaderCodecBehavior:
+    """Headers carry the trace context and its baggage (the caller's correlation id):
+    encrypted with the rest when the codec is on."""
+    return HeaderCodecBehavior.CODEC if settings.payload_codec else HeaderCodecBehavior.NO_CODEC
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """``runtime`` carries the worker's metrics endpoint; traces always go through the
     OpenTelemetry interceptor (a no-op until a tracer provider is set)."""
     address = settings.resolved_temporal_address()
+    converter = data_converter(settings)
     try:
         return await Client.connect(
             address,
             namespace=settings.temporal_namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=converter,
+            header_codec_behavior=header_codec(settings),
             interceptors=interceptors(),
             runtime=runtime,
         )
