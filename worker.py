@@ -171,6 +171,9 @@ def build_worker(
         ),
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        sticky_queue_schedule_to_start_timeout=timedelta(
+            seconds=settings.sticky_queue_timeout_seconds
+        ),
         # Heartbeats reach the server within a second, whatever the heartbeat timeout.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),

@@ -10,7 +10,8 @@ own, and each is idempotent: a page gets the tag only at the version read and ne
 twice, an item is recorded only while pending. A crash (or an outage) between them
 loses nothing: the next try reads again, and a page that got the tag meanwhile is
 "succeeded" without a second write. After each recorded batch the attempt beats its
-cursor, and between batches it gives its slot back when its time slice is over.
+cursor, and between batches it gives its slot back when its time slice is over. The
+cursor only saves reading: the work is done when no item of the job is pending.
 """
 
 from __future__ import annotations
@@ -127,7 +128,14 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         while True:
             recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after))
             if recorded is None:
-                return finished
+                if after == 0:
+                    return finished
+                # The items, not the cursor, say when the work is done. A database that
+                # lost commits it had acknowledged (a crash without synchronous commits,
+                # a failover to an asynchronous replica) may have put items behind the
+                # cursor back to pending: go over them before succeeding.
+                after = 0
+                continue
             after, result = recorded
             ctx.counters = result.counters
             ctx.beat(

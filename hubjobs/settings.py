@@ -99,6 +99,11 @@ class Settings(BaseSettings):
 
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
+    # A workflow's next task waits this long for the worker that ran its last one (it has
+    # the workflow cached) before any worker takes it: after a worker dies, its jobs wait
+    # this on top of the heartbeat timeout. Short, since a job's history is small to
+    # replay elsewhere.
+    sticky_queue_timeout_seconds: float = 3.0
     # The "lease": a worker that stops heartbeating for this long loses its activity.
     heartbeat_timeout_seconds: float = 15.0
     # An attempt of a job's work gives its slot back after this long and carries on in

@@ -9,13 +9,17 @@ restarted: it must carry on by itself, and the job must finish with every page t
 exactly once.
 
 - The Temporal dev server is SIGKILLed and kept down for 10 s. The SDK's pollers retry
-  the unreachable server by themselves. The running chunk goes on tagging meanwhile,
+  the unreachable server by themselves. The running attempt goes on tagging meanwhile,
   its heartbeats failing; once the server is back (with its state, from
-  ``temporal.db``) it times that attempt out on its heartbeat and retries the chunk from
-  the last cursor it recorded, and the retry skips the pages already done.
+  ``temporal.db``) it times that attempt out on its heartbeat, which costs nothing (the
+  attempt had made progress), and the next attempt carries on from the last cursor it
+  recorded, skipping the pages already done.
 - PostgreSQL is stopped with ``pg_ctl stop -m immediate`` (a crash, for the clients)
-  and kept down for 5 s. The running batch fails, Temporal retries the activity (2 s,
-  then 10 s later), and a retry after the restart resumes from the cursor.
+  and kept down for 5 s. The running attempt waits it out, trying again at most
+  HUBJOBS_OUTAGE_RETRY_MAX_SECONDS apart, and carries on where it was: no attempt
+  fails.
+
+Either way the job spends none of its attempts (``attempts_failed == 0``).
 """
 
 from __future__ import annotations
@@ -75,7 +79,6 @@ async def tagging_run(stack: OwnStack, logs: Path, tag: str) -> AsyncIterator[Ta
         maintenance_schedules=False,
         # The lease: a retry comes soon after the server is back.
         heartbeat_timeout_seconds=3,
-        tagging_chunk_size=1000,
         max_activity_attempts=5,
     )
     env = hubjobs_env(
@@ -83,7 +86,6 @@ async def tagging_run(stack: OwnStack, logs: Path, tag: str) -> AsyncIterator[Ta
         stack.home,
         heartbeat_timeout_seconds=3,
         tagging_batch_size=25,
-        tagging_chunk_size=1000,
         # Slow batches: the job outlasts the outage with work left (some 10 s in all).
         tagging_batch_pause_seconds=0.05,
     )
@@ -114,6 +116,8 @@ async def finish_after_outage(run: TaggingRun, went_down: float, what: str) -> J
     )
     assert run.worker.alive(), "the worker carried on: it was never restarted"
     await assert_every_page_tagged_once(run.client.engine, done, run.course.page_ids, run.tag)
+    # The outage cost the job none of its attempts.
+    assert done.attempts_failed == 0, done
     return done
 
 
