@@ -189,6 +189,7 @@ class BackupActivities:
                             raw,
                             progress,
                             backup_id=progress.job_id,
+                            max_bytes_per_second=self.settings.backup_max_bytes_per_second,
                         )
                     except AttachmentUnavailable as err:
                         raise ApplicationError(

@@ -7,9 +7,8 @@ the expanded total against a limit, the manifest (read with a bound), the attach
 index (read with a bound, its checksum verified, each line a well-formed entry) and
 every storage path (normal form, relative, no ``..``, unique, none nested in another).
 Then ``table_blocks`` and ``attachment_blocks`` stream a member's bytes, reading never
-past the size declared for it, and verify its size, checksum (and for a table its row
-count) when it ends: a consumer that reaches the end of the stream has had exactly the
-bytes the backup wrote.
+past the size declared for it, and verify its size and sha256 when it ends: a consumer
+that reaches the end of the stream has had exactly the bytes the backup wrote.
 
 Every refusal is an ``ArchiveError`` with one of these codes:
 
@@ -219,7 +218,7 @@ class Archive:
         entries: list[AttachmentEntry] = []
         rest = b""
         sha = manifest.attachment_index_sha256
-        for block in self._verified(info, info.file_size, sha, None):
+        for block in self._verified(info, info.file_size, sha):
             lines = (rest + block).split(b"\n")
             rest = lines.pop()
             if max(len(rest), *map(len, lines)) > INDEX_LINE_MAX_BYTES:
@@ -233,6 +232,8 @@ class Archive:
             raise _corrupt(f"{ATTACHMENT_INDEX} has fewer entries than the manifest says")
         if sum(e.size_bytes for e in entries) != manifest.attachment_bytes:
             raise _corrupt(f"{ATTACHMENT_INDEX} does not add up to the manifest's bytes")
+        if len({e.id for e in entries}) != len(entries):
+            raise _corrupt(f"{ATTACHMENT_INDEX} names an attachment twice")
         return _checked_paths(entries)
 
     def _entry(self, line: bytes, number: int) -> AttachmentEntry:
@@ -268,27 +269,24 @@ class Archive:
 
     def table_blocks(self, table: str) -> Iterator[bytes]:
         """The table's COPY text, block by block; raises ArchiveError at the end (or
-        as soon as it reads past its size) unless size, checksum and rows match."""
+        as soon as it reads past its size) unless size and checksum match. (Its rows
+        are the database's to count: COPY says how many it loaded.)"""
         entry = self.tables[table]
         info = self._infos[table_member(table)]
-        return self._verified(info, entry.bytes, entry.sha256, entry.rows)
+        return self._verified(info, entry.bytes, entry.sha256)
 
     def attachment_blocks(self, attachment: Attachment) -> Iterator[bytes]:
         info = self._infos[attachment.member]
-        return self._verified(info, attachment.size, attachment.sha256, None)
+        return self._verified(info, attachment.size, attachment.sha256)
 
-    def _verified(
-        self, info: zipfile.ZipInfo, size: int, sha256: str, rows: int | None
-    ) -> Iterator[bytes]:
-        digest, seen, lines = hashlib.sha256(), 0, 0
+    def _verified(self, info: zipfile.ZipInfo, size: int, sha256: str) -> Iterator[bytes]:
+        digest, seen = hashlib.sha256(), 0
         for data in self._read(info, size):
             digest.update(data)
             seen += len(data)
-            if rows is not None:
-                lines += data.count(b"\n")
             yield data
-        if seen != size or digest.hexdigest() != sha256 or (rows is not None and lines != rows):
-            raise _corrupt(f"{info.filename} does not match its size, rows or checksum")
+        if seen != size or digest.hexdigest() != sha256:
+            raise _corrupt(f"{info.filename} does not match its size or checksum")
 
     def _read(self, info: zipfile.ZipInfo, size: int) -> Iterator[bytes]:
         """A member's bytes, never more than ``size``; zip's own checks (CRC, deflate,

@@ -59,6 +59,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -157,6 +158,7 @@ def restore(
         finally:
             engine.dispose()
         store.install()
+        _lap("install")
     log.info("restored backup %s into %s", report.backup_id, database_url.rsplit("@", 1)[-1])
     return report
 
@@ -164,6 +166,7 @@ def restore(
 def _load(engine: Engine, source: Archive, store: AttachmentStore, report: RestoreReport) -> None:
     """The database's part, in one transaction, with the staging of attachments beside
     it; commits only when both are done."""
+    _lap(None)
     with engine.connect() as conn:
         trans = conn.begin()
         try:
@@ -177,19 +180,24 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
             if not has_schema:
                 upgrade_on(conn, source.manifest.schema_version)
             keys = _set_keys_aside(conn)
+            _lap("schema")
             store.open()
             stop = threading.Event()
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
                 staging = pool.submit(store.stage, source, stop)
                 try:
                     for table, _ in HUB_TABLES:
-                        report.tables[table] = _copy(conn, source, table, staging)
+                        report.tables[table] = _copy(conn, source, table, staging, not has_schema)
+                    _lap("tables")
+                    _check_index(conn, source)
                     staging.result()
+                    _lap("attachments (beyond the tables)")
                 except BaseException:
                     stop.set()
                     raise
             for statement in keys:
                 conn.execute(text(statement))
+            _lap("keys, indexes and foreign keys")
             for table, column in SEQUENCES:
                 conn.execute(
                     text(
@@ -199,7 +207,9 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
                 )
             upgrade_on(conn, "head")
             store.prepare()
+            _lap("migration and folders")
             trans.commit()
+            _lap("commit")
         except BaseException as err:
             if trans.is_active:
                 try:
@@ -311,11 +321,31 @@ def _set_keys_aside(conn: Connection) -> list[str]:
     return builds + [row[2] for row in rows if row[0] == 1]
 
 
-def _copy(conn: Connection, source: Archive, table: str, staging: Future[None]) -> int:
+def _check_index(conn: Connection, source: Archive) -> None:
+    """The files restored are the ones the attachments table names, and no others."""
+    rows = conn.execute(
+        text("SELECT id::text, storage_path, size_bytes, sha256 FROM attachments")
+    ).all()
+    in_table = {row[0]: (row[1], row[2], row[3]) for row in rows}
+    in_index = {a.id: (a.storage_path, a.size, a.sha256) for a in source.attachments}
+    if in_table != in_index:
+        raise ArchiveError(
+            "the attachment index does not agree with the attachments table",
+            code="archive_corrupt",
+        )
+
+
+def _copy(
+    conn: Connection, source: Archive, table: str, staging: Future[None], freeze: bool
+) -> int:
+    """Loads one table, its bytes verified on the way (a mismatch aborts the COPY).
+    Into a table this transaction created, rows go in frozen (COPY FREEZE): no later
+    pass has to set their hint bits or freeze them."""
+    started = time.perf_counter()
     raw = conn.connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
     with raw.cursor() as cursor:
-        with cursor.copy(f"COPY {table} FROM STDIN") as copy:
+        with cursor.copy(f"COPY {table} FROM STDIN{' (FREEZE)' if freeze else ''}") as copy:
             for data in _prefetched(source.table_blocks(table)):
                 if staging.done():
                     staging.result()  # a failed staging ends the COPY with its error
@@ -326,10 +356,20 @@ def _copy(conn: Connection, source: Archive, table: str, staging: Future[None]) 
         raise ArchiveError(
             f"{table}: loaded {rows} rows, the manifest says {expected}", code="archive_corrupt"
         )
+    log.debug("restore: %s, %d rows, in %.2f s", table, rows, time.perf_counter() - started)
     return rows
 
 
 _END = object()
+_clock = threading.local()
+
+
+def _lap(done: str | None) -> None:
+    """Logs (debug) how long the step just ``done`` took; None starts the clock."""
+    now = time.perf_counter()
+    if done is not None:
+        log.debug("restore: %s in %.2f s", done, now - getattr(_clock, "last", now))
+    _clock.last = now
 
 
 def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
