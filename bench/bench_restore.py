@@ -108,6 +108,7 @@ def one_round(
         out["backup_s"] = backup["seconds"]
         out["backup_bytes"] = backup["archive_bytes"]
         out["backup_rss_mb"] = backup["peak_rss_mb"]
+        out["backup_stall_ms"] = backup["max_loop_stall_ms"]
         target, target_dir = server.empty_database(), folder / "restored"
         server.checkpoint()
         restored = run_child(
@@ -193,6 +194,7 @@ def main(megabytes: int, rounds: int) -> int:
     print(f"{'  of which pg_restore, tar':30}{'':12}{restore_s:11.1f}, {tar_x:4.1f}")
     rss = f"{med('backup_rss_mb'):.0f} / {med('restore_rss_mb'):.0f}"
     print(f"{'peak RSS backup / restore (MB)':30}{rss:>12}")
+    print(f"{'longest event-loop stall (ms)':30}{med('backup_stall_ms'):12.0f}")
     print()
     print(
         "backup speed vs pg_dump -Fc + tar: "

@@ -28,7 +28,9 @@ import hashlib
 import logging
 import os
 import stat
+import struct
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -57,6 +59,10 @@ from hubjobs.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20
+_INPUT_BLOCK = 256 << 10
+# A zip local file header: signature, method, name and extra field lengths (the rest,
+# version, flags, time, CRC and sizes, is the central directory's to say).
+_LOCAL_HEADER = struct.Struct("<4s2x2xH4x4x4x4xHH")
 DEFAULT_RATIO = 100
 DEFAULT_MIN_LIMIT = 1 << 30
 
@@ -137,9 +143,10 @@ class Archive:
         self.path = path
         self.limit = limit
         self._file = file
+        self._members = MemberReader(path, file)
         try:
-            # The file object is the caller's (ours): zipfile never closes it, and its
-            # readers share it under zipfile's lock, one member from each thread.
+            # zipfile parses the directory; members are read by MemberReader (with
+            # pread: one member from each thread at once, no shared position).
             self._zf = zipfile.ZipFile(file)
         except OSError as err:
             log.info("archive %s: %s", path, err)
@@ -172,7 +179,7 @@ class Archive:
         if info is None or info.file_size > MANIFEST_MAX_BYTES:
             raise _unreadable("the archive has no readable manifest")
         try:
-            data = b"".join(self._read(info, info.file_size))
+            data = b"".join(self._read(info, info.file_size, crc=True))
             manifest = Manifest.model_validate_json(data)
         except (ArchiveError, ValidationError) as err:
             log.info("archive %s: manifest: %s", self.path, err)
@@ -288,25 +295,8 @@ class Archive:
         if seen != size or digest.hexdigest() != sha256:
             raise _corrupt(f"{info.filename} does not match its size or checksum")
 
-    def _read(self, info: zipfile.ZipInfo, size: int) -> Iterator[bytes]:
-        """A member's bytes, never more than ``size``; zip's own checks (CRC, deflate,
-        truncation) fail as a corrupt archive."""
-        seen = 0
-        try:
-            with self._zf.open(info) as member:
-                while data := member.read(min(BLOCK, size - seen + 1)):
-                    seen += len(data)
-                    if seen > size:
-                        raise _corrupt(f"{info.filename} is larger than declared")
-                    yield data
-        except ArchiveError:
-            raise
-        except OSError as err:
-            log.info("archive %s: reading %s: %s", self.path, info.filename, err)
-            raise _unreadable(f"{self.path} could not be read") from None
-        except Exception as err:  # the zip parser's (or zlib's) word on bad data
-            log.info("archive %s: %s is damaged: %r", self.path, info.filename, err)
-            raise _corrupt(f"the archive is corrupted ({info.filename})") from None
+    def _read(self, info: zipfile.ZipInfo, size: int, *, crc: bool = False) -> Iterator[bytes]:
+        return self._members.read(info, size, crc=crc)
 
     def close(self) -> None:
         self._zf.close()
@@ -317,6 +307,91 @@ class Archive:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class MemberReader:
+    """Reads members of a zip file by its directory's entries, on its own: see read."""
+
+    def __init__(self, path: Path, file: IO[bytes]) -> None:
+        self.path = path
+        self._file = file
+        self._size = os.fstat(file.fileno()).st_size
+
+    def read(self, info: zipfile.ZipInfo, size: int, *, crc: bool = False) -> Iterator[bytes]:
+        """A member's bytes, in blocks of at most a MiB, never more than ``size`` in all:
+        read with pread (no shared file position: one member per thread at once) from
+        where its local header says, inflated with zlib asked for no more output than
+        is left to come. Damage (a header that disagrees with the directory, a truncated
+        or broken deflate stream, more or fewer bytes than declared, anything after the
+        stream) fails as a corrupt archive. zip's CRC-32 is checked only when asked (for
+        the manifest, which has no checksum of its own): sha256 covers the rest."""
+        try:
+            yield from self._inflate(info, size, crc)
+        except ArchiveError:
+            raise
+        except OSError as err:
+            log.info("archive %s: reading %s: %s", self.path, info.filename, err)
+            raise _unreadable(f"{self.path} could not be read") from None
+        except zlib.error as err:
+            log.info("archive %s: %s is damaged: %r", self.path, info.filename, err)
+            raise _corrupt(f"the archive is corrupted ({info.filename})") from None
+
+    def _inflate(self, info: zipfile.ZipInfo, size: int, check_crc: bool) -> Iterator[bytes]:
+        damaged = _corrupt(f"the archive is corrupted ({info.filename})")
+        fd = self._file.fileno()
+        header = os.pread(fd, _LOCAL_HEADER.size, info.header_offset)
+        if len(header) != _LOCAL_HEADER.size:
+            raise damaged
+        signature, method, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+        name = os.pread(fd, name_length, info.header_offset + _LOCAL_HEADER.size)
+        encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
+        if (
+            signature != b"PK\x03\x04"
+            or method != info.compress_type
+            or method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+            or name.decode(encoding, "replace") != info.orig_filename
+        ):
+            raise damaged
+        at = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+        left = info.compress_size
+        if at + left > self._size:
+            raise damaged  # the data would run past the end of the file
+        crc, produced = 0, 0
+        inflater = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
+        pending = b""
+        while True:
+            if not pending and left > 0:
+                pending = os.pread(fd, min(_INPUT_BLOCK, left), at)
+                if not pending:
+                    raise damaged
+                at += len(pending)
+                left -= len(pending)
+            if inflater is None:
+                if not pending:
+                    break
+                data, pending = pending, b""
+            else:
+                # At most what may still come, and one byte more to see a lie. With the
+                # input all read, zlib may still hold output: asked again, it gives it.
+                data = inflater.decompress(pending, min(BLOCK, size - produced + 1))
+                pending = inflater.unconsumed_tail
+                if not data and not pending and left <= 0 and not inflater.eof:
+                    raise damaged  # the stream stops before its end
+            produced += len(data)
+            if produced > size:
+                raise _corrupt(f"{info.filename} is larger than declared")
+            if check_crc:
+                crc = zlib.crc32(data, crc)
+            if data:
+                yield data
+            if inflater is not None and inflater.eof:
+                if pending or inflater.unused_data or left > 0:
+                    raise damaged  # something after the end of the stream
+                break
+        if produced != size or (inflater is not None and not inflater.eof):
+            raise damaged
+        if check_crc and crc != info.CRC:
+            raise damaged
 
 
 def _checked_paths(entries: list[AttachmentEntry]) -> list[Attachment]:
