@@ -42,6 +42,7 @@ down: install
 bench: install
 	$(BIN)/python bench/bench_tagging.py
 	$(BIN)/python bench/bench_backup.py
+	$(BIN)/python bench/bench_restore.py
 
 clean:
 	-$(BIN)/hubjobs down

@@ -907,7 +907,51 @@ def test_a_failed_restore_into_a_missing_folder_leaves_no_folder(
     deep.mkdir()
 
 
-# --- 10. the reader reads what zip means --------------------------------------------------
+# --- 10. the database side -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("mysql://root@localhost/hub", "invalid_database_url"),
+        ("postgresql://host:notaport/hub", "invalid_database_url"),
+        ("not a url", "invalid_database_url"),
+        ("postgresql://postgres@127.0.0.1:1/hub", "database_unavailable"),
+    ],
+)
+def test_a_database_that_cannot_be_used_is_refused(
+    sandbox: Sandbox, source: Source, url: str, code: str
+) -> None:
+    sandbox.target, usable = url, sandbox.target
+    try:
+        path = sandbox.archives / "a.zip"
+        path.write_bytes(source.archive)
+        before = tree(sandbox.root)
+        with pytest.raises(HubJobsError) as refused:
+            restore(path, url, sandbox.dir)
+        assert refused.value.code == code
+        assert tree(sandbox.root) == before
+    finally:
+        sandbox.target = usable
+
+
+def test_a_database_with_rows_is_refused_before_a_byte_is_written(
+    sandbox: Sandbox, source: Source
+) -> None:
+    with psycopg.connect(sandbox.target, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (body text)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    path = sandbox.archives / "a.zip"
+    path.write_bytes(source.archive)
+    before = tree(sandbox.root)
+    with pytest.raises(HubJobsError) as refused:
+        restore(path, sandbox.target, sandbox.dir)
+    assert refused.value.code == "database_not_empty"
+    assert tree(sandbox.root) == before
+    assert tables_of(sandbox.target) == {"public.notes"}
+
+
+# --- 11. the reader reads what zip means --------------------------------------------------
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

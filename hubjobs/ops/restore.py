@@ -96,7 +96,17 @@ RESTORE_ERROR_CODES = (
 # Blocks read ahead of the COPY, on a thread of their own.
 PREFETCH = 4
 # Session settings for the load (SET LOCAL: they end with the transaction).
-BULK_SETTINGS = {"maintenance_work_mem": "256MB"}
+# Memory for building the keys and indexes after the load; no timeout of the server's
+# may cut a long restore short (a statement, a lock wait, the transaction, or the
+# connection idle while the attachments finish staging). Settings this server does not
+# have are skipped.
+BULK_SETTINGS = {
+    "maintenance_work_mem": "256MB",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "transaction_timeout": "0",
+}
 # Any number, the same for every restore: two restores into one database take turns.
 ADVISORY_LOCK = 0x6875626A6F6273
 
@@ -132,6 +142,7 @@ def restore(
     least)."""
     if max_bytes is None:
         max_bytes = Settings().restore_max_bytes
+    engine = _engine(database_url)
     with open_archive(
         archive, max_bytes=max_bytes, known_schema_versions=known_revisions()
     ) as source:
@@ -146,12 +157,6 @@ def restore(
             attachment_bytes=manifest.attachment_bytes,
         )
         try:
-            engine = sync_engine(database_url)
-        except sa_exc.ArgumentError:
-            raise InvalidInput(
-                "the database URL is not one restore can use", code="invalid_database_url"
-            ) from None
-        try:
             _load(engine, source, store, report)
         except (sa_exc.DBAPIError, psycopg.Error) as err:
             raise _database_error(err) from None
@@ -163,16 +168,33 @@ def restore(
     return report
 
 
+def _engine(database_url: str) -> Engine:
+    invalid = InvalidInput(
+        "the database URL is not a PostgreSQL URL restore can use", code="invalid_database_url"
+    )
+    if not database_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise invalid
+    try:
+        return sync_engine(database_url)
+    except (sa_exc.ArgumentError, ValueError):
+        raise invalid from None
+
+
 def _load(engine: Engine, source: Archive, store: AttachmentStore, report: RestoreReport) -> None:
     """The database's part, in one transaction, with the staging of attachments beside
     it; commits only when both are done."""
     _lap(None)
+    committing = False
     with engine.connect() as conn:
         trans = conn.begin()
         try:
             for name, value in BULK_SETTINGS.items():
                 conn.execute(
-                    text("SELECT set_config(:name, :value, true)"), {"name": name, "value": value}
+                    text(
+                        "SELECT set_config(:name, :value, true) "
+                        "WHERE current_setting(:name, true) IS NOT NULL"
+                    ),
+                    {"name": name, "value": value},
                 )
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
             has_schema = _require_empty(conn, source.manifest)
@@ -208,9 +230,22 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
             upgrade_on(conn, "head")
             store.prepare()
             _lap("migration and folders")
+            committing = True
             trans.commit()
             _lap("commit")
         except BaseException as err:
+            if committing and is_outage(err):
+                # The server went away during COMMIT: whether it committed is unknown.
+                # The staged files stay, so that nothing the database may now name is lost.
+                store.abandon()
+                log.error("restore: the database went away while committing: %r", err)
+                raise Unavailable(
+                    "the database stopped answering while the restore committed: check "
+                    "whether it holds the restored rows; if it does, the attachment files "
+                    f"are in {store.staging_path} (named by attachment id), otherwise "
+                    "remove that folder",
+                    code="database_unavailable",
+                ) from None
             if trans.is_active:
                 try:
                     trans.rollback()
@@ -226,7 +261,10 @@ def _database_error(err: BaseException) -> HubJobsError:
     orig = err.orig if isinstance(err, sa_exc.DBAPIError) else err
     if is_outage(err):
         log.info("restore: the database did not answer: %r", orig)
-        return Unavailable("the database does not answer", code="database_unavailable")
+        return Unavailable(
+            "the database does not answer (or cannot be reached at that URL)",
+            code="database_unavailable",
+        )
     if isinstance(orig, psycopg.DataError | psycopg.IntegrityError):
         state = getattr(orig, "sqlstate", None)
         log.info("restore: the database refused the archive's rows: %s", orig)

@@ -305,8 +305,13 @@ class AttachmentStore:
         assert self.staging_name is not None
         os.close(self._staging_fd)
         self._staging_fd = None
-        os.rmdir(self.staging_name, dir_fd=self._root_fd)
-        os.fsync(self._root_fd)
+        # Everything is in place: what remains is tidying, and it may not fail the restore.
+        _quietly(os.rmdir, self.staging_name, dir_fd=self._root_fd)
+        _quietly(os.fsync, self._root_fd)
+        self._close()
+
+    def abandon(self) -> None:
+        """Leaves everything staged where it is (the caller says where), closing up."""
         self._close()
 
     def discard(self) -> None:
