@@ -4,19 +4,21 @@ archive, all or nothing.
 1. **The archive is checked whole** before the database is touched
    (hubjobs.archive.reader): the zip's directory, the manifest and the attachment
    index read with a bound, every declared size, the expanded total against
-   ``HUBJOBS_RESTORE_MAX_BYTES``, every storage path. Then **DIR is checked**
-   (hubjobs.ops.staging): no target exists, no folder on the way is a link or a file,
-   there is room.
-2. **One transaction** takes the database: it must be empty (or hold the archive's
-   schema without rows); the schema is created at the archive's version, the hub
-   tables' keys, unique constraints, indexes and foreign keys are set aside, every
-   table is loaded with COPY while its bytes are verified (size, rows, sha256: a
-   mismatch aborts the COPY, and everything rolls back), then the keys and indexes
-   are built and the foreign keys validated in one pass each, sequences set, and
-   the schema migrated to today's head.
+   ``HUBJOBS_RESTORE_MAX_BYTES``, every storage path.
+2. **One transaction** takes the database (an advisory lock keeps two restores apart):
+   it must be empty, or hold the archive's schema without rows. Then **DIR is
+   checked** (hubjobs.ops.staging): no target exists, no folder on the way is a link
+   or a file, there is room. The schema is created at the archive's version; the hub
+   tables' primary keys, unique constraints, indexes and foreign keys are set aside;
+   every table is loaded with COPY (FREEZE, into tables this transaction created)
+   while its bytes are verified (size and sha256 at the end of each: a mismatch aborts
+   the COPY, and everything rolls back) and its row count checked against the
+   manifest; the attachment index is checked against the attachments table; then the
+   keys and indexes are built and the foreign keys validated in one pass each,
+   sequences set, and the schema migrated to today's head.
 3. Meanwhile a second thread **stages the attachment files** in a private folder
    inside DIR, verifying each as it is written and fsyncing it. Just before the
-   commit the targets' folders are created and checked once more.
+   commit the targets' folders are created and the targets checked once more.
 4. **After the commit** the staged files are linked into place (never replacing,
    never following a link) and the staging folder goes.
 
@@ -36,7 +38,9 @@ were, and is a HubJobsError with one of these codes (details go to the log):
                            another
 ``schema_unsupported``     an archive format or schema version this code does not know
 ``invalid_database_url``   the database URL cannot be used
-``database_unavailable``   the database does not answer
+``database_unavailable``   the database does not answer (should it stop answering
+                           during the COMMIT itself, whether it committed is unknown:
+                           the staged files are then kept, and the message says where)
 ``database_not_empty``     the database holds a schema of another version, or rows
 ``database_failed``        the database refused the restore for a reason of its own
                            (permissions, disk full, …); nothing was committed
