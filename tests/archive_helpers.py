@@ -16,12 +16,33 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 
-from hubjobs.archive.format import ATTACHMENT_INDEX, HUB_TABLES, MANIFEST, table_member
+from hubjobs.archive.format import (
+    ATTACHMENT_INDEX,
+    HUB_TABLES,
+    MANIFEST,
+    Manifest,
+    table_member,
+)
+from hubjobs.archive.writer import write_archive
 from hubjobs.devstack.embedded import StackInfo
+
+
+async def snapshot_archive(url: str, attachments: Path, out: IO[bytes]) -> Manifest:
+    """An archive of the database at ``url`` written to ``out`` by the backup's writer,
+    from one REPEATABLE READ, READ ONLY snapshot as the backup activity takes it."""
+
+    async def progress(nbytes: int, step_done: bool, stage: str) -> None:
+        pass
+
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await conn.set_read_only(True)
+        async with conn.transaction():
+            return await write_archive(conn, attachments, out, progress, backup_id=uuid.uuid4())
 
 
 class Databases:

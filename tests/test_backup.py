@@ -40,7 +40,7 @@ from hubjobs.archive.format import (
     SEQUENCES,
     archive_name,
 )
-from hubjobs.archive.writer import write_archive
+from hubjobs.archive.writer import AttachmentUnavailable
 from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
@@ -50,6 +50,7 @@ from hubjobs.readmodel.store import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import CancelRequest, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.archive_helpers import snapshot_archive
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import activity_starts, edit
 from tests.histories import record
@@ -382,18 +383,7 @@ async def test_an_archive_of_the_previous_format_still_restores(
     assert report.attachments == len(index) == 5
     assert files_under(target_dir) == {e["storage_path"]: e["sha256"] for e in index}
 
-    again = io.BytesIO()
-
-    async def progress(nbytes: int, step_done: bool, stage: str) -> None:
-        pass
-
-    async with await psycopg.AsyncConnection.connect(target_url) as conn:
-        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-        await conn.set_read_only(True)
-        async with conn.transaction():
-            rewritten = await write_archive(
-                conn, target_dir, again, progress, backup_id=uuid.uuid4()
-            )
+    rewritten = await snapshot_archive(target_url, target_dir, io.BytesIO())
     assert rewritten.format == FORMAT
     assert [t.model_dump() for t in rewritten.tables] == manifest["tables"]
     assert rewritten.attachment_index_sha256 == manifest["attachment_index_sha256"]
@@ -854,3 +844,40 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
         count = (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one()
     assert count == 0
     assert names_in(backup_settings.resolved_backup_dir) == []
+
+
+# --- 7. what the backup reads ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["the file", "its folder"])
+async def test_the_backup_never_reads_an_attachment_through_a_link(
+    engine: AsyncEngine, backup_settings: Settings, database_url: str, tmp_path: Path, where: str
+) -> None:
+    """An attachment file (or its folder) replaced by a link to a file outside the
+    attachments folder, with the very bytes the row records: the backup refuses it as
+    missing rather than copy what lies outside into the archive."""
+    folder = backup_settings.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 3)
+        content = b"outside the attachments folder\n"
+        attachment = await create_attachment(conn, folder, course.page_ids[0], "a.txt", content)
+        storage_path = (
+            await conn.execute(
+                text("SELECT storage_path FROM attachments WHERE id = :id"), {"id": attachment}
+            )
+        ).scalar_one()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / Path(storage_path).name).write_bytes(content)
+    file = folder / storage_path
+    if where == "the file":
+        file.unlink()
+        file.symlink_to(outside / file.name)
+    else:
+        file.unlink()
+        file.parent.rmdir()
+        file.parent.symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(AttachmentUnavailable) as refused:
+        await snapshot_archive(database_url, folder, io.BytesIO())
+    assert refused.value.code == "attachment_missing"

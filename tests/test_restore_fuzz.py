@@ -52,7 +52,6 @@ from hubjobs.archive.format import (
     table_member,
 )
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, MemberReader
-from hubjobs.archive.writer import write_archive
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
@@ -66,6 +65,7 @@ from tests.archive_helpers import (
     bytes_under,
     deflate_zeros,
     raw_zip,
+    snapshot_archive,
     tables_of,
     tree,
 )
@@ -129,15 +129,7 @@ def source(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> So
                 (course.page_ids[3],),
             )
         out = io.BytesIO()
-
-        async def progress(nbytes: int, step_done: bool, stage: str) -> None:
-            pass
-
-        async with await psycopg.AsyncConnection.connect(url) as snapshot:
-            await snapshot.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await snapshot.set_read_only(True)
-            async with snapshot.transaction():
-                await write_archive(snapshot, folder, out, progress, backup_id=uuid.uuid4())
+        await snapshot_archive(url, folder, out)
         return out.getvalue()
 
     # Its own thread and event loop: the session's loop is pytest-asyncio's.
