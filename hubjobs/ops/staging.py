@@ -184,8 +184,6 @@ class AttachmentStore:
                     "no staging folder could be created", code="attachments_unwritable"
                 )
             self._staging_fd = os.open(name, _DIR_FLAGS, dir_fd=self._root_fd)
-            if stat.S_IMODE(os.fstat(self._staging_fd).st_mode) & 0o077:
-                os.fchmod(self._staging_fd, 0o700)  # a umask can only take bits away
         except OSError as err:
             raise _os_error(err, "creating the staging folder") from None
 
