@@ -3,10 +3,10 @@ streamed into one archive (see hubjobs.archive.format).
 
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and
 attachment rows agree; hubjobs.archive.writer streams COPY output and files into the
-zip in blocks of about a MiB, so memory stays flat whatever the size. The archive is written under a
-temporary name, fsynced and renamed: a cancelled, failed or killed backup leaves no
-archive, and a retry removes a killed attempt's temporary file and starts clean (a
-new snapshot, never a mix). Files are readable by their owner only.
+zip in blocks of about a MiB, so memory stays flat whatever the size. The archive is
+written under a temporary name, fsynced and renamed: a cancelled, failed or killed
+backup leaves no archive, and a retry removes a killed attempt's temporary file and
+starts clean (a new snapshot, never a mix). Files are readable by their owner only.
 """
 
 from __future__ import annotations
