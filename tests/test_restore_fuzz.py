@@ -45,6 +45,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hubjobs.archive.format import (
+    ATTACHMENT_INDEX,
     HUB_TABLES,
     INDEX_LINE_MAX_BYTES,
     MANIFEST,
@@ -503,6 +504,8 @@ INDEX_DAMAGE: dict[str, LineChange] = {
     "a blank line": lambda ls: [b"\n", *ls],
     "no final newline": lambda ls: [*ls[:-1], ls[-1].rstrip(b"\n")],
     "a line too long": lambda ls: [b" " * (INDEX_LINE_MAX_BYTES + 10) + ls[0], *ls[1:]],
+    "a line of 2 MiB": lambda ls: [b" " * (2 * MIB) + ls[0], *ls[1:]],
+    "nothing but a line of 2 MiB": lambda ls: [b"x" * (2 * MIB)],
     "a line twice": lambda ls: [ls[0], *ls],
     "missing size": _edit_first(lambda e: e.pop("size_bytes")),
     "an extra field": _edit_first(lambda e: e.update(owner="root")),
@@ -738,6 +741,46 @@ def test_an_encrypted_member_is_refused(sandbox: Sandbox, source: Source) -> Non
                 archive[at + flag_at] |= 0x01
             at += 4
     assert sandbox.attempt(bytes(archive), CORRUPT) == "archive_corrupt"
+
+
+def _patch_directory(archive: bytes, name: str, at: int, value: bytes) -> bytes:
+    """``value`` written at offset ``at`` of the central directory entry of ``name``."""
+    data = bytearray(archive)
+    encoded = name.encode()
+    start = 0
+    while (start := data.find(b"PK\x01\x02", start)) >= 0:
+        if data[start + 46 : start + 46 + len(encoded)] == encoded:
+            data[start + at : start + at + len(value)] = value
+            return bytes(data)
+        start += 4
+    raise AssertionError(f"{name} not in the directory")
+
+
+@pytest.mark.parametrize(
+    ("where", "offset"),
+    [("past the end of the file", 0xFFFFFFF0), ("into another member", 0), ("one byte on", 1)],
+)
+@pytest.mark.parametrize("member", ["tables/pages.copy", MANIFEST, ATTACHMENT_INDEX])
+def test_a_directory_entry_that_points_elsewhere_is_refused(
+    sandbox: Sandbox, source: Source, where: str, offset: int, member: str
+) -> None:
+    archive = _stored_zip(source.parts(), {})
+    if offset == 1:
+        with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+            offset = zf.getinfo(member).header_offset + 1
+    archive = _patch_directory(archive, member, 42, offset.to_bytes(4, "little"))
+    expect = ARCHIVE_MANIFEST if member == MANIFEST else CORRUPT
+    assert sandbox.attempt(archive, expect) in expect
+
+
+@pytest.mark.parametrize("field", ["compressed size", "size"])
+def test_a_directory_entry_with_a_size_past_the_end_is_refused(
+    sandbox: Sandbox, source: Source, field: str
+) -> None:
+    archive = _stored_zip(source.parts(), {})
+    at = 20 if field == "compressed size" else 24
+    archive = _patch_directory(archive, table_member("pages"), at, b"\xf0\xff\xff\xff")
+    assert sandbox.attempt(archive, ARCHIVE) in {"archive_corrupt", "archive_too_large"}
 
 
 # --- 8. zip bombs ---------------------------------------------------------------------------

@@ -228,7 +228,7 @@ class Archive:
         for block in self._verified(info, info.file_size, sha):
             lines = (rest + block).split(b"\n")
             rest = lines.pop()
-            if max(len(rest), *map(len, lines)) > INDEX_LINE_MAX_BYTES:
+            if max([len(rest), *map(len, lines)]) > INDEX_LINE_MAX_BYTES:
                 raise _corrupt(f"{ATTACHMENT_INDEX} has a line too long")
             entries.extend(self._entry(line, len(entries) + i) for i, line in enumerate(lines))
             if len(entries) > manifest.attachment_count:
@@ -339,6 +339,8 @@ class MemberReader:
     def _inflate(self, info: zipfile.ZipInfo, size: int, check_crc: bool) -> Iterator[bytes]:
         damaged = _corrupt(f"the archive is corrupted ({info.filename})")
         fd = self._file.fileno()
+        if not 0 <= info.header_offset <= self._size - _LOCAL_HEADER.size:
+            raise damaged
         header = os.pread(fd, _LOCAL_HEADER.size, info.header_offset)
         if len(header) != _LOCAL_HEADER.size:
             raise damaged

@@ -128,6 +128,8 @@ class AttachmentStore:
             raise _os_error(err, "opening it") from None
         try:
             self._check_targets(root_fd, info.st_dev)
+        except OSError as err:
+            raise _os_error(err, "looking into it") from None
         finally:
             os.close(root_fd)
 
