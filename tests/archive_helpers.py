@@ -27,17 +27,19 @@ from hubjobs.archive.format import (
     Manifest,
     table_member,
 )
-from hubjobs.archive.writer import write_archive
+from hubjobs.archive.writer import Progress, write_archive
 from hubjobs.devstack.embedded import StackInfo
 
 
-async def snapshot_archive(url: str, attachments: Path, out: IO[bytes]) -> Manifest:
+async def _no_progress(nbytes: int, step_done: bool, stage: str) -> None:
+    pass
+
+
+async def snapshot_archive(
+    url: str, attachments: Path, out: IO[bytes], progress: Progress = _no_progress
+) -> Manifest:
     """An archive of the database at ``url`` written to ``out`` by the backup's writer,
     from one REPEATABLE READ, READ ONLY snapshot as the backup activity takes it."""
-
-    async def progress(nbytes: int, step_done: bool, stage: str) -> None:
-        pass
-
     async with await psycopg.AsyncConnection.connect(url) as conn:
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
         await conn.set_read_only(True)

@@ -40,7 +40,7 @@ from hubjobs.archive.format import (
     SEQUENCES,
     archive_name,
 )
-from hubjobs.archive.writer import AttachmentUnavailable
+from hubjobs.archive.writer import AttachmentUnavailable, write_archive
 from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
@@ -881,3 +881,42 @@ async def test_the_backup_never_reads_an_attachment_through_a_link(
     with pytest.raises(AttachmentUnavailable) as refused:
         await snapshot_archive(database_url, folder, io.BytesIO())
     assert refused.value.code == "attachment_missing"
+
+
+class Stop(Exception):
+    pass
+
+
+async def test_a_backup_stopped_mid_table_leaves_its_connection_usable(
+    engine: AsyncEngine, backup_settings: Settings, database_url: str
+) -> None:
+    """The writer reads COPY output from libpq itself; stopped in the middle of a table
+    (the progress callback raises, as a cancellation request does), it has the server
+    stop sending, and the connection rolls back and works on, within a moment."""
+    async with engine.begin() as conn:
+        await seed_demo(conn, 3000)
+        await conn.execute(text("UPDATE pages SET markdown = repeat(md5(id::text), 40)"))
+    seen = 0
+
+    async def progress(nbytes: int, step_done: bool, stage: str) -> None:
+        nonlocal seen
+        seen += nbytes
+        if stage == "pages" and seen > MB:
+            raise Stop()
+
+    async with await psycopg.AsyncConnection.connect(database_url) as snapshot:
+        await snapshot.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await snapshot.set_read_only(True)
+        started = time.monotonic()
+        with pytest.raises(Stop):
+            async with snapshot.transaction():
+                await write_archive(
+                    snapshot,
+                    backup_settings.resolved_attachments_dir,
+                    io.BytesIO(),
+                    progress,
+                    backup_id=uuid.uuid4(),
+                )
+        assert time.monotonic() - started < 10
+        row = await (await snapshot.execute("SELECT count(*) FROM pages")).fetchone()
+    assert row == (3000,)

@@ -231,7 +231,8 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
                         f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
                     )
                 )
-            upgrade_on(conn, "head")
+            if source.manifest.schema_version != report.schema_version:
+                upgrade_on(conn, "head")
             store.prepare()
             _lap("migration and folders")
             committing = True
