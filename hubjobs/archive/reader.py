@@ -59,7 +59,7 @@ from hubjobs.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20
-_INPUT_BLOCK = 256 << 10
+_INPUT_BLOCK = 1 << 20
 # A zip local file header: signature, method, name and extra field lengths (the rest,
 # version, flags, time, CRC and sizes, is the central directory's to say).
 _LOCAL_HEADER = struct.Struct("<4s2x2xH4x4x4x4xHH")
