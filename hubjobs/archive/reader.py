@@ -13,8 +13,8 @@ that reaches the end of the stream has had exactly the bytes the backup wrote.
 Every refusal is an ``ArchiveError`` with one of these codes:
 
 ``archive_unreadable``    not a readable file, not a zip, or no readable manifest
-``archive_corrupt``       a member missing, extra, twice or damaged; a size, row count
-                          or checksum that does not match; a malformed index line
+``archive_corrupt``       a member missing, extra, twice or damaged; a size or checksum
+                          that does not match; a malformed index line
 ``archive_too_large``     the data would expand past the limit (``max_bytes``: by
                           default 100 times the archive's size, at least 1 GiB)
 ``archive_path_invalid``  a storage path that is not a plain relative path in normal
