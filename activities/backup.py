@@ -2,26 +2,23 @@
 into one archive (see hubjobs.archive.format).
 
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
-rows agree; COPY output and files go through the zip writer chunk by chunk, so memory
-stays flat whatever the size. The archive is written under a temporary name, fsynced
-and renamed: a cancelled, failed, killed or handed-over backup leaves no archive, and
-the next attempt removes a killed one's temporary file and starts clean (a new
-snapshot, never a mix). A database outage mid-stream restarts the stream once the
-database answers. Files are readable by their owner only.
+rows agree; hubjobs.archive.writer streams COPY output and files into the zip in blocks
+of about a MiB, so memory stays flat whatever the size. The archive is written under a
+temporary name, fsynced and renamed: a cancelled, failed, killed or handed-over backup
+leaves no archive, and the next attempt removes a killed one's temporary file and
+starts clean (a new snapshot, never a mix). A database outage mid-stream restarts the
+stream once the database answers. Files are readable by their owner only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import IO, Any
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -37,17 +34,8 @@ from activities.base import (
     WorkContext,
     WorkEnd,
 )
-from hubjobs.archive.format import (
-    ATTACHMENT_INDEX,
-    HUB_TABLES,
-    MANIFEST,
-    AttachmentEntry,
-    Manifest,
-    TableEntry,
-    archive_name,
-    attachment_member,
-    table_member,
-)
+from hubjobs.archive.format import MANIFEST, Manifest, archive_name
+from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive
 from hubjobs.db.engine import plain_url
 from hubjobs.domain.access import ADMINISTRATOR, role_of
 from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload
@@ -57,7 +45,6 @@ from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
 # Progress reaches the read model (and a cancellation request is looked for) this often;
 # the workflow hears of it every HUBJOBS_PROGRESS_REPORT_SECONDS.
 PROGRESS_EVERY = 1.0
@@ -100,6 +87,10 @@ class Progress:
             # chunk, so the worker's other activities, its heartbeats and its polling
             # are not starved for a whole second at a time.
             await asyncio.sleep(0)
+
+    async def __call__(self, nbytes: int, step_done: bool, stage: str) -> None:
+        """The archive writer's progress callback."""
+        await self.advance(nbytes=nbytes, step=step_done, stage=stage)
 
     async def flush(self, *, check_cancel: bool = True) -> None:
         self._last = time.monotonic()
@@ -174,130 +165,28 @@ class BackupActivities(KindActivities[BackupPayload]):
     async def _write(
         self, ctx: WorkContext[BackupPayload], path: Path, progress: Progress
     ) -> Manifest:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as raw:
-            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-                manifest = await self._snapshot(ctx, zf, progress)
-                zf.writestr(MANIFEST, manifest.model_dump_json(indent=2))
+            url = plain_url(ctx.settings.resolved_database_url())
+            async with await psycopg.AsyncConnection.connect(url) as conn:
+                await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+                await conn.set_read_only(True)
+                async with conn.transaction():
+                    progress.total = await planned_steps(conn)
+                    try:
+                        manifest = await write_archive(
+                            conn,
+                            ctx.settings.resolved_attachments_dir,
+                            raw,
+                            progress,
+                            backup_id=ctx.job.id,
+                            max_bytes_per_second=ctx.settings.backup_max_bytes_per_second,
+                        )
+                    except AttachmentUnavailable as err:
+                        raise Refused(err.message, code=err.code) from None
             raw.flush()
             await asyncio.to_thread(os.fsync, raw.fileno())
         return manifest
-
-    async def _snapshot(
-        self, ctx: WorkContext[BackupPayload], zf: zipfile.ZipFile, progress: Progress
-    ) -> Manifest:
-        url = plain_url(ctx.settings.resolved_database_url())
-        async with await psycopg.AsyncConnection.connect(url) as conn:
-            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await conn.set_read_only(True)
-            async with conn.transaction():
-                head = await (
-                    await conn.execute(
-                        "SELECT (SELECT version_num FROM alembic_version), now(), "
-                        "(SELECT count(*) FROM attachments)"
-                    )
-                ).fetchone()
-                assert head is not None
-                schema_version, created_at, attachment_count = head
-                progress.total = len(HUB_TABLES) + attachment_count
-                tables = [
-                    await self._dump_table(conn, zf, t, key, progress) for t, key in HUB_TABLES
-                ]
-                count, nbytes, index_sha = await self._dump_attachments(ctx, conn, zf, progress)
-        return Manifest(
-            backup_id=ctx.job.id,
-            created_at=created_at,
-            schema_version=schema_version,
-            tables=tables,
-            attachment_count=count,
-            attachment_bytes=nbytes,
-            attachment_index_sha256=index_sha,
-        )
-
-    async def _dump_table(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        zf: zipfile.ZipFile,
-        table: str,
-        key: str,
-        progress: Progress,
-    ) -> TableEntry:
-        digest, rows, size = hashlib.sha256(), 0, 0
-        with zf.open(table_member(table), "w", force_zip64=True) as member:
-            async with conn.cursor().copy(
-                f"COPY (SELECT * FROM {table} ORDER BY {key}) TO STDOUT"
-            ) as copy:
-                async for chunk in copy:
-                    data = bytes(chunk)
-                    member.write(data)
-                    digest.update(data)
-                    rows += data.count(b"\n")
-                    size += len(data)
-                    await progress.advance(nbytes=len(data), stage=table)
-        await progress.advance(step=True)
-        return TableEntry(name=table, rows=rows, bytes=size, sha256=digest.hexdigest())
-
-    async def _dump_attachments(
-        self,
-        ctx: WorkContext[BackupPayload],
-        conn: psycopg.AsyncConnection[Any],
-        zf: zipfile.ZipFile,
-        progress: Progress,
-    ) -> tuple[int, int, str]:
-        """Each file into the archive, checked against its row; the index goes last
-        (zip takes one member at a time, so it waits in a spooled file)."""
-        root = ctx.settings.resolved_attachments_dir
-        count = nbytes = 0
-        with tempfile.SpooledTemporaryFile(max_size=CHUNK) as index:
-            async with conn.cursor(name="backup_attachments") as cursor:
-                await cursor.execute(
-                    "SELECT id, storage_path, size_bytes, sha256 FROM attachments ORDER BY id"
-                )
-                async for row in cursor:
-                    entry = AttachmentEntry(
-                        id=row[0], storage_path=row[1], size_bytes=row[2], sha256=row[3]
-                    )
-                    await self._dump_file(zf, root, entry, progress)
-                    index.write(entry.model_dump_json().encode() + b"\n")
-                    count += 1
-                    nbytes += entry.size_bytes
-            index.seek(0)
-            index_sha = _copy_member(index, zf, ATTACHMENT_INDEX)
-        return count, nbytes, index_sha
-
-    async def _dump_file(
-        self, zf: zipfile.ZipFile, root: Path, entry: AttachmentEntry, progress: Progress
-    ) -> None:
-        path = (root / entry.storage_path).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            raise Refused(
-                f"attachment {entry.id} is missing from storage", code="attachment_missing"
-            )
-        digest, size = hashlib.sha256(), 0
-        with (
-            path.open("rb") as source,
-            zf.open(attachment_member(entry.id), "w", force_zip64=True) as member,
-        ):
-            while data := source.read(CHUNK):
-                member.write(data)
-                digest.update(data)
-                size += len(data)
-                await progress.advance(nbytes=len(data), stage="attachments")
-        if size != entry.size_bytes or digest.hexdigest() != entry.sha256:
-            raise Refused(
-                f"attachment {entry.id} does not match its recorded size and checksum",
-                code="attachment_corrupt",
-            )
-        await progress.advance(step=True)
-
-
-def _copy_member(source: IO[bytes], zf: zipfile.ZipFile, name: str) -> str:
-    digest = hashlib.sha256()
-    with zf.open(name, "w", force_zip64=True) as member:
-        while data := source.read(CHUNK):
-            member.write(data)
-            digest.update(data)
-    return digest.hexdigest()
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -40,6 +40,13 @@ class Settings(BaseSettings):
     # relative to it). Default: inside the state folder.
     backup_dir: Path | None = None
     attachments_dir: Path | None = None
+    # The most bytes a restore lets an archive expand to (tables and attachment files
+    # together); unset, 100 times the archive's size and at least 1 GiB. A larger
+    # archive is refused (archive_too_large) before anything is written.
+    restore_max_bytes: int | None = Field(default=None, ge=0)
+    # A backup reads (tables and files together) no faster than this, so that it need not
+    # saturate the disk or the database; unset, as fast as it goes.
+    backup_max_bytes_per_second: float | None = Field(default=None, gt=0)
 
     # The worker's Prometheus endpoint (0 turns it off): the SDK's metrics and ours.
     metrics_port: int = 9464

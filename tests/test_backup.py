@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -31,7 +32,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from activities.backup import BackupActivities
-from hubjobs.archive.format import HUB_TABLES, MANIFEST, SEQUENCES, archive_name
+from hubjobs.archive.format import (
+    ATTACHMENT_INDEX,
+    FORMAT,
+    HUB_TABLES,
+    MANIFEST,
+    SEQUENCES,
+    archive_name,
+)
+from hubjobs.archive.writer import AttachmentUnavailable, write_archive
 from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
@@ -41,6 +50,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import CancelRequest, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.archive_helpers import snapshot_archive
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import edit, run_endings
 from tests.histories import record
@@ -65,13 +75,21 @@ WRITE_BACKUP = BackupActivities.write_backup.__name__
 # --- fixtures ---------------------------------------------------------------------
 
 
+# The backups of these tests read at most this fast, so that one of a few hundred MB
+# runs for seconds, long enough to be seen, cancelled or killed mid-stream (at full
+# speed, see bench/bench_restore.py, it is over in a fraction of a second).
+PACE = 64 * MB
+
+
 @pytest.fixture
 def backup_settings(settings: Settings, tmp_path: Path) -> Settings:
-    """The worker's and the starter's settings: backups and attachments under tmp_path."""
+    """The worker's and the starter's settings: backups and attachments under tmp_path,
+    backups paced (PACE)."""
     return settings.model_copy(
         update={
             "backup_dir": tmp_path / "backups",
             "attachments_dir": tmp_path / "attachments",
+            "backup_max_bytes_per_second": PACE,
         }
     )
 
@@ -343,6 +361,34 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
         jobs_rows = conn.execute("SELECT count(*) FROM jobs").fetchone()
     assert version == (head_revision(),) and jobs_rows == (0,)
+
+
+FORMAT_1_ARCHIVE = Path(__file__).parent / "data" / "backup-format-1.zip"
+
+
+async def test_an_archive_of_the_previous_format_still_restores(
+    new_database: DatabaseFactory, tmp_path: Path
+) -> None:
+    """tests/data/backup-format-1.zip was written by the backup of commit fd705aa (format
+    1: no index size in the manifest, tables in key order, every member deflated at
+    level 6) from a hub of 25 pages, five attachments of 0 to 40,000 bytes and a page
+    with a tab, a newline, a backslash and non-ASCII text. It restores; a backup of what
+    it restored holds every table byte for byte as that archive did, and every file is
+    back with its recorded checksum."""
+    with zipfile.ZipFile(FORMAT_1_ARCHIVE) as zf:
+        manifest = json.loads(zf.read(MANIFEST))
+        index = [json.loads(line) for line in zf.read(ATTACHMENT_INDEX).splitlines()]
+    assert manifest["format"] == "hubjobs-backup/1" and "attachment_index_bytes" not in manifest
+    target_url, target_dir = new_database(), tmp_path / "restored"
+    report = await asyncio.to_thread(restore, FORMAT_1_ARCHIVE, target_url, target_dir)
+    assert report.tables == {t["name"]: t["rows"] for t in manifest["tables"]}
+    assert report.attachments == len(index) == 5
+    assert files_under(target_dir) == {e["storage_path"]: e["sha256"] for e in index}
+
+    rewritten = await snapshot_archive(target_url, target_dir, io.BytesIO())
+    assert rewritten.format == FORMAT
+    assert [t.model_dump() for t in rewritten.tables] == manifest["tables"]
+    assert rewritten.attachment_index_sha256 == manifest["attachment_index_sha256"]
 
 
 # --- 2. refusals ------------------------------------------------------------------------
@@ -655,6 +701,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
         backup_dir=backup_settings.resolved_backup_dir,
         attachments_dir=backup_settings.resolved_attachments_dir,
         heartbeat_timeout_seconds=3,
+        backup_max_bytes_per_second=PACE,
     )
     workers: list[WorkerProcess] = []
     try:
@@ -787,3 +834,79 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
         count = (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one()
     assert count == 0
     assert names_in(backup_settings.resolved_backup_dir) == []
+
+
+# --- 7. what the backup reads ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["the file", "its folder"])
+async def test_the_backup_never_reads_an_attachment_through_a_link(
+    engine: AsyncEngine, backup_settings: Settings, database_url: str, tmp_path: Path, where: str
+) -> None:
+    """An attachment file (or its folder) replaced by a link to a file outside the
+    attachments folder, with the very bytes the row records: the backup refuses it as
+    missing rather than copy what lies outside into the archive."""
+    folder = backup_settings.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 3)
+        content = b"outside the attachments folder\n"
+        attachment = await create_attachment(conn, folder, course.page_ids[0], "a.txt", content)
+        storage_path = (
+            await conn.execute(
+                text("SELECT storage_path FROM attachments WHERE id = :id"), {"id": attachment}
+            )
+        ).scalar_one()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / Path(storage_path).name).write_bytes(content)
+    file = folder / storage_path
+    if where == "the file":
+        file.unlink()
+        file.symlink_to(outside / file.name)
+    else:
+        file.unlink()
+        file.parent.rmdir()
+        file.parent.symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(AttachmentUnavailable) as refused:
+        await snapshot_archive(database_url, folder, io.BytesIO())
+    assert refused.value.code == "attachment_missing"
+
+
+class Stop(Exception):
+    pass
+
+
+async def test_a_backup_stopped_mid_table_leaves_its_connection_usable(
+    engine: AsyncEngine, backup_settings: Settings, database_url: str
+) -> None:
+    """The writer reads COPY output from libpq itself; stopped in the middle of a table
+    (the progress callback raises, as a cancellation request does), it has the server
+    stop sending, and the connection rolls back and works on, within a moment."""
+    async with engine.begin() as conn:
+        await seed_demo(conn, 3000)
+        await conn.execute(text("UPDATE pages SET markdown = repeat(md5(id::text), 40)"))
+    seen = 0
+
+    async def progress(nbytes: int, step_done: bool, stage: str) -> None:
+        nonlocal seen
+        seen += nbytes
+        if stage == "pages" and seen > MB:
+            raise Stop()
+
+    async with await psycopg.AsyncConnection.connect(database_url) as snapshot:
+        await snapshot.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await snapshot.set_read_only(True)
+        started = time.monotonic()
+        with pytest.raises(Stop):
+            async with snapshot.transaction():
+                await write_archive(
+                    snapshot,
+                    backup_settings.resolved_attachments_dir,
+                    io.BytesIO(),
+                    progress,
+                    backup_id=uuid.uuid4(),
+                )
+        assert time.monotonic() - started < 10
+        row = await (await snapshot.execute("SELECT count(*) FROM pages")).fetchone()
+    assert row == (3000,)

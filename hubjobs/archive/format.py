@@ -1,28 +1,48 @@
-"""The backup archive: one zip file (deflate), readable member by member.
+"""The backup archive: one zip file, readable member by member.
 
-    tables/<table>.copy      each hub table, as PostgreSQL COPY text, in key order
-    attachments/<id>         each attachment's bytes
+    tables/<table>.copy      each hub table, as PostgreSQL COPY text (deflate)
+    attachments/<id>         each attachment's bytes (deflate, or stored when they
+                             do not compress)
     attachments/index.jsonl  one line per attachment: id, storage path, size, sha256
-    manifest.json            written last: backup id, created at, schema version
-                             (Alembic's), per-table rows/bytes/sha256, index checksum
+    manifest.json            written last: format, backup id, created at, schema version
+                             (Alembic's), per-table rows/bytes/sha256, the index's
+                             size and sha256, attachment count and bytes
 
-Every checksum is sha256 over the member's bytes as written; restore verifies them all
-before it touches the target database.
+Every checksum is sha256 over the member's bytes as written. Format 2 (this one) adds
+the index's size to the manifest, so a reader can bound every member it reads by a
+size it was told beforehand; format 1 (archives written before it) is still read, its
+index bounded by its line count. Writing: hubjobs.archive.writer; reading and
+validating: hubjobs.archive.reader.
 """
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
-FORMAT = "hubjobs-backup/1"
+FORMAT = "hubjobs-backup/2"
+FORMAT_1 = "hubjobs-backup/1"
+READABLE_FORMATS = (FORMAT_1, FORMAT)
 MANIFEST = "manifest.json"
 ATTACHMENT_INDEX = "attachments/index.jsonl"
 
-# The hub's tables in an order that satisfies their foreign keys, each with the key it
-# is dumped in. The job read model is operational state, not the hub's: not included.
+# The largest manifest a reader takes (it holds six table entries and a few fields).
+MANIFEST_MAX_BYTES = 1 << 20
+# The longest line of the attachment index (a storage path is at most STORAGE_PATH_MAX).
+INDEX_LINE_MAX_BYTES = 8 << 10
+# Storage paths: relative, at most this long in UTF-8 and this deep.
+STORAGE_PATH_MAX = 1024
+STORAGE_PATH_MAX_DEPTH = 32
+NAME_MAX = 255
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+# No storage path may begin with this: restore stages its files in a folder so named.
+RESERVED_PREFIX = ".hubjobs-restore-"
+
+# The hub's tables in an order that satisfies their foreign keys. The job read model
+# is operational state, not the hub's: not included.
 HUB_TABLES: tuple[tuple[str, str], ...] = (
     ("workspaces", "id"),
     ("user_accounts", "id"),
@@ -49,16 +69,20 @@ def archive_name(backup_id: uuid.UUID) -> str:
 
 class TableEntry(BaseModel):
     name: str
-    rows: int
-    bytes: int
-    sha256: str
+    rows: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=SHA256_PATTERN)
 
 
 class AttachmentEntry(BaseModel):
+    """One line of the attachment index."""
+
+    model_config = ConfigDict(extra="forbid")
+
     id: uuid.UUID
     storage_path: str
-    size_bytes: int
-    sha256: str
+    size_bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=SHA256_PATTERN)
 
 
 class Manifest(BaseModel):
@@ -67,6 +91,39 @@ class Manifest(BaseModel):
     created_at: datetime
     schema_version: str
     tables: list[TableEntry]
-    attachment_count: int
-    attachment_bytes: int
-    attachment_index_sha256: str
+    attachment_count: int = Field(ge=0)
+    attachment_bytes: int = Field(ge=0)
+    attachment_index_sha256: str = Field(pattern=SHA256_PATTERN)
+    # Format 2 on; None in a format 1 archive.
+    attachment_index_bytes: int | None = Field(default=None, ge=0)
+
+
+def storage_path_parts(path: str) -> tuple[str, ...]:
+    """The components of an attachment's storage path, which must already be in normal
+    form: relative, in NFC, no empty, ``.`` or ``..`` component, no backslash or control
+    character, each component at most NAME_MAX bytes. Raises ValueError saying why not.
+
+    Both sides hold to it: the backup reads no file by any other path, and restore
+    writes none."""
+    if not path:
+        raise ValueError("empty")
+    encoded = path.encode("utf-8", "strict")  # lone surrogates raise (a ValueError)
+    if len(encoded) > STORAGE_PATH_MAX:
+        raise ValueError("too long")
+    if path.startswith("/"):
+        raise ValueError("absolute")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in path):
+        raise ValueError("a control character or a backslash")
+    if unicodedata.normalize("NFC", path) != path:
+        raise ValueError("not in Unicode normal form C")
+    parts = tuple(path.split("/"))
+    if len(parts) > STORAGE_PATH_MAX_DEPTH:
+        raise ValueError("too deep")
+    if parts[0].startswith(RESERVED_PREFIX):
+        raise ValueError(f"reserved (it begins with {RESERVED_PREFIX})")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise ValueError(f"a component {part!r}")
+        if len(part.encode()) > NAME_MAX:
+            raise ValueError("a component too long")
+    return parts
