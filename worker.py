@@ -53,8 +53,19 @@ from workflows.versioning import is_declared, unversioned
 log = logging.getLogger("hubjobs.worker")
 
 # Imported once by the worker and shared by every workflow run: the sandbox would
-# otherwise import them again for each run (measured: twice the latency per job).
-PASSED_THROUGH = ("hubjobs", "activities", "pydantic", "pydantic_core", "sqlalchemy", "psycopg")
+# otherwise import them again for each run (measured: twice the latency per job). The
+# shared lifecycle too: it holds no state of its own, only each kind's tiny workflow
+# module is run afresh in each run's sandbox.
+PASSED_THROUGH = (
+    "hubjobs",
+    "activities",
+    "pydantic",
+    "pydantic_core",
+    "sqlalchemy",
+    "psycopg",
+    "workflows.lifecycle",
+    "workflows.versioning",
+)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     # Traces go to this OTLP/HTTP endpoint when set (e.g. http://collector:4318/v1/traces).
     otlp_endpoint: str | None = None
+    # Trace starts, workflows and activities (the SDK's OpenTelemetry interceptor, with
+    # the correlation id as baggage). On whenever traces have somewhere to go; off, it
+    # costs nothing (on, a tenth of a worker's CPU per small job, exporter or not).
+    tracing: bool | None = None
     service_name: str = "hubjobs"
     # One JSON object a line (for log shippers) instead of plain text.
     log_json: bool = False
@@ -169,6 +173,10 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @property
+    def tracing_on(self) -> bool:
+        return self.tracing if self.tracing is not None else bool(self.otlp_endpoint)
 
     @property
     def resolved_backup_dir(self) -> Path:

@@ -116,8 +116,9 @@ def setup_tracing(settings: Settings) -> None:
     _tracing_configured = True
 
 
-def interceptors() -> list[Any]:
-    return [TracingInterceptor()]
+def interceptors(*, tracing: bool = True) -> list[Any]:
+    """The client's (and so its workers') interceptors: the tracing one when on."""
+    return [TracingInterceptor()] if tracing else []
 
 
 @contextmanager

@@ -42,8 +42,8 @@ def header_codec(settings: Settings) -> HeaderCodecBehavior:
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
-    """``runtime`` carries the worker's metrics endpoint; traces always go through the
-    OpenTelemetry interceptor (a no-op until a tracer provider is set)."""
+    """``runtime`` carries the worker's metrics endpoint; traces go through the
+    OpenTelemetry interceptor when tracing is on (HUBJOBS_TRACING, or an OTLP endpoint)."""
     address = settings.resolved_temporal_address()
     converter = data_converter(settings)
     try:
@@ -52,7 +52,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             namespace=settings.temporal_namespace,
             data_converter=converter,
             header_codec_behavior=header_codec(settings),
-            interceptors=interceptors(),
+            interceptors=interceptors(tracing=settings.tracing_on),
             runtime=runtime,
         )
     except (RPCError, RuntimeError, OSError) as err:
