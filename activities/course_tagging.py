@@ -71,6 +71,10 @@ log = logging.getLogger(__name__)
 BeforeWrite = Callable[[AsyncConnection, Sequence[uuid.UUID], int], Awaitable[None]]
 
 
+class BatchWriteFailed(Exception):
+    """The batch's one write failed for some page: its transaction is lost."""
+
+
 @dataclass(frozen=True)
 class Item:
     ordinal: int
@@ -126,7 +130,16 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         pause = ctx.settings.tagging_batch_pause_seconds
         finished = Done(TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json"))
         while True:
-            recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after))
+            try:
+                # One transaction a batch: one commit (one WAL flush) for its pages,
+                # revisions, items and counters.
+                recorded = await ctx.db(
+                    partial(self.tag_batch, ctx=ctx, after=after), transaction=True
+                )
+            except BatchWriteFailed:
+                # Some page's update fails: the batch again, each page in a statement of
+                # its own, so that one page's failure never undoes another's.
+                recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after, careful=True))
             if recorded is None:
                 if after == 0:
                     return finished
@@ -151,9 +164,16 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 await asyncio.sleep(pause)
 
     async def tag_batch(
-        self, conn: AsyncConnection, *, ctx: WorkContext[CourseTaggingPayload], after: int
+        self,
+        conn: AsyncConnection,
+        *,
+        ctx: WorkContext[CourseTaggingPayload],
+        after: int,
+        careful: bool = False,
     ) -> tuple[int, Recorded] | None:
-        """Tags the next batch after ``after``; None when no pending item is left."""
+        """Tags the next batch after ``after``; None when no pending item is left.
+        ``careful`` (on an autocommit connection): a failing batch write is retried page
+        by page; otherwise it raises BatchWriteFailed."""
         job = ctx.job
         batch = await self.read_batch(conn, ctx, after)
         if not batch.actor_ok:
@@ -162,7 +182,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             return after, Recorded(ctx.counters, 0, cancel_requested=True)
         if not batch.items:
             return None
-        outcomes = await self._tag(conn, ctx, batch.items)
+        outcomes = await self._tag(conn, ctx, batch.items, careful=careful)
         result = await store.record_outcomes(
             conn,
             job.id,
@@ -200,7 +220,12 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         return Batch(first.actor_ok, first.cancel_requested, items)
 
     async def _tag(
-        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload], items: list[Item]
+        self,
+        conn: AsyncConnection,
+        ctx: WorkContext[CourseTaggingPayload],
+        items: list[Item],
+        *,
+        careful: bool,
     ) -> dict[int, Outcome]:
         outcomes: dict[int, Outcome] = {}
         pending: dict[int, PageFacts | None] = {item.ordinal: item.page for item in items}
@@ -220,7 +245,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 return outcomes
             if self.before_write is not None:
                 await self.before_write(conn, [i.page_id for i, _ in wanted], attempt)
-            changed, broken = await self._write(conn, ctx, wanted)
+            changed, broken = await self._write(conn, ctx, wanted, careful=careful)
             conflicts: list[Item] = []
             for item, _ in wanted:
                 outcome = written(
@@ -246,10 +271,12 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         conn: AsyncConnection,
         ctx: WorkContext[CourseTaggingPayload],
         wanted: list[tuple[Item, int]],
+        *,
+        careful: bool,
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
-        """One statement for the batch; should it fail, each page alone, so that one
-        page's failure never undoes another's. Returns the pages changed and the pages
-        whose update failed; the rest were in conflict."""
+        """One statement for the batch; should it fail, BatchWriteFailed, or when
+        ``careful`` each page alone. Returns the pages changed and the pages whose update
+        failed; the rest were in conflict."""
         job = ctx.job
 
         async def write(changes: list[TagChange]) -> set[uuid.UUID]:
@@ -269,6 +296,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             if is_outage(err):
                 raise
             log.warning("batch tag update failed (%s); page by page", type(err.orig).__name__)
+            if not careful:
+                raise BatchWriteFailed() from None
         changed: set[uuid.UUID] = set()
         broken: set[uuid.UUID] = set()
         for item, version in wanted:

@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
-from activities.course_tagging import BeforeWrite, CourseTaggingActivities
+from activities.course_tagging import BatchWriteFailed, BeforeWrite, CourseTaggingActivities
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
@@ -286,9 +286,15 @@ async def tagger_for(
 async def tag_one_batch(
     tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
 ) -> tuple[int, store.Recorded] | None:
-    async with ctx.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        return await tagger.tag_batch(conn, ctx=ctx, after=after)
+    """One batch as an attempt runs it: in one transaction, or again page by page when
+    the batch write fails."""
+    try:
+        async with ctx.engine.begin() as conn:
+            return await tagger.tag_batch(conn, ctx=ctx, after=after)
+    except BatchWriteFailed:
+        async with ctx.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await tagger.tag_batch(conn, ctx=ctx, after=after, careful=True)
 
 
 async def tag_whole_job(
