@@ -419,8 +419,35 @@ class EmbeddedPostgres:
 # --- Temporal dev server --------------------------------------------------------
 
 
+# Dynamic config of every dev server started here (`hubjobs up`, the tests' servers),
+# as docker-compose's deploy/temporal/dynamicconfig.yaml has it for production:
+# - Task-queue fairness: tasks are handed out in turn across fairness keys (a job's
+#   workspace, hubjobs/temporal/launch.py), so one workspace's backlog does not hold up
+#   another's job; without a key, first come, first served as before.
+# - One write partition: a task queue has 4 partitions by default, each ordered on its
+#   own, so fairness holds only within one, and a new workspace's task sometimes waited
+#   behind several others (bench/fairness_probe.py: 4 of 16 runs 3-6.5 s instead of
+#   0.2 s). Partitions spread a busy queue over matching hosts; the dev server is one
+#   process, so one buys nothing here. Writing to one partition puts every task in one
+#   order; reading stays at 4 (polls on the empty ones are forwarded to the first), so
+#   tasks a persisted dev stack queued in the others before this setting still run
+#   (lowering the read partitions too would strand them).
+DEV_SERVER_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.enableFairness": "true",
+    "matching.numTaskqueueWritePartitions": "1",
+}
+
+
+def dynamic_config_args(config: dict[str, str]) -> list[str]:
+    """``temporal server start-dev`` arguments setting each dynamic config value."""
+    return [
+        arg for key, value in config.items() for arg in ("--dynamic-config-value", f"{key}={value}")
+    ]
+
+
 class EmbeddedTemporal:
-    """``temporal server start-dev`` with its history in ``<home>/temporal.db``."""
+    """``temporal server start-dev`` with its history in ``<home>/temporal.db`` and the
+    dynamic config of ``DEV_SERVER_DYNAMIC_CONFIG``."""
 
     def __init__(self, home: Path, *, persistent: bool = True) -> None:
         self.home = home.resolve()
@@ -473,6 +500,7 @@ class EmbeddedTemporal:
             args += ["--db-filename", str(self.home / "temporal.db")]
         for key in REGISTERED:
             args += ["--search-attribute", f"{key.name}={_sa_type(key)}"]
+        args += dynamic_config_args(DEV_SERVER_DYNAMIC_CONFIG)
         args += extra_args or []
         with open(self.logfile, "ab") as out:
             process = subprocess.Popen(
