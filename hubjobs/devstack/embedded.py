@@ -423,15 +423,19 @@ class EmbeddedPostgres:
 # as docker-compose's deploy/temporal/dynamicconfig.yaml has it for production:
 # - Task-queue fairness: tasks are handed out in turn across fairness keys (a job's
 #   workspace, hubjobs/temporal/launch.py), so one workspace's backlog does not hold up
-#   another's job; without a key, first come, first served as before.
+#   another's job; tasks without a key share one, first come, first served as before.
 # - One write partition: a task queue has 4 partitions by default, each ordered on its
-#   own, so fairness holds only within one, and a new workspace's task sometimes waited
-#   behind several others (bench/fairness_probe.py: 4 of 16 runs 3-6.5 s instead of
-#   0.2 s). Partitions spread a busy queue over matching hosts; the dev server is one
-#   process, so one buys nothing here. Writing to one partition puts every task in one
-#   order; reading stays at 4 (polls on the empty ones are forwarded to the first), so
-#   tasks a persisted dev stack queued in the others before this setting still run
-#   (lowering the read partitions too would strand them).
+#   own, so fairness holds only within one. With 4, tests/test_fairness.py's 50-page
+#   job behind another workspace's flood took 4.3-14.7x its idle time (it must stay
+#   under 3x; with one partition 1.9x). Partitions spread a busy queue over matching
+#   hosts; the dev server is one process, so they buy nothing here. Writing to one
+#   partition puts every task in one order; reading stays at 4 (polls on the empty ones
+#   are forwarded to the first), so tasks a persisted dev stack queued in the others
+#   before this setting still run (lowering the read partitions too would strand them).
+# Eager activity dispatch stays on here (the server's default; production turns it off
+# so that a job's attempts spread over workers): it skips the queue's order only when
+# the worker has a free slot, which a flooded worker seldom has (the flood test passes
+# with it on, and bench/fairness_probe.py saw no difference).
 DEV_SERVER_DYNAMIC_CONFIG: dict[str, str] = {
     "matching.enableFairness": "true",
     "matching.numTaskqueueWritePartitions": "1",
