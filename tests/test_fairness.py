@@ -1,19 +1,20 @@
 """Fairness by workspace (issue 13): one workspace's flood does not starve another's job.
 
 Workspace A starts 50 course-tagging jobs of 2,000 pages on one worker with two activity
-slots, slowed through settings (batches of 10 pages, 50 ms apart, 0.3 s time slices) so
-that A's backlog stands for minutes: nearly 50 attempts always wait for a slot. Then
+slots, slowed through settings (batches of 10 pages, 0.1 s apart, 0.3 s time slices) so
+that A's backlog stands for minutes: about 48 attempts always wait for a slot. Then
 workspace B starts a 50-page job. With fairness keys (the default) B's job ends within
-3x the time it takes on the same worker idle (measured first, in the same test): each
-of its attempts waits for the next slice boundary, not behind A's queue. Without them
-(HUBJOBS_FAIRNESS=false) the same job waits behind A's queued attempts, every one of its
-slices again, and takes more than 3x idle: the test shows the feature, not the machine.
-Then a fast worker takes over A's backlog: with fairness keys every A job ends
-succeeded with each page tagged once; without them A's jobs are cancelled instead (to
-keep the pair of tests short) and what they did is exact.
+3x the time it takes on the same worker idle (both measured here, the median of three
+runs each): each of its attempts waits for the next slice boundary, not behind A's
+queue. Without them (HUBJOBS_FAIRNESS=false) the same job waits behind A's queued
+attempts, for each of its two slices, and takes more than 3x idle: the test shows the
+feature, not the machine. Then a second, fast worker joins to work off A's backlog:
+with fairness keys every A job ends succeeded with each page tagged once; without them
+A's jobs are cancelled instead (to keep the pair short), and what they did is exact.
 
 Both variants run on the session's dev server, which has fairness on and one write
-partition (hubjobs/devstack/embedded.py): the only difference is the key the jobs carry.
+partition (hubjobs/devstack/embedded.py): the only difference is the key the jobs
+carry, which the test reads back from B's workflow.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack import embedded
@@ -48,8 +50,11 @@ A_JOBS = 50
 A_PAGES = 2_000
 B_PAGES = 50
 SLOTS = 2
-# B's job on an idle worker, measured this many times (the median is the reference).
-IDLE_RUNS = 3
+# B's job on the idle worker, and behind A's flood with fairness keys, measured this
+# many times each: their medians are compared, so that one hiccup of the shared machine
+# (a second of CPU starvation has been seen) decides nothing. Without keys one run
+# shows the starvation: a hiccup can only lengthen it.
+RUNS = 3
 BOUND = 3.0
 
 
@@ -228,6 +233,10 @@ async def item_states(engine: AsyncEngine, job_ids: list[uuid.UUID]) -> dict[str
         return {row.state: row.n for row in rows}
 
 
+def seconds_list(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
 def priority_of_run(history: WorkflowHistory) -> tuple[int, str]:
     """The priority key and fairness key a workflow was started with."""
     priority = history.events[0].workflow_execution_started_event_attributes.priority
@@ -237,18 +246,23 @@ def priority_of_run(history: WorkflowHistory) -> tuple[int, str]:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fairness", [True, False], ids=["fairness-keys", "no-fairness-keys"])
 async def test_a_flood_of_one_workspace_does_not_starve_another(
-    engine: AsyncEngine, temporal: Client, settings: Settings, seeded: Seeded, fairness: bool
+    stack: embedded.StackInfo,
+    engine: AsyncEngine,
+    temporal: Client,
+    settings: Settings,
+    seeded: Seeded,
+    fairness: bool,
 ) -> None:
     slow = settings.model_copy(
         update={
             "fairness": fairness,
             "max_concurrent_activities": SLOTS,
             "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.05,
+            "tagging_batch_pause_seconds": 0.1,
             "work_slice_seconds": 0.3,
         }
     )
-    # Takes over A's backlog once B's job is measured.
+    # Joins the slow one once B's job is measured, to work off A's backlog.
     fast = slow.model_copy(
         update={
             "max_concurrent_activities": 4,
@@ -266,7 +280,7 @@ async def test_a_flood_of_one_workspace_does_not_starve_another(
 
     async with running_worker(temporal, slow):
         idle = []
-        for n in range(IDLE_RUNS):
+        for n in range(RUNS):
             seconds, done = await run_b_job(temporal, b_jobs, b_course, f"idle-{n}", 60)
             assert done.status == "succeeded"
             idle.append(seconds)
@@ -285,37 +299,48 @@ async def test_a_flood_of_one_workspace_does_not_starve_another(
             assert time.monotonic() < deadline, f"A's backlog never built up ({backlog})"
             await asyncio.sleep(0.2)
 
-        flooded, b_done = await run_b_job(temporal, b_jobs, b_course, "flooded", 150)
+        flooded_runs: list[float] = []
+        b_waits: list[dict[str, float]] = []
+        for n in range(RUNS if fairness else 1):
+            seconds, b_done = await run_b_job(temporal, b_jobs, b_course, f"flooded-{n}", 150)
+            assert b_done.status == "succeeded"
+            await assert_every_page_tagged_once(engine, b_done, b_course, f"flooded-{n}")
+            history = await temporal.get_workflow_handle(b_done.workflow_id).fetch_history()
+            assert priority_of_run(history) == (2, str(b.workspace_id) if fairness else "")
+            flooded_runs.append(seconds)
+            b_waits.append(await queue_waits(temporal, b_done.workflow_id))
+        flooded = statistics.median(flooded_runs)
         backlog_after = await activity_backlog(temporal, slow.task_queue)
-        if not fairness:
+        print(
+            f"\nB's {B_PAGES}-page job, fairness keys {'on' if fairness else 'off'}: idle "
+            f"worker {idle_seconds:.2f} s (median of {seconds_list(idle)}), behind A's flood "
+            f"{flooded:.2f} s (of {seconds_list(flooded_runs)}) = {flooded / idle_seconds:.1f}x "
+            "idle; its activities waited "
+            f"{seconds_list([w['activities'] for w in b_waits])} s in the queue, its workflow "
+            f"tasks {seconds_list([w['workflow tasks'] for w in b_waits])} s; A's backlog "
+            f"{backlog} tasks when B started, {backlog_after} when it ended"
+        )
+        # A's flood still stood when B's job ended (else B would have waited for nothing).
+        assert backlog_after >= A_JOBS - 10
+        if fairness:
+            assert flooded <= BOUND * idle_seconds
+        else:
+            assert flooded > BOUND * idle_seconds
             # Shown; A's jobs stop (their work kept) rather than run to their end.
             await asyncio.gather(*(a_jobs.cancel(job_id) for job_id in a_ids))
 
-    waits = await queue_waits(temporal, b_done.workflow_id)
-    print(
-        f"\nB's {B_PAGES}-page job, fairness keys {'on' if fairness else 'off'}: "
-        f"idle worker {idle_seconds:.2f} s (median of {', '.join(f'{s:.2f}' for s in idle)}), "
-        f"behind A's flood {flooded:.2f} s = {flooded / idle_seconds:.1f}x idle; its "
-        f"activities waited {waits['activities']:.2f} s in the queue, its workflow tasks "
-        f"{waits['workflow tasks']:.2f} s; A's backlog {backlog} tasks when B started, "
-        f"{backlog_after} when it ended"
-    )
-    b_history = await temporal.get_workflow_handle(b_done.workflow_id).fetch_history()
-    assert priority_of_run(b_history) == (2, str(b.workspace_id) if fairness else "")
-    assert b_done.status == "succeeded"
-    await assert_every_page_tagged_once(engine, b_done, b_course, "flooded")
-    # A's flood still stood when B's job ended (else B would have waited for nothing).
-    assert backlog_after >= A_JOBS - 10
-    if fairness:
-        assert flooded <= BOUND * idle_seconds
-    else:
-        assert flooded > BOUND * idle_seconds
+        # A second worker, fast, takes over A's backlog. The slow one stays: it has A's
+        # workflows cached, where a new worker would first replay each one's history.
+        # (One client serves one worker per task queue: the second has its own.)
+        finishing = time.monotonic()
+        second_client = await Client.connect(
+            stack.temporal_address, data_converter=pydantic_data_converter
+        )
+        async with running_worker(second_client, fast):
+            unfinished = await wait_for_all_final(engine, a_ids, 180)
+        print(f"A's {A_JOBS} jobs ended in {time.monotonic() - finishing:.1f} s more")
+        assert unfinished == 0
 
-    finishing = time.monotonic()
-    async with running_worker(temporal, fast):
-        unfinished = await wait_for_all_final(engine, a_ids, 180)
-    print(f"A's {A_JOBS} jobs ended on a fast worker in {time.monotonic() - finishing:.1f} s")
-    assert unfinished == 0
     a_done = [await a_jobs.get(job_id) for job_id in a_ids]
     pages = await tagged(engine, a.courses, a_tags)
     if fairness:
