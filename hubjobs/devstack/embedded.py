@@ -432,6 +432,8 @@ class EmbeddedPostgres:
 #   partition puts every task in one order; reading stays at 4 (polls on the empty ones
 #   are forwarded to the first), so tasks a persisted dev stack queued in the others
 #   before this setting still run (lowering the read partitions too would strand them).
+#   With idle workers, a lone job's attempts go to the longest-waiting poll, so they
+#   come in runs on one worker rather than scattered (tests/test_scale_out.py).
 # Eager activity dispatch stays on here (the server's default; production turns it off
 # so that a job's attempts spread over workers): it skips the queue's order only when
 # the worker has a free slot, which a flooded worker seldom has (the flood test passes
@@ -484,7 +486,16 @@ class EmbeddedTemporal:
         at = words.index("--ui-codec-endpoint") + 1
         return words[at] if at < len(words) else None
 
-    def start(self, port: int, ui_port: int, extra_args: list[str] | None = None) -> None:
+    def start(
+        self,
+        port: int,
+        ui_port: int,
+        extra_args: list[str] | None = None,
+        *,
+        dynamic_config: dict[str, str] | None = None,
+    ) -> None:
+        """Starts the dev server; ``dynamic_config`` values replace or add to
+        ``DEV_SERVER_DYNAMIC_CONFIG``'s."""
         self.home.mkdir(parents=True, exist_ok=True)
         args = [
             venv_binary("temporal"),
@@ -504,7 +515,7 @@ class EmbeddedTemporal:
             args += ["--db-filename", str(self.home / "temporal.db")]
         for key in REGISTERED:
             args += ["--search-attribute", f"{key.name}={_sa_type(key)}"]
-        args += dynamic_config_args(DEV_SERVER_DYNAMIC_CONFIG)
+        args += dynamic_config_args({**DEV_SERVER_DYNAMIC_CONFIG, **(dynamic_config or {})})
         args += extra_args or []
         with open(self.logfile, "ab") as out:
             process = subprocess.Popen(
