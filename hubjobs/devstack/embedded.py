@@ -427,7 +427,7 @@ class EmbeddedPostgres:
 # - One write partition: a task queue has 4 partitions by default, each ordered on its
 #   own, so fairness holds only within one. With 4, tests/test_fairness.py's 50-page
 #   job behind another workspace's flood took 2.3-5.2x its idle time (it must stay
-#   under 3x; with one partition 1.3-1.9x). Partitions spread a busy queue over matching
+#   under 3x; with one partition 1.3-2.2x). Partitions spread a busy queue over matching
 #   hosts; the dev server is one process, so they buy nothing here. Writing to one
 #   partition puts every task in one order; reading stays at 4 (polls on the empty ones
 #   are forwarded to the first), so tasks a persisted dev stack queued in the others
