@@ -35,7 +35,6 @@ from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack import embedded
@@ -334,7 +333,7 @@ async def test_a_flood_of_one_workspace_does_not_starve_another(
         # (One client serves one worker per task queue: the second has its own.)
         finishing = time.monotonic()
         second_client = await Client.connect(
-            stack.temporal_address, data_converter=pydantic_data_converter
+            stack.temporal_address, data_converter=temporal.data_converter
         )
         async with running_worker(second_client, fast):
             unfinished = await wait_for_all_final(engine, a_ids, 180)
