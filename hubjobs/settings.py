@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     # An attempt of a job's work gives its slot back after this long and carries on in
     # a new one, so that other jobs (and other workspaces) waiting for a slot get it.
     work_slice_seconds: float = 5.0
+    # Start each job's workflow with its workspace as Temporal fairness key, so a
+    # workspace's backlog of jobs does not hold up another workspace's job (the task
+    # queue hands out tasks in turn across workspaces). Off only to show what it
+    # prevents (tests/test_fairness.py); the kinds' priorities apply either way.
+    fairness: bool = True
     # Attempts in a row without progress before a job fails (an attempt that committed
     # work, or that handed over because its worker was shutting down, does not count),
     # and the waits between them: 2 s, 10 s, 30 s, 30 s… (seed 000).

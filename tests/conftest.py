@@ -1,6 +1,7 @@
 """Real servers for every test: one embedded PostgreSQL and one Temporal dev server per
-session (the same code `hubjobs up` runs), a fresh database per test cloned from a
-migrated template, and a task queue per test so workers never take each other's work.
+session (the same code `hubjobs up` runs, task-queue fairness included), a fresh
+database per test cloned from a migrated template, and a task queue per test so workers
+never take each other's work.
 
 With HUBJOBS_TEST_POSTGRES=testcontainers and a Docker engine that answers, PostgreSQL
 comes from testcontainers instead; the pytest header says which servers ran.
@@ -75,6 +76,8 @@ def stack() -> Iterator[embedded.StackInfo]:
         temporal_port=0,
         ui_port=0,
         durable=False,
+        # On top of the dev server's own (embedded.DEV_SERVER_DYNAMIC_CONFIG: fairness on,
+        # one write partition), as `hubjobs up` runs it.
         temporal_extra_args=[
             "--dynamic-config-value",
             f"limit.historyCount.suggestContinueAsNew={SUGGEST_CONTINUE_AS_NEW}",

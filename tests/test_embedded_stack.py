@@ -110,6 +110,11 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
                 IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
             ), f"{name} missing from {dict(registered.custom_attributes)}"
 
+        # Task-queue fairness on, every task in one partition's order (embedded.py).
+        temporal_command = embedded.command_line(pids[1], limit=100_000) or ""
+        assert "--dynamic-config-value matching.enableFairness=true" in temporal_command
+        assert "--dynamic-config-value matching.numTaskqueueWritePartitions=1" in temporal_command
+
         # The UI answers.
         assert await asyncio.to_thread(http_status, first["ui_url"]) == 200
     finally:

@@ -172,10 +172,18 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
         # chunk goes back to the worker that ran the workflow task before it (that one
         # is sticky), so B would get no work while A lives; without it, each chunk goes
         # to whichever worker polls for it.
+        # And with the task queue's default 4 write partitions, where each chunk lands in
+        # one at random. With one (the dev server's, for exact fairness) every chunk goes
+        # to the poll that has waited longest, so a lone job's chunks come in runs on one
+        # worker (five in a row seen, or all 6 of the first 7,000 pages), and A may not
+        # run one after B has before 7,000 pages are done (the kill below needs that).
         temporal.start(
             temporal_port,
             choose_port(0, {pg_port, temporal_port}),
-            ["--dynamic-config-value", "system.enableActivityEagerExecution=false"],
+            dynamic_config={
+                "system.enableActivityEagerExecution": "false",
+                "matching.numTaskqueueWritePartitions": "4",
+            },
         )
         # The dev server serves only on loopback; the hosts reach it through a relay on
         # the bridge (tests/relay.py), so their traffic still crosses the veth link.

@@ -419,8 +419,41 @@ class EmbeddedPostgres:
 # --- Temporal dev server --------------------------------------------------------
 
 
+# Dynamic config of every dev server started here (`hubjobs up`, the tests' servers),
+# as docker-compose's deploy/temporal/dynamicconfig.yaml has it for production:
+# - Task-queue fairness: tasks are handed out in turn across fairness keys (a job's
+#   workspace, hubjobs/temporal/launch.py), so one workspace's backlog does not hold up
+#   another's job; tasks without a key share one, first come, first served as before.
+# - One write partition: a task queue has 4 partitions by default, each ordered on its
+#   own, so fairness holds only within one. With 4, tests/test_fairness.py's 50-page
+#   job behind another workspace's flood took 2.3-5.2x its idle time (it must stay
+#   under 3x; with one partition 1.3-2.2x). Partitions spread a busy queue over matching
+#   hosts; the dev server is one process, so they buy nothing here. Writing to one
+#   partition puts every task in one order; reading stays at 4 (polls on the empty ones
+#   are forwarded to the first), so tasks a persisted dev stack queued in the others
+#   before this setting still run (lowering the read partitions too would strand them).
+#   With idle workers, a lone job's attempts go to the longest-waiting poll, so they
+#   come in runs on one worker rather than scattered (tests/test_scale_out.py).
+# Eager activity dispatch stays on here (the server's default; production turns it off
+# so that a job's attempts spread over workers): it skips the queue's order only when
+# the worker has a free slot, which a flooded worker seldom has (the flood test passes
+# with it on, and bench/fairness_probe.py saw no difference).
+DEV_SERVER_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.enableFairness": "true",
+    "matching.numTaskqueueWritePartitions": "1",
+}
+
+
+def dynamic_config_args(config: dict[str, str]) -> list[str]:
+    """``temporal server start-dev`` arguments setting each dynamic config value."""
+    return [
+        arg for key, value in config.items() for arg in ("--dynamic-config-value", f"{key}={value}")
+    ]
+
+
 class EmbeddedTemporal:
-    """``temporal server start-dev`` with its history in ``<home>/temporal.db``."""
+    """``temporal server start-dev`` with its history in ``<home>/temporal.db`` and the
+    dynamic config of ``DEV_SERVER_DYNAMIC_CONFIG``."""
 
     def __init__(self, home: Path, *, persistent: bool = True) -> None:
         self.home = home.resolve()
@@ -453,7 +486,16 @@ class EmbeddedTemporal:
         at = words.index("--ui-codec-endpoint") + 1
         return words[at] if at < len(words) else None
 
-    def start(self, port: int, ui_port: int, extra_args: list[str] | None = None) -> None:
+    def start(
+        self,
+        port: int,
+        ui_port: int,
+        extra_args: list[str] | None = None,
+        *,
+        dynamic_config: dict[str, str] | None = None,
+    ) -> None:
+        """Starts the dev server; ``dynamic_config`` values replace or add to
+        ``DEV_SERVER_DYNAMIC_CONFIG``'s."""
         self.home.mkdir(parents=True, exist_ok=True)
         args = [
             venv_binary("temporal"),
@@ -473,6 +515,7 @@ class EmbeddedTemporal:
             args += ["--db-filename", str(self.home / "temporal.db")]
         for key in REGISTERED:
             args += ["--search-attribute", f"{key.name}={_sa_type(key)}"]
+        args += dynamic_config_args({**DEV_SERVER_DYNAMIC_CONFIG, **(dynamic_config or {})})
         args += extra_args or []
         with open(self.logfile, "ab") as out:
             process = subprocess.Popen(

@@ -58,12 +58,19 @@ def job_start(job: JobView, settings: Settings) -> JobStart:
         summary=job.summary,
         details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
         priority_key=kind.priority,
+        fairness=settings.fairness,
         schedule_id=job.schedule_id,
     )
 
 
 def priority_of(start: JobStart) -> Priority:
-    return Priority(priority_key=start.priority_key, fairness_key=str(start.input.workspace_id))
+    """The kind's priority and, unless fairness is off, the workspace as fairness key (a
+    UUID's 36 characters: within the server's 64-byte limit). Without a key all of a
+    priority's tasks share one, first come, first served."""
+    return Priority(
+        priority_key=start.priority_key,
+        fairness_key=str(start.input.workspace_id) if start.fairness else None,
+    )
 
 
 def search_attributes_of(start: JobStart) -> TypedSearchAttributes:

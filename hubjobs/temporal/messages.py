@@ -187,6 +187,9 @@ class JobStart(BaseModel):
     summary: str | None = None
     details: str
     priority_key: int
+    # The workspace as fairness key (HUBJOBS_FAIRNESS); absent in starts recorded
+    # before the setting, which all had it.
+    fairness: bool = True
     schedule_id: str | None = None
 
 
