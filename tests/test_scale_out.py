@@ -443,7 +443,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
         assert job.total == PAGES
         job_started = time.monotonic()
 
-        # Kill A while it runs a chunk, once both have run one and most pages remain.
+        # Kill A while it runs an attempt, once it has done some work and most remains.
         deadline = time.monotonic() + 60
         while True:
             for w in workers:
@@ -455,7 +455,9 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
                 f"{processed} pages done and the chunks went only to {takers}; "
                 f"A is {a.identity}, B is {b.identity}{_tails(workers)}"
             )
-            if {a.identity, b.identity} <= takers and running == a.identity:
+            # A holds the running attempt and the job is under way: whether B took one
+            # before does not matter (which worker polls first is the server's choice).
+            if running == a.identity and processed > 500:
                 break
             assert time.monotonic() < deadline, f"no moment to kill A:{_tails(workers)}"
             await asyncio.sleep(0.05)
