@@ -289,7 +289,10 @@ async def test_queue_state_comes_from_the_read_model(
     engine: AsyncEngine, course: DemoCourse
 ) -> None:
     async with engine.begin() as conn:
-        for status in ("queued", "queued", "running", "failed", "succeeded"):
+        # Two failures, one 59 and one 61 minutes ago: only the first counts (a gauge of
+        # recent failures, not of every failure still within retention).
+        failed_ago = iter(("59 minutes", "61 minutes"))
+        for status in ("queued", "queued", "running", "failed", "failed", "succeeded"):
             job_id = uuid.uuid4()
             await read_model.insert_job(
                 conn,
@@ -302,8 +305,15 @@ async def test_queue_state_comes_from_the_read_model(
                 payload={"message": "m"},
             )
             await conn.execute(
-                text("UPDATE jobs SET status = :status WHERE id = :id"),
-                {"status": status, "id": job_id},
+                text(
+                    "UPDATE jobs SET status = :status, finished_at = now() - "
+                    "CAST(:ago AS interval) WHERE id = :id"
+                ),
+                {
+                    "status": status,
+                    "id": job_id,
+                    "ago": next(failed_ago) if status == "failed" else None,
+                },
             )
         await conn.execute(
             text(
