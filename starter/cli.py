@@ -675,12 +675,36 @@ def demo(
         raise typer.Exit(1)
 
 
+def _group() -> None:
+    """Durable background jobs for the knowledge hub, on Temporal."""
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app that runs ``args``: one holding only the command named first, when one
+    is (typer builds the options of every command an app holds, before it runs any:
+    ~20 ms a command line), else the whole app (help, an unknown command). The one
+    command stays a subcommand, so its usage, help and errors read the same."""
+    for info in app.registered_commands if args else ():
+        if info.callback is None:
+            continue
+        if (info.name or typer.main.get_command_name(info.callback.__name__)) == args[0]:
+            single = typer.Typer(
+                name="hubjobs", add_completion=False, pretty_exceptions_enable=False
+            )
+            single.registered_commands = [info]
+            single.callback()(_group)
+            return single
+    return app
+
+
 def run_cli(args: Sequence[str] | None = None) -> int:
     """Runs one command line (``sys.argv`` by default) and returns its exit code. A usage
     error (an unknown option, a value of the wrong type) is one line as well, with the
     code ``invalid_argument`` and exit code 2, its text made printable."""
+    if args is None:
+        args = sys.argv[1:]
     try:
-        result = app(args=args, prog_name="hubjobs", standalone_mode=False)
+        result = app_for(args)(args=args, prog_name="hubjobs", standalone_mode=False)
     except typer.TyperException as usage:  # typer's click exceptions
         exit_code = int(getattr(usage, "exit_code", 2))
         if type(usage).__name__ != "NoArgsIsHelpError":  # its help is printed already
