@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import timedelta
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 # A row whose expire hook failed waits this long before the next try, so that it
 # neither blocks the sweep's batch nor is hammered.
 HOOK_RETRY_AFTER = timedelta(hours=1)
+# Rows the reconciler selects a statement (up to its request's limit a run).
+RECONCILE_BATCH = 100
 
 Verdict = tuple[JobStatus, str | None, str | None]
 
@@ -102,42 +105,63 @@ class MaintenanceActivities:
     async def reconcile(self, request: ReconcileRequest) -> ReconcileResult:
         """Unfinished rows whose workflow has closed (terminated, timed out, or finished
         while its final write failed) get the status Temporal ended with; queued rows
-        whose workflow never started are started."""
+        whose workflow never started are started. A page of rows a statement."""
+        checked = finished = restarted = 0
+        after: store.UnfinishedJob | None = None
+        while checked < request.limit:
+            unfinished = await self._unfinished(request, after, checked)
+            for row in unfinished:
+                activity.heartbeat()
+                outcome = await self._reconcile(row)
+                finished += outcome == "finished"
+                restarted += outcome == "restarted"
+            checked += len(unfinished)
+            if len(unfinished) < RECONCILE_BATCH:
+                break
+            after = unfinished[-1]
+        return ReconcileResult(checked=checked, finished=finished, restarted=restarted)
+
+    async def _unfinished(
+        self, request: ReconcileRequest, after: store.UnfinishedJob | None, checked: int
+    ) -> list[store.UnfinishedJob]:
+        """The next page of the selection (a page a statement: 100 rows, not 500)."""
 
         async def select(conn: AsyncConnection) -> list[store.UnfinishedJob]:
             return await store.unfinished_jobs(
-                conn, older_than=timedelta(seconds=request.grace_seconds), limit=request.limit
+                conn,
+                older_than=timedelta(seconds=request.grace_seconds),
+                limit=min(RECONCILE_BATCH, request.limit - checked),
+                after=after,
             )
 
-        unfinished = await with_outage_retry(self.deps.engine, self.deps.settings, select)
-        finished = restarted = 0
-        for row in unfinished:
-            activity.heartbeat()
-            try:
-                verdict = await self._closed_status(row.workflow_id)
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                if row.status == JobStatus.queued:
-                    job = await self._job(row.id)
-                    if job is None or job.status != JobStatus.queued:
-                        continue  # removed or started meanwhile
-                    log.warning("job %s had no workflow; starting it", job.id)
-                    await launch(self.client, job, self.deps.settings)
-                    restarted += 1
-                    continue
-                verdict = (JobStatus.failed, "abandoned", message_for("abandoned"))
-            if verdict is None:
-                continue
-            job = await self._job(row.id)
-            if job is None:
-                continue
-            status, code, message = verdict
-            outcome = await finish(self.deps, job, status, error_code=code, error_message=message)
-            if outcome.status == status and outcome.error_code == code:
-                log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
-                finished += 1
-        return ReconcileResult(checked=len(unfinished), finished=finished, restarted=restarted)
+        return await with_outage_retry(self.deps.engine, self.deps.settings, select)
+
+    async def _reconcile(self, row: store.UnfinishedJob) -> Literal["finished", "restarted"] | None:
+        """Brings one row into line: "finished", "restarted", or None (left as it is)."""
+        try:
+            verdict = await self._closed_status(row.workflow_id)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            if row.status == JobStatus.queued:
+                job = await self._job(row.id)
+                if job is None or job.status != JobStatus.queued:
+                    return None  # removed or started meanwhile
+                log.warning("job %s had no workflow; starting it", job.id)
+                await launch(self.client, job, self.deps.settings)
+                return "restarted"
+            verdict = (JobStatus.failed, "abandoned", message_for("abandoned"))
+        if verdict is None:
+            return None
+        job = await self._job(row.id)
+        if job is None:
+            return None
+        status, code, message = verdict
+        outcome = await finish(self.deps, job, status, error_code=code, error_message=message)
+        if outcome.status == status and outcome.error_code == code:
+            log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
+            return "finished"
+        return None
 
     async def _job(self, job_id: uuid.UUID) -> JobView | None:
         """The whole row, for the few the reconciler changes."""

@@ -208,21 +208,41 @@ class UnfinishedJob:
     id: uuid.UUID
     workflow_id: str
     status: JobStatus
+    updated_at: datetime
 
 
 async def unfinished_jobs(
-    conn: AsyncConnection, *, older_than: timedelta, limit: int
+    conn: AsyncConnection,
+    *,
+    older_than: timedelta,
+    limit: int,
+    after: UnfinishedJob | None = None,
 ) -> list[UnfinishedJob]:
     """The reconciler's selection: unfinished rows older than ``older_than``, least
-    recently touched first (ix_jobs_unfinished_updated)."""
+    recently touched first (ix_jobs_unfinished_updated), a page of ``limit`` after
+    ``after`` (the last row of the page before)."""
+    page = (
+        ""
+        if after is None
+        else "AND updated_at >= :after_updated AND (updated_at, id) > (:after_updated, :after_id) "
+    )
     rows = await conn.execute(
         text(
-            f"SELECT id, workflow_id, status FROM jobs WHERE status IN {UNFINISHED} "
-            "AND created_at < now() - CAST(:age AS interval) ORDER BY updated_at LIMIT :limit"
+            f"SELECT id, workflow_id, status, updated_at FROM jobs WHERE status IN {UNFINISHED} "
+            f"AND created_at < now() - CAST(:age AS interval) {page}"
+            "ORDER BY updated_at, id LIMIT :limit"
         ),
-        {"age": older_than, "limit": limit},
+        {
+            "age": older_than,
+            "limit": limit,
+            "after_updated": None if after is None else after.updated_at,
+            "after_id": None if after is None else after.id,
+        },
     )
-    return [UnfinishedJob(row.id, row.workflow_id, JobStatus(row.status)) for row in rows]
+    return [
+        UnfinishedJob(row.id, row.workflow_id, JobStatus(row.status), row.updated_at)
+        for row in rows
+    ]
 
 
 # --- running ----------------------------------------------------------------------------
