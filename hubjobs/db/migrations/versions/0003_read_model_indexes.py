@@ -16,8 +16,8 @@ Create Date: 2026-11-30
   longer carry an entry each.
 
 Plain ``CREATE INDEX`` (a restore migrates inside its one transaction, where
-``CONCURRENTLY`` cannot run): on a live hub it holds writes to ``jobs`` for the seconds
-the build takes (about 3 s a million rows).
+``CONCURRENTLY`` cannot run): on a live hub it holds writes to ``jobs`` while the three
+builds run (some seconds a million rows).
 """
 
 from __future__ import annotations
