@@ -121,7 +121,7 @@ async def jobs_as_member(
         {
             "workspace": workspace_id,
             "actor": actor_id,
-            "status": None if status is None else status.value,
+            "status": None if status is None else str(status),
             "kind": kind,
             "limit": limit,
         },
