@@ -34,7 +34,8 @@ from activities.maintenance import MaintenanceActivities
 from activities.scheduled import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.kinds import REGISTRY, JobKind
-from hubjobs.observability.logs import LogContextInterceptor, setup_logging
+from hubjobs.observability.activity_logs import LogContextInterceptor
+from hubjobs.observability.logs import setup_logging
 from hubjobs.observability.telemetry import (
     JobMetrics,
     metrics_runtime,

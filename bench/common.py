@@ -291,8 +291,10 @@ class Hub:
 
     @asynccontextmanager
     async def client(self) -> AsyncIterator[HubJobsClient]:
-        """The starter client other services import, connected to this hub."""
+        """The starter client other services import, connected to this hub (Temporal
+        too, which the client itself would connect on first need)."""
         async with await HubJobsClient.connect(self.settings_object()) as client:
+            await client.temporal_client()
             yield client
 
     @asynccontextmanager
@@ -381,8 +383,10 @@ class Captured(Exception):
 def capturing(
     engine: AsyncEngine, stop_at: Callable[[str], bool] | None = None
 ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """Records every statement sent through ``engine``; ``stop_at`` aborts the code path
-    (raising ``Captured``) at the first statement it accepts, before it runs."""
+    """Records every statement sent through ``engine`` (SQLAlchemy) and every one sent
+    straight on a psycopg connection (the client's reads, ``hubjobs.readmodel.reads``);
+    ``stop_at`` aborts the code path (raising ``Captured``) at the first statement it
+    accepts, before it runs."""
     seen: list[tuple[str, dict[str, Any]]] = []
 
     def listener(
@@ -392,16 +396,30 @@ def capturing(
         if stop_at is not None and stop_at(statement):
             raise Captured()
 
+    direct = psycopg.AsyncConnection.execute
+
+    async def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if isinstance(query, str):
+            listener(self, None, query, params, None, False)
+        return await direct(self, query, params, **kwargs)
+
     event.listen(engine.sync_engine, "before_cursor_execute", listener)
+    psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
     try:
         yield seen
     finally:
+        psycopg.AsyncConnection.execute = direct  # type: ignore[method-assign]
         event.remove(engine.sync_engine, "before_cursor_execute", listener)
 
 
 def _table_of(sql: str) -> str:
-    """The first table a statement reads or writes (not a function such as now())."""
-    found = re.search(r"\b(?:from|update|into)\s+([a-z_][a-z0-9_]*)\b(?!\s*\()", sql.lower())
+    """The table a statement is about: ``jobs`` when it reads them (a read that checks
+    the membership too), else the first table it reads or writes (not a function such
+    as now())."""
+    lowered = sql.lower()
+    if re.search(r"\b(?:from|join)\s+jobs\b", lowered):
+        return "jobs"
+    found = re.search(r"\b(?:from|update|into)\s+([a-z_][a-z0-9_]*)\b(?!\s*\()", lowered)
     return found.group(1) if found else "?"
 
 
@@ -409,13 +427,19 @@ def _selects_jobs(sql: str) -> bool:
     return "from jobs" in " ".join(sql.lower().split())
 
 
+def _writes(sql: str) -> bool:
+    return sql.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}
+
+
 async def read_model_statements(
     hub: Hub, workspace_id: uuid.UUID, actor_id: uuid.UUID, job_id: uuid.UUID
 ) -> list[Statement]:
     """The statements the product runs today against the read model, captured from its
     own code paths: the CLI's and API's get and list (``WorkspaceJobs``), the metrics'
-    queue state, and the selections of the retention sweep and of the reconciler (those
-    two activities are stopped at their first statement: nothing is changed)."""
+    queue state, and the selections of the retention sweep and of the reconciler. The
+    sweep is stopped at its first write (what it read before is kept: the expired jobs,
+    then the rows of kinds with an expire hook), the reconciler at its selection (next
+    it would ask Temporal): nothing is changed."""
     found: list[Statement] = []
 
     def keep(op: str, seen: list[tuple[str, dict[str, Any]]]) -> None:
@@ -444,27 +468,33 @@ async def read_model_statements(
         keep("queue state (metrics)", seen)
 
         settings = hub.settings_object()
+        temporal = await client.temporal_client()
         maintenance = MaintenanceActivities(
             Deps(
                 engine=client.engine,
                 settings=settings,
-                metrics=metrics_of(client.temporal),
-                client=client.temporal,
+                metrics=metrics_of(temporal),
+                client=temporal,
             )
         )
         _, sweep_args, _ = retention_schedule(settings)
         sweep = SweepRequest(cutoff=datetime.now(UTC), limit=int(sweep_args[0]))
         reconcile = ReconcileRequest(grace_seconds=settings.reconcile_grace_seconds)
-        for op, call in (
-            ("retention sweep selection", lambda: maintenance.sweep_expired(sweep)),
-            ("reconciler selection", lambda: maintenance.reconcile(reconcile)),
-        ):
-            with capturing(client.engine, _selects_jobs) as seen:
-                try:
-                    await call()
-                except Exception:  # Captured, maybe wrapped by the activity: seen says
-                    pass
-            keep(op, [s for s in seen if _selects_jobs(s[0])][:1])
+        with capturing(client.engine, _writes) as seen:
+            try:
+                await maintenance.sweep_expired(sweep)
+            except Exception:  # Captured, maybe wrapped by the activity: seen says
+                pass
+        selections = [s for s in seen if _selects_jobs(s[0])]
+        keep("retention sweep selection", selections[:1])
+        if len(selections) > 1:
+            keep("retention sweep rows with a hook", selections[1:2])
+        with capturing(client.engine, _selects_jobs) as seen:
+            try:
+                await maintenance.reconcile(reconcile)
+            except Exception:
+                pass
+        keep("reconciler selection", [s for s in seen if _selects_jobs(s[0])][:1])
     return found
 
 

@@ -53,6 +53,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -370,16 +371,22 @@ class RequestGuard:
         return replay
 
 
-def jobs_for(
+async def jobs_for(
     request: Request,
     workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
     authorization: Annotated[str | None, Header(description="Bearer <JWT>")] = None,
 ) -> WorkspaceJobs:
-    """The workspace's jobs as the token's actor sees them. (A plain function: FastAPI
-    runs it in a thread, where fetching an identity provider's keys may block.)"""
+    """The workspace's jobs as the token's actor sees them. A token checked against a
+    configured key is checked here, on the loop (microseconds of CPU); one that may need
+    an identity provider's keys fetched (JWKS) is checked in a thread, where the fetch
+    may block."""
     hub: HubJobsClient = request.app.state.client
     verifier: TokenVerifier = request.app.state.verifier
-    return hub.scope(workspace_id, verifier.actor_of(authorization))
+    if verifier.key_set is None:
+        actor = verifier.actor_of(authorization)
+    else:
+        actor = await run_in_threadpool(verifier.actor_of, authorization)
+    return hub.scope(workspace_id, actor)
 
 
 Jobs = Annotated[WorkspaceJobs, Depends(jobs_for)]
@@ -777,6 +784,7 @@ async def stream_file(path: FilePath, name: str) -> StreamingResponse:
 
 
 async def check_health(hub: HubJobsClient) -> Health:
+
     database = temporal = "ok"
     try:
         async with hub.engine.connect() as conn:
@@ -785,7 +793,8 @@ async def check_health(hub: HubJobsClient) -> Health:
         log.warning("health: database unreachable: %s", type(err).__name__)
         database = "unavailable"
     try:
-        await hub.temporal.service_client.check_health()
+        client = await hub.temporal_client()
+        await client.service_client.check_health()
     except Exception as err:
         log.warning("health: Temporal unreachable: %s", type(err).__name__)
         temporal = "unavailable"

@@ -13,6 +13,12 @@ Where the keys come from, first configured first:
 
 ``HUBJOBS_API_JWT_AUDIENCE`` and ``HUBJOBS_API_JWT_ISSUER``, when set, must match the
 token's ``aud`` and ``iss`` (which it must then carry); unset, they are not checked.
+
+With a configured key (PEM or secret), a token that verified is remembered until its
+``exp`` (at most ``VERIFIED_TOKENS`` of them): the key cannot change while the process
+runs, so checking it again could only give the same answer, and PyJWT re-parses the
+key on every check (tens of microseconds a request). Tokens checked against a JWKS are
+checked every time: a key the provider withdraws must stop verifying.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ JWKS_ALGORITHMS = frozenset(
 )
 JWKS_CACHE_SECONDS = 300.0
 JWKS_TIMEOUT_SECONDS = 5.0
+# Tokens remembered as verified (configured keys only); the oldest goes first.
+VERIFIED_TOKENS = 1024
 
 
 class Unauthorized(HubJobsError):
@@ -107,6 +115,9 @@ class TokenVerifier:
             if settings.api_jwks_url
             else None
         )
+        # token -> (actor, the time its exp ends it); configured keys only (see above).
+        self._verified: dict[str, tuple[uuid.UUID, float]] = {}
+        self._verified_lock = threading.Lock()
 
     def _key_and_algorithms(self, token: str) -> tuple[Any, list[str]]:
         if self.key_set is not None:
@@ -133,6 +144,9 @@ class TokenVerifier:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("a bearer token is required")
         token = authorization[7:].strip()
+        remembered = self._verified.get(token)
+        if remembered is not None and time.time() < remembered[1]:
+            return remembered[0]
         key, algorithms = self._key_and_algorithms(token)
         required = ["sub", "exp"]
         if self.audience is not None:
@@ -149,9 +163,19 @@ class TokenVerifier:
                 audience=self.audience,
                 issuer=self.issuer,
             )
-            return uuid.UUID(str(claims["sub"]))
+            actor = uuid.UUID(str(claims["sub"]))
         except (jwt.PyJWTError, ValueError, TypeError):
             raise _refused() from None
+        if self.key_set is None:
+            self._remember(token, actor, float(claims["exp"]))
+        return actor
+
+    def _remember(self, token: str, actor: uuid.UUID, expires: float) -> None:
+        """Until ``expires`` (PyJWT refuses a token from its exp on)."""
+        with self._verified_lock:
+            while len(self._verified) >= VERIFIED_TOKENS:
+                del self._verified[next(iter(self._verified))]
+            self._verified[token] = (actor, expires)
 
 
 def actor_of(authorization: str | None, settings: Settings) -> uuid.UUID:

@@ -6,6 +6,10 @@ Every command takes ``--json``. Errors are one plain line on stderr,
 otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and error
 types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes Python
 decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
+
+A command imports what it uses when it runs: ``hubjobs status`` starts in a fraction of
+the time it would take to import the Temporal SDK, SQLAlchemy, rich and the embedded
+servers, none of which it needs.
 """
 
 from __future__ import annotations
@@ -19,16 +23,11 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
-from hubjobs.devstack import embedded
 from hubjobs.domain.text import printable
 from hubjobs.errors import (
     INTERNAL_ERROR,
@@ -42,10 +41,14 @@ from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import ScheduleView
 from hubjobs.temporal.process import run_and_exit
 from starter.client import HubJobsClient, WorkspaceJobs
-from starter.schedules import WorkspaceSchedules
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from hubjobs.temporal.job_schedules import ScheduleView
+    from starter.schedules import WorkspaceSchedules
 
 app = typer.Typer(
     name="hubjobs",
@@ -54,8 +57,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
 log = logging.getLogger("hubjobs.cli")
 R = TypeVar("R")
 
@@ -83,6 +84,23 @@ JOB_KEYS = (
 )
 
 
+@functools.cache
+def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def out() -> Console:
+    """The console of what a command prints as text (rich, imported on first use)."""
+    return _console(False)
+
+
+def err() -> Console:
+    """The console of progress bars and error lines."""
+    return _console(True)
+
+
 def _setup_logging(settings: Settings) -> None:
     settings.home.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
@@ -97,7 +115,7 @@ CALLER_CODES = frozenset({UnknownKind.code})
 
 
 def error_line(message: str, code: str) -> None:
-    err.print(
+    err().print(
         f"error: {message} [{code}]",
         markup=False,
         highlight=False,
@@ -119,13 +137,25 @@ def _check_encoding(kwargs: dict[str, Any]) -> None:
             )
 
 
+_settings: Settings | None = None
+
+
+def settings_now() -> Settings:
+    """The settings the running command read (once: reading them costs milliseconds)."""
+    global _settings
+    if _settings is None:
+        _settings = Settings()
+    return _settings
+
+
 def command(fn: Callable[..., R]) -> Callable[..., R]:
     """Turns errors into one plain line on stderr and exit code 1 (2 for bad input)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
+        global _settings
         try:
-            settings = Settings()
+            settings = _settings = Settings()
         except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
             problems = describe_validation_errors(invalid.errors(include_input=False))
             error_line(f"invalid HUBJOBS_* setting: {problems}", "invalid_settings")
@@ -175,15 +205,17 @@ def print_job(job: JobView, as_json: bool) -> None:
     if as_json:
         print_json(job_json(job))
         return
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in job_json(job).items():
         if value is not None:
             table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    out.print(table)
+    out().print(table)
 
 
 async def _scoped(workspace: uuid.UUID, actor: uuid.UUID) -> tuple[HubJobsClient, WorkspaceJobs]:
-    client = await HubJobsClient.connect(Settings())
+    client = await HubJobsClient.connect(settings_now())
     return client, client.scope(workspace, actor)
 
 
@@ -191,12 +223,20 @@ async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobVie
     """Waits for the job, with a progress bar on a terminal."""
     if not show_bar:
         return await jobs.wait(job.id)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     with Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=32),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err,
+        console=err(),
     ) as bar:
         task = bar.add_task(job.kind, total=job.total or None)
         async for current in jobs.watch(job.id, interval=0.25):
@@ -208,7 +248,7 @@ async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobVie
             )
             job = current
     if job.progress_message:
-        err.print(job.progress_message, markup=False, highlight=False)
+        err().print(job.progress_message, markup=False, highlight=False)
     return job
 
 
@@ -222,7 +262,9 @@ def up(as_json: JsonOpt = False) -> None:
 
     A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
     (`port_taken`) when someone else holds one: workers keep the addresses they read."""
-    s = Settings()
+    from hubjobs.devstack import embedded
+
+    s = settings_now()
     wanted_codec = codec_endpoint(s) if s.payload_codec else None
     info = embedded.up(
         s.home,
@@ -244,14 +286,14 @@ def up(as_json: JsonOpt = False) -> None:
             }
         )
     else:
-        out.print(f"PostgreSQL   {info.database_url}")
-        out.print(f"Temporal     {info.temporal_address}")
-        out.print(f"Temporal UI  {info.ui_url}")
-        out.print(f"Metrics      {metrics_url}  (served by a running worker)")
+        out().print(f"PostgreSQL   {info.database_url}")
+        out().print(f"Temporal     {info.temporal_address}")
+        out().print(f"Temporal UI  {info.ui_url}")
+        out().print(f"Metrics      {metrics_url}  (served by a running worker)")
         if codec:
-            out.print(f"UI codec     {codec}  (served by `hubjobs api`)")
+            out().print(f"UI codec     {codec}  (served by `hubjobs api`)")
     if codec != wanted_codec:
-        err.print(
+        err().print(
             f"note: the running Temporal UI decodes payloads at {codec or 'no endpoint'}, "
             f"not {wanted_codec or 'none'}: `hubjobs down` then `hubjobs up` to change it",
             markup=False,
@@ -272,11 +314,13 @@ def codec_endpoint(settings: Settings) -> str:
 def down(as_json: JsonOpt = False) -> None:
     """Stop the embedded stack. Its data and addresses stay in the state folder: the
     next `hubjobs up` brings it back on the same ports."""
-    embedded.down(Settings().home)
+    from hubjobs.devstack import embedded
+
+    embedded.down(settings_now().home)
     if as_json:
         print_json({"stopped": True})
     else:
-        out.print("stopped")
+        out().print("stopped")
 
 
 @app.command()
@@ -286,7 +330,7 @@ def worker() -> None:
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
 
-    settings = Settings()
+    settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
     run(worker_module.run(settings))
 
@@ -298,7 +342,7 @@ def migrate(as_json: JsonOpt = False) -> None:
     from hubjobs.db.engine import sync_engine
     from hubjobs.db.migrate import schema_version, upgrade
 
-    url = Settings().resolved_database_url()
+    url = settings_now().resolved_database_url()
     upgrade(url)
     engine = sync_engine(url)
     with engine.connect() as conn:
@@ -307,7 +351,7 @@ def migrate(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json({"schema_version": version})
     else:
-        out.print(f"schema at {version}")
+        out().print(f"schema at {version}")
 
 
 @app.command()
@@ -319,7 +363,7 @@ def api() -> None:
     from hubjobs.observability.logs import setup_logging
     from starter.api import create_app
 
-    settings = Settings()
+    settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
     uvicorn.run(
         create_app(settings),
@@ -343,7 +387,7 @@ def token(
     """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
     from starter.auth import mint
 
-    value = mint(actor, Settings(), ttl_seconds=ttl)
+    value = mint(actor, settings_now(), ttl_seconds=ttl)
     if as_json:
         print_json({"token": value})
     else:
@@ -373,7 +417,7 @@ def health(as_json: JsonOpt = False) -> None:
     from starter.api import check_health
 
     async def go() -> Any:
-        client = await HubJobsClient.connect(Settings())
+        client = await HubJobsClient.connect(settings_now())
         async with client:
             return await check_health(client)
 
@@ -381,7 +425,7 @@ def health(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(report.model_dump())
     else:
-        out.print(f"database {report.database}, temporal {report.temporal}")
+        out().print(f"database {report.database}, temporal {report.temporal}")
     if report.status != "ok":
         raise typer.Exit(1)
 
@@ -400,7 +444,7 @@ def seed_demo(
     from hubjobs.devstack.demo_data import seed_demo as seed
 
     async def go() -> Any:
-        engine = async_engine(Settings().resolved_database_url(), pool_size=1)
+        engine = async_engine(settings_now().resolved_database_url(), pool_size=1)
         try:
             async with engine.begin() as conn:
                 return await seed(conn, pages)
@@ -418,7 +462,7 @@ def seed_demo(
         print_json(ids)
     else:
         for key, value in ids.items():
-            out.print(f"{key:14} {value}")
+            out().print(f"{key:14} {value}")
 
 
 # --- jobs --------------------------------------------------------------------------------
@@ -440,7 +484,7 @@ def start_job(
         async with client:
             job = await start(jobs)
             if wait:
-                job = await follow(jobs, job, show_bar=not as_json and err.is_terminal)
+                job = await follow(jobs, job, show_bar=not as_json and err().is_terminal)
             return job
 
     job = run(go())
@@ -555,18 +599,18 @@ def restore(
     """Rebuild an empty database and its attachment files from an archive."""
     from hubjobs.ops.restore import restore as restore_archive
 
-    folder = attachments_dir or Settings().resolved_attachments_dir
+    folder = attachments_dir or settings_now().resolved_attachments_dir
     report = restore_archive(archive, database_url, folder)
     if as_json:
         print_json(report.as_dict())
         return
-    out.print(f"Restored backup {report.backup_id} of {report.created_at}")
+    out().print(f"Restored backup {report.backup_id} of {report.created_at}")
     for table, rows in report.tables.items():
-        out.print(f"  {table:24} {rows:>10} rows")
-    out.print(
+        out().print(f"  {table:24} {rows:>10} rows")
+    out().print(
         f"  {'attachments':24} {report.attachments:>10} files ({report.attachment_bytes} bytes)"
     )
-    out.print(f"Schema {report.archive_schema_version} -> {report.schema_version}")
+    out().print(f"Schema {report.archive_schema_version} -> {report.schema_version}")
 
 
 @app.command()
@@ -619,6 +663,8 @@ def list_jobs(
     if as_json:
         print_json([job_json(job) for job in found])
         return
+    from rich.table import Table
+
     table = Table("id", "kind", "status", "done", "created", "summary")
     for job in found:
         table.add_row(
@@ -629,7 +675,7 @@ def list_jobs(
             job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             job.summary or "",
         )
-    out.print(table)
+    out().print(table)
 
 
 @app.command()
@@ -659,6 +705,9 @@ def items(
     if as_json:
         print_json(page.model_dump(mode="json"))
         return
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("#", "page", "title", "state", "code", "message")
     for item in page.items:
         # Titles are the hub's users' text: printed as text, never as markup.
@@ -670,9 +719,9 @@ def items(
             item.error_code or "",
             Text(item.error_message or ""),
         )
-    out.print(table)
+    out().print(table)
     if page.next is not None:
-        out.print(f"more: --after {page.next}")
+        out().print(f"more: --after {page.next}")
 
 
 @app.command()
@@ -732,13 +781,14 @@ def demo(
     """Seed a demo course and tag it with a worker running in this process."""
     import worker as worker_module
     from hubjobs.db.engine import async_engine
+    from hubjobs.devstack import embedded
     from hubjobs.devstack.demo_data import seed_demo as seed
     from hubjobs.kinds.course_tagging import COURSE_TAGGING
     from hubjobs.temporal.deployment import explain_current
 
     # Refused before anything is seeded.
     COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
-    settings = Settings()
+    settings = settings_now()
 
     async def go() -> JobView:
         client = await HubJobsClient.connect(settings)
@@ -747,21 +797,24 @@ def demo(
                 course = await seed(conn, pages)
             engine = async_engine(settings.resolved_database_url())
             try:
-                async with worker_module.build_worker(client.temporal, engine, settings):
+                temporal = await client.temporal_client()
+                async with worker_module.build_worker(temporal, engine, settings):
                     # A fresh stack has no current version yet: this worker's build
                     # becomes it (HUBJOBS_DEPLOYMENT_SET_CURRENT), or the job would wait.
-                    current = await worker_module.announce_version(client.temporal, settings)
+                    current = await worker_module.announce_version(temporal, settings)
                     if settings.worker_versioning and current != settings.build_id:
-                        err.print(explain_current(settings, current), markup=False, highlight=False)
+                        err().print(
+                            explain_current(settings, current), markup=False, highlight=False
+                        )
                     jobs = client.scope(course.workspace_id, course.actor_id)
                     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
                     if not as_json:
-                        out.print(f"Started {job.summary}  (job {job.id})")
+                        out().print(f"Started {job.summary}  (job {job.id})")
                     done = await follow(jobs, job, show_bar=not as_json)
                     # The row is final before the workflow's last task: keep the worker
                     # until the run closes, or the UI shows it running (its task timed
                     # out on a worker that left).
-                    handle = client.temporal.get_workflow_handle(job.workflow_id)
+                    handle = temporal.get_workflow_handle(job.workflow_id)
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(handle.result(), timeout=30)
                     return done
@@ -775,11 +828,11 @@ def demo(
     else:
         print_job(job, False)
         if stack is not None:
-            out.print(
+            out().print(
                 f"\nTrace it in the Temporal UI: {stack.ui_url}/namespaces/"
                 f"{settings.temporal_namespace}/workflows/{job.workflow_id}"
             )
-        out.print("The stack stays up for the UI; stop it with `hubjobs down` (or `make down`).")
+        out().print("The stack stays up for the UI; stop it with `hubjobs down` (or `make down`).")
     if job.status != JobStatus.succeeded:
         raise typer.Exit(1)
 
@@ -810,6 +863,8 @@ def print_schedule(view: ScheduleView, as_json: bool) -> None:
     if as_json:
         print_json(schedule_json(view))
         return
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in schedule_json(view).items():
         if key in ("cron", "every_seconds", "time_zone") or value in (None, [], {}):
@@ -819,7 +874,7 @@ def print_schedule(view: ScheduleView, as_json: bool) -> None:
         elif key == "next_runs":
             value = ", ".join(value[:3])
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    out.print(table)
+    out().print(table)
 
 
 def on_schedules(
@@ -891,6 +946,8 @@ def schedule_list(workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = F
     if as_json:
         print_json([schedule_json(view) for view in found])
         return
+    from rich.table import Table
+
     table = Table("kind", "when", "keep", "paused", "next run")
     table.add_column("id", no_wrap=True)
     for view in found:
@@ -902,7 +959,7 @@ def schedule_list(workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = F
             view.next_runs[0].strftime("%Y-%m-%d %H:%M:%S") if view.next_runs else "",
             view.id,
         )
-    out.print(table)
+    out().print(table)
 
 
 @schedule_app.command("show")
@@ -951,15 +1008,40 @@ def schedule_delete(
     if as_json:
         print_json({"deleted": schedule})
     else:
-        out.print(f"deleted {schedule}")
+        out().print(f"deleted {schedule}")
+
+
+def _group() -> None:
+    """Durable background jobs for the knowledge hub, on Temporal."""
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app that runs ``args``: one holding only the command named first, when one
+    is (typer builds the options of every command an app holds, before it runs any:
+    ~20 ms a command line), else the whole app (help, an unknown command, a group such
+    as ``schedule``). The one command stays a subcommand, so its usage, help and errors
+    read the same."""
+    for info in app.registered_commands if args else ():
+        if info.callback is None:
+            continue
+        if (info.name or typer.main.get_command_name(info.callback.__name__)) == args[0]:
+            single = typer.Typer(
+                name="hubjobs", add_completion=False, pretty_exceptions_enable=False
+            )
+            single.registered_commands = [info]
+            single.callback()(_group)
+            return single
+    return app
 
 
 def run_cli(args: Sequence[str] | None = None) -> int:
     """Runs one command line (``sys.argv`` by default) and returns its exit code. A usage
     error (an unknown option, a value of the wrong type) is one line as well, with the
     code ``invalid_argument`` and exit code 2, its text made printable."""
+    if args is None:
+        args = sys.argv[1:]
     try:
-        result = app(args=args, prog_name="hubjobs", standalone_mode=False)
+        result = app_for(args)(args=args, prog_name="hubjobs", standalone_mode=False)
     except typer.TyperException as usage:  # typer's click exceptions
         exit_code = int(getattr(usage, "exit_code", 2))
         if type(usage).__name__ != "NoArgsIsHelpError":  # its help is printed already

@@ -5,6 +5,11 @@ Every call is scoped to a workspace and an actor (``client.scope(workspace, acto
 an actor sees the jobs of workspaces it is an enabled member of, starts and cancels
 them as an administrator, and one workspace never sees another's jobs. Errors are
 ``hubjobs.errors.HubJobsError`` with a stable ``code`` and a plain message.
+
+Nothing connects before a call needs it, and nothing is imported before then either:
+reading a job (``get``, ``list``, ``watch``, ``wait``) is one statement on a plain
+psycopg connection (``hubjobs.readmodel.reads``); Temporal, SQLAlchemy and the kinds
+come in with the first start or cancel. ``hubjobs status`` pays for none of them.
 """
 
 from __future__ import annotations
@@ -16,16 +21,13 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from hubjobs.db.engine import async_engine
 from hubjobs.db.errors import is_data_error, is_outage
-from hubjobs.domain.access import require_administrator, require_member
+from hubjobs.db.pool import Connection, ReadPool
+from hubjobs.domain.access import workspace_not_found
 from hubjobs.domain.text import (
     check_correlation_id,
     check_idempotency_key,
@@ -40,21 +42,18 @@ from hubjobs.errors import (
     Unavailable,
     UnknownKind,
 )
-from hubjobs.kinds import REGISTRY
-from hubjobs.kinds.backup import BACKUP
-from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.kinds.page_export import PAGE_EXPORT, export_file
 from hubjobs.observability.logs import log_failure
-from hubjobs.observability.telemetry import job_span
-from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.lifecycle import CreatedJob, create_job, finish_job
+from hubjobs.readmodel import reads
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.client import connect
-from hubjobs.temporal.launch import launch
-from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
-from starter.schedules import WorkspaceSchedules, check_schedule_id
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+    from temporalio.client import Client
+
+    from hubjobs.readmodel.lifecycle import CreatedJob
+    from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,21 +63,73 @@ MAX_ORDINAL = 2**31 - 1
 
 
 class HubJobsClient:
-    """One per process: holds the Temporal client and a database pool."""
+    """One per process: a pool for reads, and, from the first call that needs them, the
+    Temporal client and a SQLAlchemy engine for writes. Either may be handed in."""
 
-    def __init__(self, temporal: Client, engine: AsyncEngine, settings: Settings) -> None:
-        self.temporal = temporal
-        self.engine = engine
-        self.settings = settings
+    def __init__(
+        self,
+        temporal: Client | None = None,
+        engine: AsyncEngine | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self._temporal = temporal
+        self._engine = engine
+        self._reads: ReadPool | None = None
+        self._connecting = asyncio.Lock()
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> HubJobsClient:
-        settings = settings or Settings()
-        engine = async_engine(settings.resolved_database_url(), pool_size=5)
-        return cls(await connect(settings), engine, settings)
+        """A client for ``settings``; it connects to each server on first need."""
+        return cls(settings=settings or Settings())
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine of writes (made on first use)."""
+        if self._engine is None:
+            from hubjobs.db.engine import async_engine
+
+            self._engine = async_engine(self.settings.resolved_database_url(), pool_size=5)
+        return self._engine
+
+    @property
+    def reads(self) -> ReadPool:
+        """Plain psycopg connections for the reads, to the engine's database when one was
+        handed in, else to the settings' (made on first use)."""
+        if self._reads is None:
+            from hubjobs.db.engine import plain_url
+
+            url = (
+                self._engine.url.render_as_string(hide_password=False)
+                if self._engine is not None
+                else self.settings.resolved_database_url()
+            )
+            self._reads = ReadPool(plain_url(url), size=5)
+        return self._reads
+
+    async def temporal_client(self) -> Client:
+        """The Temporal client, connected on first use (``unavailable`` when the server
+        does not answer; the next call tries again)."""
+        if self._temporal is None:
+            async with self._connecting:
+                if self._temporal is None:
+                    from hubjobs.temporal.client import connect
+
+                    self._temporal = await connect(self.settings)
+        return self._temporal
+
+    @property
+    def temporal(self) -> Client:
+        """The Temporal client once connected (handed in, or by ``temporal_client()``)."""
+        if self._temporal is None:
+            raise RuntimeError("Temporal is not connected yet: await temporal_client()")
+        return self._temporal
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        if self._reads is not None:
+            await self._reads.close()
+        if self._engine is not None:
+            await self._engine.dispose()
 
     async def __aenter__(self) -> HubJobsClient:
         return self
@@ -91,6 +142,8 @@ class HubJobsClient:
 
     def schedules(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceSchedules:
         """The workspace's job schedules, as the actor sees them (starter/schedules.py)."""
+        from starter.schedules import WorkspaceSchedules
+
         return WorkspaceSchedules(self, workspace_id, actor_id)
 
     async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -105,16 +158,29 @@ class HubJobsClient:
         except HubJobsError:
             raise
         except Exception as err:
-            if is_outage(err):
-                log_failure(log, "database call failed (outage)", err, level=logging.WARNING)
-                raise Unavailable("the job database does not answer") from None
-            if is_data_error(err):
-                log_failure(log, "database refused a value", err, level=logging.INFO)
-                raise InvalidInput(
-                    "the database refused a value of the request", code="invalid_data"
-                ) from None
-            log_failure(log, "database call failed", err)
-            raise HubJobsError("internal error; the detail is in the server log") from None
+            raise _database_error(err) from None
+
+    async def read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Runs ``work`` (statements of ``hubjobs.readmodel.reads``) on a connection of
+        the read pool, each statement on its own; errors as ``db``."""
+        try:
+            return await self.reads.run(work)
+        except HubJobsError:
+            raise
+        except Exception as err:
+            raise _database_error(err) from None
+
+
+def _database_error(err: Exception) -> HubJobsError:
+    """What a caller hears of a database error; the log gets its type and SQLSTATE."""
+    if is_outage(err):
+        log_failure(log, "database call failed (outage)", err, level=logging.WARNING)
+        return Unavailable("the job database does not answer")
+    if is_data_error(err):
+        log_failure(log, "database refused a value", err, level=logging.INFO)
+        return InvalidInput("the database refused a value of the request", code="invalid_data")
+    log_failure(log, "database call failed", err)
+    return HubJobsError("internal error; the detail is in the server log", code="internal_error")
 
 
 def retry_key(source_id: uuid.UUID) -> str:
@@ -144,6 +210,8 @@ class WorkspaceJobs:
     @property
     def schedules(self) -> WorkspaceSchedules:
         """The same workspace's job schedules, as the same actor sees them."""
+        from starter.schedules import WorkspaceSchedules
+
         return WorkspaceSchedules(self.client, self.workspace_id, self.actor_id)
 
     # --- starting ---------------------------------------------------------------
@@ -160,6 +228,8 @@ class WorkspaceJobs:
         the same idempotency key gives the same job (and repairs one whose workflow
         never started). The idempotency key and correlation id are 1–128 characters of
         ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``)."""
+        from hubjobs.kinds import REGISTRY
+
         kind = REGISTRY.get(kind_name)
         idempotency_key = check_idempotency_key(idempotency_key)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
@@ -167,6 +237,8 @@ class WorkspaceJobs:
         if not isinstance(raw, dict):
             raise InvalidPayload("the payload must be a JSON object")
         job_id = uuid.uuid4()
+        from hubjobs.observability.telemetry import job_span
+        from hubjobs.readmodel.lifecycle import create_job
 
         async def create(conn: AsyncConnection) -> CreatedJob:
             return await create_job(
@@ -210,6 +282,8 @@ class WorkspaceJobs:
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> JobView:
+        from hubjobs.kinds.course_tagging import COURSE_TAGGING
+
         return await self.start(
             COURSE_TAGGING.name,
             {"root_page_id": str(root_page_id), "tag": tag},
@@ -220,6 +294,8 @@ class WorkspaceJobs:
     async def start_backup(
         self, *, correlation_id: str | None = None, idempotency_key: str | None = None
     ) -> JobView:
+        from hubjobs.kinds.backup import BACKUP
+
         return await self.start(
             BACKUP.name, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
         )
@@ -236,6 +312,8 @@ class WorkspaceJobs:
         workspace as NDJSON files of ``pages_per_file`` pages (the kind's default,
         1000, when None). The finished job's result is the FHIR bulk-data manifest; its
         files are read with ``export_file`` (or downloaded through the API)."""
+        from hubjobs.kinds.page_export import PAGE_EXPORT
+
         payload: dict[str, Any] = {
             "root_page_id": None if root_page_id is None else str(root_page_id)
         }
@@ -256,6 +334,12 @@ class WorkspaceJobs:
         be retried, ``job_not_finished`` while the job runs, ``nothing_to_retry`` when
         no failed item is left. Idempotent per source job: retrying it again returns
         the same retry."""
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.kinds import REGISTRY
+        from hubjobs.observability.telemetry import job_span
+        from hubjobs.readmodel import store as read_model
+        from hubjobs.readmodel.lifecycle import create_job
+
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         new_id = uuid.uuid4()
 
@@ -294,8 +378,13 @@ class WorkspaceJobs:
             return await self._create_and_launch(create)
 
     async def _start_workflow(self, job: JobView) -> None:
+        from temporalio.service import RPCError
+
+        from hubjobs.temporal.launch import launch
+
+        temporal = await self.client.temporal_client()
         try:
-            await launch(self.client.temporal, job, self.client.settings)
+            await launch(temporal, job, self.client.settings)
         except RPCError as err:
             log.warning("starting workflow %s failed: %s", job.workflow_id, err.status.name)
             raise Unavailable(
@@ -306,14 +395,17 @@ class WorkspaceJobs:
     # --- reading ------------------------------------------------------------------
 
     async def get(self, job_id: uuid.UUID) -> JobView:
-        async def read(conn: AsyncConnection) -> JobView:
-            await require_member(conn, self.workspace_id, self.actor_id)
-            job = await read_model.get_job(conn, job_id, self.workspace_id)
-            if job is None:
-                raise JobNotFound("no such job in this workspace")
-            return job
+        """The job, in one statement that checks the actor's membership too."""
 
-        return await self.client.db(read)
+        async def read(conn: Connection) -> tuple[str | None, JobView | None]:
+            return await reads.job_as_member(conn, self.workspace_id, self.actor_id, job_id)
+
+        role, job = await self.client.read(read)
+        if role is None:
+            raise workspace_not_found()
+        if job is None:
+            raise JobNotFound("no such job in this workspace")
+        return job
 
     async def list(
         self,
@@ -327,22 +419,27 @@ class WorkspaceJobs:
         if kind is not None and not is_kind_name(kind):
             raise UnknownKind()
         if schedule_id is not None:
+            from starter.schedules import check_schedule_id
+
             check_schedule_id(schedule_id)
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
 
-        async def read(conn: AsyncConnection) -> list[JobView]:
-            await require_member(conn, self.workspace_id, self.actor_id)
-            return await read_model.list_jobs(
+        async def read(conn: Connection) -> tuple[str | None, list[JobView]]:
+            return await reads.jobs_as_member(
                 conn,
                 self.workspace_id,
+                self.actor_id,
                 status=status,
                 kind=kind,
                 schedule_id=schedule_id,
                 limit=limit,
             )
 
-        return await self.client.db(read)
+        role, jobs = await self.client.read(read)
+        if role is None:
+            raise workspace_not_found()
+        return jobs
 
     async def items(
         self,
@@ -356,6 +453,9 @@ class WorkspaceJobs:
         as ``label``, its state, error code and message) in their order, from the one
         after ordinal ``after``; ``state`` keeps only those. Pass the answer's ``next``
         as ``after`` for the following page (None: that was the last)."""
+        from hubjobs.domain.access import require_member
+        from hubjobs.readmodel import store as read_model
+
         wanted = _item_state(state)
         if not 0 <= after <= MAX_ORDINAL:
             raise InvalidInput(
@@ -384,6 +484,8 @@ class WorkspaceJobs:
         Anything else (another kind, an export not finished or not succeeded, a name
         not in the manifest, a file removed at expiry) is ``job_not_found``, as a
         job of another workspace is."""
+        from hubjobs.kinds.page_export import export_file
+
         job = await self.get(job_id)
         path = export_file(self.client.settings, job, name)
         if path is None:
@@ -397,6 +499,8 @@ class WorkspaceJobs:
         Cancelling a finished job changes nothing. A reason is free text of at most 500
         characters (``invalid_reason``)."""
         reason = check_reason(reason)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.readmodel import store as read_model
 
         async def record(conn: AsyncConnection) -> JobView:
             await require_administrator(conn, self.workspace_id, self.actor_id)
@@ -410,7 +514,13 @@ class WorkspaceJobs:
         job = await self.client.db(record)
         if job.is_final:
             return job
-        handle = self.client.temporal.get_workflow_handle(job.workflow_id)
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from hubjobs.readmodel.lifecycle import finish_job
+        from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
+
+        temporal = await self.client.temporal_client()
+        handle = temporal.get_workflow_handle(job.workflow_id)
         try:
             await handle.signal(CANCEL_SIGNAL, CancelRequest(actor_id=self.actor_id, reason=reason))
         except RPCError as err:

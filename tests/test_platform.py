@@ -28,8 +28,14 @@ from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult
-from hubjobs.temporal.schedules import RECONCILER, RECONCILER_WORKFLOW, RETENTION, ensure_schedules
+from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
+from hubjobs.temporal.schedules import (
+    RECONCILER,
+    RECONCILER_WORKFLOW,
+    RETENTION,
+    RETENTION_SWEEP_WORKFLOW,
+    ensure_schedules,
+)
 from starter.client import HubJobsClient
 from tests import toy_kind
 from tests.conftest import seed
@@ -285,11 +291,102 @@ async def test_a_lost_final_write_is_brought_back_by_the_reconciler(
     assert again.expires_at is not None
 
 
+async def test_the_reconciler_pages_through_its_selection(
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    """More unfinished rows than a page holds (100), their workflows gone: a run takes
+    them a page at a time up to its limit, each once, and the next run the rest."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
+                "correlation_id, payload, updated_at) SELECT gen_random_uuid(), 'gone-' || g, "
+                "'toy_echo', 'running', :workspace, :actor, 'c', '{\"message\": \"m\"}', "
+                "now() - g * interval '1 second' FROM generate_series(1, 230) g"
+            ),
+            {"workspace": course.workspace_id, "actor": course.actor_id},
+        )
+
+    async def reconcile(limit: int) -> ReconcileResult:
+        result: ReconcileResult = await temporal.execute_workflow(
+            RECONCILER_WORKFLOW,
+            ReconcileRequest(grace_seconds=0, limit=limit),
+            id=f"reconcile-{uuid.uuid4()}",
+            task_queue=settings.task_queue,
+            result_type=ReconcileResult,
+        )
+        return result
+
+    first = await reconcile(150)
+    assert (first.checked, first.finished, first.restarted) == (150, 150, 0)
+    rest = await reconcile(500)
+    assert (rest.checked, rest.finished, rest.restarted) == (80, 80, 0)
+    async with engine.connect() as conn:
+        outcomes = (
+            await conn.execute(
+                text(
+                    "SELECT status, error_code, count(*) AS n FROM jobs "
+                    "WHERE workflow_id LIKE 'gone-%' GROUP BY status, error_code"
+                )
+            )
+        ).all()
+    assert [(o.status, o.error_code, o.n) for o in outcomes] == [("failed", "abandoned", 230)]
+
+
+async def test_one_retention_sweep_at_a_time(
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    """While another sweep's batch holds the retention lock a run leaves the expired rows
+    to it; once it is let go, the next run takes them all (three batches of 100 here)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
+                "correlation_id, payload, finished_at, expires_at) SELECT gen_random_uuid(), "
+                "'expired-' || g, 'toy_echo', 'succeeded', :workspace, :actor, 'c', "
+                "'{\"message\": \"m\"}', now() - interval '2 days', "
+                "now() - interval '1 day' FROM generate_series(1, 250) g"
+            ),
+            {"workspace": course.workspace_id, "actor": course.actor_id},
+        )
+
+    async def sweep() -> SweepResult:
+        result: SweepResult = await temporal.execute_workflow(
+            RETENTION_SWEEP_WORKFLOW,
+            100_000,
+            id=f"sweep-{uuid.uuid4()}",
+            task_queue=settings.task_queue,
+            result_type=SweepResult,
+        )
+        return result
+
+    async with engine.begin() as other:
+        assert await read_model.claim_retention(other)
+        held = await sweep()
+    assert (held.removed, held.kept, held.more) == (0, 0, False)
+    swept = await sweep()
+    assert (swept.removed, swept.kept, swept.more) == (250, 0, False)
+    async with engine.connect() as conn:
+        left = await conn.execute(text("SELECT count(*) FROM jobs WHERE expires_at <= now()"))
+        assert left.scalar_one() == 0
+
+
 async def test_queue_state_comes_from_the_read_model(
     engine: AsyncEngine, course: DemoCourse
 ) -> None:
     async with engine.begin() as conn:
-        for status in ("queued", "queued", "running", "failed", "succeeded"):
+        # Two failures, one 59 and one 61 minutes ago: only the first counts (a gauge of
+        # recent failures, not of every failure still within retention).
+        failed_ago = iter(("59 minutes", "61 minutes"))
+        for status in ("queued", "queued", "running", "failed", "failed", "succeeded"):
             job_id = uuid.uuid4()
             await read_model.insert_job(
                 conn,
@@ -302,8 +399,15 @@ async def test_queue_state_comes_from_the_read_model(
                 payload={"message": "m"},
             )
             await conn.execute(
-                text("UPDATE jobs SET status = :status WHERE id = :id"),
-                {"status": status, "id": job_id},
+                text(
+                    "UPDATE jobs SET status = :status, finished_at = now() - "
+                    "CAST(:ago AS interval) WHERE id = :id"
+                ),
+                {
+                    "status": status,
+                    "id": job_id,
+                    "ago": next(failed_ago) if status == "failed" else None,
+                },
             )
         await conn.execute(
             text(

@@ -55,7 +55,7 @@ async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: fl
 
 async def runs_of(engine: AsyncEngine, schedule_id: str) -> list[JobView]:
     """The schedule's jobs, oldest first, as the read model holds them."""
-    from hubjobs.readmodel.store import JOB_COLUMNS
+    from hubjobs.readmodel.reads import JOB_COLUMNS
 
     async with engine.connect() as conn:
         rows = await conn.execute(

@@ -5,9 +5,11 @@ error's text goes to logs, and parameters are payloads, tags and keys."""
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine
-from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported by the functions that make engines: URLs need no SQLAlchemy
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def driver_url(url: str) -> str:
@@ -24,6 +26,8 @@ def plain_url(url: str) -> str:
 
 
 def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     return create_async_engine(
         driver_url(url),
         pool_size=pool_size,
@@ -34,4 +38,6 @@ def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
 
 def sync_engine(url: str) -> Engine:
+    from sqlalchemy import create_engine
+
     return create_engine(driver_url(url), pool_pre_ping=True, hide_parameters=True)

@@ -5,13 +5,19 @@ up, has no connection slot left) says nothing about the work: waiting and trying
 is right, and it must never cost a job an attempt nor reach a client as anything but
 ``unavailable``. Everything else (bad data, a constraint, a bug in a query) is a real
 error. Messages are never looked at: they change between versions and locales.
+
+SQLAlchemy is not imported here: a process that never imported it (the command line
+reading a job with psycopg alone) cannot hold one of its errors, and importing it
+costs a command ~100 ms.
 """
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
+
 import psycopg
 from psycopg import errors as pg
-from sqlalchemy import exc as sa
 
 # SQLSTATEs of a server that is going away, coming back, or full.
 _OUTAGE_STATES = frozenset(
@@ -33,16 +39,22 @@ def _psycopg_outage(err: BaseException) -> bool:
     return False
 
 
+def _sqlalchemy_exc() -> ModuleType | None:
+    """``sqlalchemy.exc`` if this process imported SQLAlchemy, else None."""
+    return sys.modules.get("sqlalchemy.exc")
+
+
 def is_outage(err: BaseException) -> bool:
     """True when ``err`` (psycopg's, SQLAlchemy's wrapping one, or a socket error) means
     the database does not answer, rather than that the work itself went wrong."""
-    if isinstance(err, sa.DBAPIError):
+    sa = _sqlalchemy_exc()
+    if sa is not None and isinstance(err, sa.DBAPIError):
         if err.connection_invalidated:
             return True
         return err.orig is not None and _psycopg_outage(err.orig)
     if isinstance(err, ConnectionError):  # refused, reset, broken pipe
         return True
-    if isinstance(err, sa.TimeoutError):  # the pool had no connection to give in time
+    if sa is not None and isinstance(err, sa.TimeoutError):  # no pooled connection in time
         return True
     return _psycopg_outage(err)
 
@@ -51,5 +63,6 @@ def is_data_error(err: BaseException) -> bool:
     """The input itself was refused by the database (an invalid character, a value out
     of range), or could not even be sent to it (text that is not valid Unicode, which
     psycopg cannot encode): the caller's fault, never worth a retry."""
-    orig = err.orig if isinstance(err, sa.DBAPIError) else err
+    sa = _sqlalchemy_exc()
+    orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
     return isinstance(orig, (psycopg.DataError, UnicodeEncodeError))

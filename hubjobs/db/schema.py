@@ -169,8 +169,29 @@ class Job(Base):
             postgresql_where=text("idempotency_key IS NOT NULL"),
         ),
         Index("ix_jobs_workspace_created", "workspace_id", text("created_at DESC")),
-        # Queue state (queued/running/failed counts, oldest queued) from one index.
-        Index("ix_jobs_status_created", "status", "created_at"),
+        # A workspace's jobs in one status, newest first (list --status): the page is read
+        # off the index, however many jobs of other statuses the workspace holds.
+        Index(
+            "ix_jobs_workspace_status_created",
+            "workspace_id",
+            "status",
+            text("created_at DESC"),
+            "id",
+        ),
+        # Queue state: queued and running counts and the oldest queued job, from the
+        # unfinished rows only (a few thousand entries, not one a job ever run) ...
+        Index(
+            "ix_jobs_unfinished_status_created",
+            "status",
+            "created_at",
+            postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
+        ),
+        # ... and the jobs that failed lately (its ``failed`` counts the last hour).
+        Index(
+            "ix_jobs_failed_finished",
+            "finished_at",
+            postgresql_where=text(f"status = '{JobStatus.failed.value}'"),
+        ),
         Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
         # The reconciler's selection: unfinished rows, least recently touched first.
         Index(

@@ -9,11 +9,12 @@ e.g. that starting or cancelling needs an administrator."""
 from __future__ import annotations
 
 import uuid
-
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import TYPE_CHECKING
 
 from hubjobs.errors import Forbidden, NotFound
+
+if TYPE_CHECKING:  # imported when a check runs: reading a job needs no SQLAlchemy
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 ADMINISTRATOR = "administrator"
 
@@ -22,6 +23,8 @@ async def role_of(
     conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
 ) -> str | None:
     """The actor's role in the workspace, or None when not an enabled member."""
+    from sqlalchemy import text
+
     row = (
         await conn.execute(
             text(

@@ -1,7 +1,8 @@
 """Structured logs: every line written while an activity works on a job carries the
 job id, kind, workspace, correlation id and attempt; with HUBJOBS_LOG_JSON=true each
 line is one JSON object. What goes in is ids and codes only: never payloads, page text
-or secrets."""
+or secrets. (The activity interceptor that binds an activity's context is in
+``hubjobs.observability.activity_logs``: this module stays free of the SDK.)"""
 
 from __future__ import annotations
 
@@ -10,15 +11,11 @@ import json
 import logging
 import sys
 import traceback
-import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any, TextIO
-
-from temporalio import activity
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 _fields: ContextVar[dict[str, Any]] = ContextVar("hubjobs_log_fields", default={})  # noqa: B039
 
@@ -96,25 +93,6 @@ def bind_job(job: Any) -> None:
         workspace_id=getattr(job, "workspace_id", None),
         correlation_id=getattr(job, "correlation_id", None),
     )
-
-
-class LogContextInterceptor(Interceptor):
-    """Every activity logs with its name, its attempt and, when its argument names a
-    job, the job id; activities add the rest of the job with ``bind_job``."""
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _ActivityLogContext(next)
-
-
-class _ActivityLogContext(ActivityInboundInterceptor):
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        info = activity.info()
-        first = input.args[0] if input.args else None
-        job_id = first if isinstance(first, uuid.UUID) else getattr(first, "job_id", None)
-        # Bound for the rest of the activity's own task (each activity runs in one), so
-        # the SDK's lines after it returned or failed carry the context too.
-        bind(activity=info.activity_type, attempt=info.attempt, job_id=job_id)
-        return await super().execute_activity(input)
 
 
 def describe_failure(err: BaseException) -> str:

@@ -60,7 +60,9 @@ class JobMetrics:
         )
         self.finished = meter.create_counter("hubjobs_jobs_finished", "Jobs finished, by outcome")
         self.items = meter.create_counter("hubjobs_items_processed", "Items processed, by outcome")
-        self.queue = meter.create_gauge("hubjobs_queue_jobs", "Jobs in the read model, by status")
+        self.queue = meter.create_gauge(
+            "hubjobs_queue_jobs", "Jobs queued and running now, and failed in the last hour"
+        )
         self.oldest = meter.create_gauge_float(
             "hubjobs_queue_oldest_queued_age_seconds", "Age of the oldest queued job", "s"
         )

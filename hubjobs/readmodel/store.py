@@ -18,17 +18,16 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
 
-JOB_COLUMNS = (
-    "id, workflow_id, kind, status, workspace_id, actor_id, correlation_id, idempotency_key, "
-    "payload, summary, total, processed, succeeded, skipped, failed, progress_message, result, "
-    "result_content_type, error_code, error_message, cancel_requested_at, cancel_requested_by, "
-    "attempts, attempts_failed, source_job_id, schedule_id, created_at, started_at, finished_at, "
-    "expires_at"
-)
 UNFINISHED = sql_list(UNFINISHED_STATUSES)
+# The queue state's ``failed``: the jobs that failed this recently.
+FAILED_WINDOW = timedelta(hours=1)
+# The transaction-scoped advisory lock a retention batch holds ("hjsweep1"): one sweep at
+# a time, without locking (and so writing) each row it is about to delete anyway.
+RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
 
 
 def workflow_id_for(kind: str, job_id: uuid.UUID) -> str:
@@ -155,34 +154,6 @@ async def find_by_idempotency_key(
     return None if row is None else _view(row)
 
 
-async def list_jobs(
-    conn: AsyncConnection,
-    workspace_id: uuid.UUID,
-    *,
-    status: JobStatus | None = None,
-    kind: str | None = None,
-    schedule_id: str | None = None,
-    limit: int = 50,
-) -> list[JobView]:
-    rows = await conn.execute(
-        text(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
-            "AND (CAST(:status AS text) IS NULL OR status = :status) "
-            "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
-            "AND (CAST(:schedule AS text) IS NULL OR schedule_id = :schedule) "
-            "ORDER BY created_at DESC, id LIMIT :limit"
-        ),
-        {
-            "workspace": workspace_id,
-            "status": status,
-            "kind": kind,
-            "schedule": schedule_id,
-            "limit": limit,
-        },
-    )
-    return [_view(row) for row in rows]
-
-
 async def list_items(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -206,16 +177,22 @@ async def list_items(
 
 
 async def queue_state(conn: AsyncConnection) -> QueueState:
-    """Queue figures for the metrics, from one pass over ix_jobs_status_created."""
+    """Queue figures for the metrics: queued and running now and the oldest queued job
+    (ix_jobs_unfinished_status_created), and the jobs that failed in the last
+    ``FAILED_WINDOW`` (ix_jobs_failed_finished). Not every failure still within
+    retention: that count grows with retention and the table, costs a pass over every
+    failed row, and says little; every failure is counted by hubjobs_jobs_finished."""
     row = (
         await conn.execute(
             text(
-                "SELECT count(*) FILTER (WHERE status = 'queued') AS queued, "
-                "count(*) FILTER (WHERE status = 'running') AS running, "
-                "count(*) FILTER (WHERE status = 'failed') AS failed, "
-                "extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued')) "
-                "AS oldest FROM jobs WHERE status IN ('queued', 'running', 'failed')"
-            )
+                "SELECT (SELECT count(*) FROM jobs WHERE status = 'queued') AS queued, "
+                "(SELECT count(*) FROM jobs WHERE status = 'running') AS running, "
+                "(SELECT count(*) FROM jobs WHERE status = 'failed' "
+                "AND finished_at > now() - CAST(:window AS interval)) AS failed, "
+                "(SELECT extract(epoch FROM now() - min(created_at)) FROM jobs "
+                "WHERE status = 'queued') AS oldest"
+            ),
+            {"window": FAILED_WINDOW},
         )
     ).one()
     return QueueState(
@@ -226,19 +203,49 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
     )
 
 
+@dataclass(frozen=True)
+class UnfinishedJob:
+    """What the reconciler asks Temporal about; it reads the whole row (``get_job``)
+    only for the few it then changes."""
+
+    id: uuid.UUID
+    workflow_id: str
+    status: JobStatus
+    updated_at: datetime
+
+
 async def unfinished_jobs(
-    conn: AsyncConnection, *, older_than: timedelta, limit: int
-) -> list[JobView]:
+    conn: AsyncConnection,
+    *,
+    older_than: timedelta,
+    limit: int,
+    after: UnfinishedJob | None = None,
+) -> list[UnfinishedJob]:
     """The reconciler's selection: unfinished rows older than ``older_than``, least
-    recently touched first (ix_jobs_unfinished_updated)."""
+    recently touched first (ix_jobs_unfinished_updated), a page of ``limit`` after
+    ``after`` (the last row of the page before)."""
+    page = (
+        ""
+        if after is None
+        else "AND updated_at >= :after_updated AND (updated_at, id) > (:after_updated, :after_id) "
+    )
     rows = await conn.execute(
         text(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN {UNFINISHED} "
-            "AND created_at < now() - CAST(:age AS interval) ORDER BY updated_at LIMIT :limit"
+            f"SELECT id, workflow_id, status, updated_at FROM jobs WHERE status IN {UNFINISHED} "
+            f"AND created_at < now() - CAST(:age AS interval) {page}"
+            "ORDER BY updated_at, id LIMIT :limit"
         ),
-        {"age": older_than, "limit": limit},
+        {
+            "age": older_than,
+            "limit": limit,
+            "after_updated": None if after is None else after.updated_at,
+            "after_id": None if after is None else after.id,
+        },
     )
-    return [_view(row) for row in rows]
+    return [
+        UnfinishedJob(row.id, row.workflow_id, JobStatus(row.status), row.updated_at)
+        for row in rows
+    ]
 
 
 # --- running ----------------------------------------------------------------------------
@@ -468,15 +475,39 @@ async def finish(
 # --- retention --------------------------------------------------------------------------
 
 
-async def lock_expired(conn: AsyncConnection, cutoff: datetime, limit: int) -> list[JobView]:
-    """Up to ``limit`` jobs expired at ``cutoff``, locked for this transaction (skipping
-    rows another sweep holds)."""
+async def claim_retention(conn: AsyncConnection) -> bool:
+    """Whether this transaction may sweep: False while another sweep's batch holds the
+    retention lock (it is let go when the transaction ends)."""
+    claimed = await conn.execute(
+        text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": RETENTION_LOCK}
+    )
+    return bool(claimed.scalar_one())
+
+
+@dataclass(frozen=True)
+class ExpiredJob:
+    id: uuid.UUID
+    kind: str
+
+
+async def expired_jobs(conn: AsyncConnection, cutoff: datetime, limit: int) -> list[ExpiredJob]:
+    """Up to ``limit`` jobs expired at ``cutoff``, first expired first (ix_jobs_expires_at):
+    their ids and kinds, all a batch needs unless a kind has an expire hook."""
     rows = await conn.execute(
         text(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at <= :cutoff "
-            "ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED"
+            "SELECT id, kind FROM jobs WHERE expires_at <= :cutoff ORDER BY expires_at LIMIT :limit"
         ),
         {"cutoff": cutoff, "limit": limit},
+    )
+    return [ExpiredJob(row.id, row.kind) for row in rows]
+
+
+async def get_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> list[JobView]:
+    """The jobs of ``job_ids`` that exist, in no particular order."""
+    if not job_ids:
+        return []
+    rows = await conn.execute(
+        text(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)}
     )
     return [_view(row) for row in rows]
 
@@ -505,12 +536,16 @@ async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) 
 
 async def delete_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> None:
     """Removes jobs and, by cascade, their items."""
+    if not job_ids:
+        return
     await conn.execute(text("DELETE FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)})
 
 
 async def postpone_expiry(
     conn: AsyncConnection, job_ids: Sequence[uuid.UUID], until: datetime
 ) -> None:
+    if not job_ids:
+        return
     await conn.execute(
         text("UPDATE jobs SET expires_at = :until WHERE id = ANY(:ids)"),
         {"ids": list(job_ids), "until": until},

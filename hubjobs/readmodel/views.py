@@ -113,5 +113,6 @@ class ItemPage(BaseModel):
 class QueueState(BaseModel):
     queued: int
     running: int
+    # Failed in the last hour (store.FAILED_WINDOW), not every failure still kept.
     failed: int
     oldest_queued_age_seconds: float | None

@@ -1,0 +1,86 @@
+"""Connections for the reads a caller waits on (a job's status, a workspace's jobs):
+plain psycopg, autocommit, kept open between calls.
+
+Not the SQLAlchemy engine: its async checkout and return cost more CPU than the read
+itself (greenlet hops, pool events, a reset on return, a pre-ping round trip), and
+importing it costs a command line ~100 ms. Not psycopg_pool either: it connects in the
+background, so with the database down a caller would wait out the pool's timeout
+instead of hearing ``unavailable`` at once.
+
+Here the caller that needs a connection makes it, as SQLAlchemy's pool does, and
+nothing is checked on the way out. A connection that went bad while idle (the server
+restarted, a proxy dropped it) fails with an outage-class error: every idle connection
+is dropped then, and the read, which changes nothing, runs once more on a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import TupleRow
+
+from hubjobs.db.errors import is_outage
+
+T = TypeVar("T")
+Connection = psycopg.AsyncConnection[TupleRow]
+
+
+def _finish(idle: list[Connection]) -> None:
+    """Closes idle connections without a loop (the pool was dropped unclosed)."""
+    while idle:
+        conn = idle.pop()  # held while it closes: its __del__ must find it closed
+        conn.pgconn.finish()
+
+
+class ReadPool:
+    """At most ``size`` connections at once; those that come back sound stay open."""
+
+    def __init__(self, url: str, *, size: int = 5) -> None:
+        self._url = url
+        self._idle: list[Connection] = []
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+        weakref.finalize(self, _finish, self._idle)
+
+    async def _connect(self) -> Connection:
+        return await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+
+    async def run(self, read: Callable[[Connection], Awaitable[T]]) -> T:
+        """``read`` on a connection of the pool (autocommit: each statement on its own)."""
+        async with self._slots:
+            reused = bool(self._idle)
+            conn = self._idle.pop() if reused else await self._connect()
+            try:
+                try:
+                    return await read(conn)
+                except Exception as err:
+                    if not (reused and is_outage(err)):
+                        raise
+                    # The connection died while idle; its siblings most likely did too.
+                    await conn.close()
+                    await self._drop_idle()
+                    conn = await self._connect()
+                    return await read(conn)
+            finally:
+                self._give_back(conn)
+
+    def _give_back(self, conn: Connection) -> None:
+        sound = conn.info.transaction_status == pq.TransactionStatus.IDLE
+        if sound and not self._closed:
+            self._idle.append(conn)
+        elif not conn.closed:
+            # Broken, or left mid-statement by a cancelled caller: not worth saving.
+            conn.pgconn.finish()
+
+    async def _drop_idle(self) -> None:
+        while self._idle:
+            await self._idle.pop().close()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._drop_idle()
