@@ -123,7 +123,8 @@ class WorkspaceSchedules:
             created_at=datetime.now(UTC),
         )
         try:
-            await self.client.temporal.create_schedule(
+            temporal = await self.client.temporal_client()
+            await temporal.create_schedule(
                 definition.id,
                 schedule_of(definition, self.client.settings, kind.title),
                 memo={MEMO_KEY: definition},
@@ -145,7 +146,8 @@ class WorkspaceSchedules:
         await self.client.db(self._require_member)
         found: list[ScheduleView] = []
         try:
-            listing = await self.client.temporal.list_schedules(
+            temporal = await self.client.temporal_client()
+            listing = await temporal.list_schedules(
                 workspace_query(self.workspace_id), page_size=100
             )
             async for entry in listing:
@@ -203,12 +205,12 @@ class WorkspaceSchedules:
         check_schedule_id(schedule_id)
         await self.client.db(self._require_administrator)
         await self._describe(schedule_id)
-        return self.client.temporal.get_schedule_handle(schedule_id)
+        return (await self.client.temporal_client()).get_schedule_handle(schedule_id)
 
     async def _describe(self, schedule_id: str) -> ScheduleView:
         """The schedule, if it is one of this workspace's; ``schedule_not_found``
         otherwise (another workspace's answers as one that does not exist)."""
-        handle = self.client.temporal.get_schedule_handle(schedule_id)
+        handle = (await self.client.temporal_client()).get_schedule_handle(schedule_id)
         description = await self._call(handle, "describing", handle.describe)
         view = await view_of(description)
         if view is None or view.workspace_id != self.workspace_id:

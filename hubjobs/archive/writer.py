@@ -271,7 +271,8 @@ async def _dump_attachments(
     """Each file into the archive, checked against its row; the index goes last (zip
     takes one member at a time, so it waits in a spooled file)."""
     count = nbytes = 0
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    # Opened at the first attachment: a hub without any needs no attachments folder.
+    root_fd: int | None = None
     try:
         with tempfile.SpooledTemporaryFile(max_size=BLOCK) as index:
             async with conn.cursor(name="backup_attachments") as cursor:
@@ -282,6 +283,8 @@ async def _dump_attachments(
                     entry = AttachmentEntry(
                         id=row[0], storage_path=row[1], size_bytes=row[2], sha256=row[3]
                     )
+                    if root_fd is None:
+                        root_fd = _open_root(root, entry)
                     await _dump_file(sink, root_fd, entry, progress)
                     index.write(entry.model_dump_json().encode() + b"\n")
                     count += 1
@@ -289,8 +292,17 @@ async def _dump_attachments(
             index.seek(0)
             index_sha, index_size = await sink.call(sink.copy_member, index, ATTACHMENT_INDEX)
     finally:
-        os.close(root_fd)
+        if root_fd is not None:
+            os.close(root_fd)
     return count, nbytes, index_sha, index_size
+
+
+def _open_root(root: Path, first: AttachmentEntry) -> int:
+    """The attachments folder; missing, the first attachment is missing from storage."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise AttachmentUnavailable(f"attachment {first.id} is missing from storage") from None
 
 
 async def _dump_file(sink: _Sink, root_fd: int, entry: AttachmentEntry, progress: Progress) -> None:
