@@ -19,10 +19,12 @@ run: install
 	$(BIN)/hubjobs up
 	$(BIN)/hubjobs demo --pages 20000
 
-# The fast tier first (tests/unit: no servers, seconds), then the tests on real servers.
+# The fast tier first (tests/unit: no servers, seconds), then the tests on real servers,
+# two test files at a time (each process has its own embedded servers; most of these
+# tests wait on leases, timeouts and restarts, so two at once nearly halve the time).
 test: install system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest --ignore=tests/unit
+	$(BIN)/pytest -n 2 --dist loadfile --ignore=tests/unit
 
 unit: install
 	$(BIN)/pytest tests/unit
