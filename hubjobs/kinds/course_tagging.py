@@ -144,7 +144,7 @@ FAILED_ITEMS = f"""
            NULL::jsonb
       FROM job_items i JOIN pages p ON p.id = i.ref
      WHERE i.job_id = :source AND i.state = '{ItemState.failed}'
-       AND p.workspace_id = :workspace AND NOT p.trashed
+       AND p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
 
 
