@@ -93,8 +93,17 @@ async def insert_items(
 ) -> int:
     """A job's snapshot: ``select`` (a kind's query) yields ``ordinal, ref, label,
     done_at_snapshot, detail`` for each item; one statement, whatever the size."""
-    # The snapshot's ordering sort stays in memory (4 MB spilled a 100,000-page course).
-    await conn.execute(text("SET LOCAL work_mem = '64MB'"))
+    # A snapshot reads a bounded part of a workspace by index. Right after a bulk import
+    # the statistics are stale and the planner took ``pages`` for a few hundred rows,
+    # scanning all of it once per parent (186 s for a fresh 100,000-page course, 0.35 s
+    # by index); and its ordering sort stays in memory (4 MB spilled that course). Both
+    # last until the end of the start's transaction, whose other statements go by key.
+    await conn.execute(
+        text(
+            "SELECT set_config('enable_seqscan', 'off', true), "
+            "set_config('work_mem', '64MB', true)"
+        )
+    )
     inserted = await conn.execute(
         text(
             "WITH inserted AS (INSERT INTO job_items "
