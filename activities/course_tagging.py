@@ -93,6 +93,8 @@ class Batch:
 # The next pending items after a cursor with their pages' facts, the job's cancellation
 # request and whether its actor is still an enabled administrator, in one statement. A
 # job no longer running (finished while this attempt was presumed dead) has none left.
+# Each page is read by key (the LATERAL … LIMIT 1 keeps the planner from hashing the
+# whole pages table on stale statistics).
 READ_BATCH = f"""
     SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
            EXISTS (SELECT 1 FROM workspace_memberships m
@@ -106,7 +108,7 @@ READ_BATCH = f"""
              WHERE job_id = j.id AND ordinal > :after AND state = '{ItemState.pending}'
                AND j.status = '{JobStatus.running}'
              ORDER BY ordinal LIMIT :limit) i ON true
-      LEFT JOIN pages p ON p.id = i.ref
+      LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job
      ORDER BY i.ordinal
 """

@@ -138,7 +138,7 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
             waiting = await conn.execute(
                 text(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%FROM jobs j%LEFT JOIN pages p%'"
+                    "AND query LIKE '%FROM jobs j%FROM pages WHERE id = i.ref%'"
                 )
             )
             return set(waiting.scalars())

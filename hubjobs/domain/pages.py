@@ -159,7 +159,9 @@ async def add_tag_if_match(
     in one statement. Returns the pages changed; the others were in conflict (changed
     since read, left the workspace, or trashed) and are untouched. The version is the
     whole guard: a page at the version read still lacks the tag and has room for it, as
-    the read (in one statement with the version) found."""
+    the read (in one statement with the version) found. The pages are picked by key
+    (``= ANY``) whatever the statistics say: joined to the batch alone, stale ones
+    right after an import had the planner hash the whole workspace for every batch."""
     if not changes:
         return set()
     rows = await conn.execute(
@@ -173,7 +175,8 @@ async def add_tag_if_match(
                    SET tags = array_append(p.tags, :tag), version = p.version + 1,
                        updated_at = now()
                   FROM wanted w
-                 WHERE p.id = w.id AND p.version = w.version
+                 WHERE p.id = ANY(CAST(:ids AS uuid[]))
+                   AND p.id = w.id AND p.version = w.version
                    AND p.workspace_id = :workspace AND NOT p.trashed
              RETURNING p.id, p.version, p.title, p.tags
             )

@@ -100,8 +100,7 @@ async def insert_items(
     # last until the end of the start's transaction, whose other statements go by key.
     await conn.execute(
         text(
-            "SELECT set_config('enable_seqscan', 'off', true), "
-            "set_config('work_mem', '64MB', true)"
+            "SELECT set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
         )
     )
     inserted = await conn.execute(
