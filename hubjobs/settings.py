@@ -142,9 +142,8 @@ class Settings(BaseSettings):
     # Breathing room between batches, so a huge course does not hog the database.
     tagging_batch_pause_seconds: float = 0.0
     progress_report_seconds: float = 10.0
-    # Page exports: where their files go, and pages per file.
+    # Page exports: where their files go (pages per file is the job's own payload).
     export_dir: Path | None = None
-    export_file_pages: int = 1000
     retention_hours: float = 24.0
     # The maintenance Schedules (hubjobs-retention, hubjobs-reconciler), created when a
     # worker starts unless turned off.

@@ -22,6 +22,7 @@ from temporalio.common import MetricMeter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from hubjobs.db.errors import is_outage
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import QueueState
@@ -87,13 +88,22 @@ async def refresh_queue_state(
     engine: AsyncEngine, metrics: JobMetrics, stop: asyncio.Event
 ) -> None:
     """Keeps the queue gauges current until ``stop`` is set; a failed read is logged and
-    tried again at the next tick."""
+    tried again at the next tick. A database outage is one line when it starts and one
+    when it ends, not a traceback every tick."""
+    outage = False
     while not stop.is_set():
         try:
             async with engine.connect() as conn:
                 metrics.queue_state(await store.queue_state(conn))
-        except Exception:
-            log.warning("queue state refresh failed", exc_info=True)
+            if outage:
+                log.info("queue state refresh: database answering again")
+                outage = False
+        except Exception as err:
+            if not is_outage(err):
+                log.warning("queue state refresh failed", exc_info=True)
+            elif not outage:
+                log.warning("queue state refresh: database unavailable (%s)", type(err).__name__)
+                outage = True
         try:
             await asyncio.wait_for(stop.wait(), QUEUE_REFRESH_SECONDS)
         except TimeoutError:
