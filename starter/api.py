@@ -20,7 +20,7 @@ Recurring jobs (each a Temporal Schedule whose every firing is a job):
     GET    /workspaces/{ws}/schedules                   the workspace's schedules
     GET    /workspaces/{ws}/schedules/{id}              one, with its next and recent runs
     POST   /workspaces/{ws}/schedules/{id}/pause        200 (and /unpause)
-    POST   /workspaces/{ws}/schedules/{id}/trigger      202: fires now
+    POST   /workspaces/{ws}/schedules/{id}/trigger      202: fires now (422 during a run)
     DELETE /workspaces/{ws}/schedules/{id}              204: gone from Temporal; jobs stay
 
 Every call but /health carries ``Authorization: Bearer <JWT naming the actor>`` and is
@@ -658,7 +658,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         status_code=202,
         response_model=ScheduleResource,
         responses={**ERRORS},
-        summary="Fire now (skipped while a run of the schedule is still going)",
+        summary="Fire now (422 schedule_running while a run of the schedule is still going)",
     )
     async def trigger_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
         return ScheduleResource.of(await schedules.trigger(schedule_id))

@@ -179,9 +179,16 @@ class WorkspaceSchedules:
         return await self._describe(schedule_id)
 
     async def trigger(self, schedule_id: str) -> ScheduleView:
-        """Fires now, as at a scheduled time: a job with the start checks of now, unless
-        a run of this schedule is still going (the overlap policy skips it)."""
+        """Fires now, as at a scheduled time: a job with the start checks of now. While a
+        run of this schedule is still going the overlap policy would skip the firing:
+        refused (``schedule_running``) rather than accepted and silently dropped."""
         handle = await self._administered(schedule_id)
+        description = await self._call(handle, "describing", handle.describe)
+        if description.info.running_actions:
+            raise InvalidInput(
+                "a run of this schedule is under way; trigger it again once it has ended",
+                code="schedule_running",
+            )
         await self._call(handle, "triggering", lambda: handle.trigger())
         return await self._describe(schedule_id)
 

@@ -25,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import StackInfo, venv_binary
+from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import (
@@ -283,6 +284,10 @@ async def test_cancelling_a_firing_in_temporal_cancels_its_job(
             return runs if runs and runs[0].processed >= 50 else None
 
         job = (await until("the run under way", under_way))[0]
+        # A manual trigger now would be skipped by the overlap policy: refused, said why.
+        with pytest.raises(InvalidInput) as busy:
+            await schedules.trigger(created.id)
+        assert busy.value.code == "schedule_running"
         firing = temporal.get_workflow_handle(job.correlation_id)
         await firing.cancel()  # as the UI's Cancel on the firing does
 
