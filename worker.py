@@ -227,8 +227,11 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     setup_tracing(settings)
     client = await connect(settings, runtime=metrics_runtime(settings))
+    # A connection for each batch in flight (a tagging attempt has up to its lanes),
+    # plus the local activities' and the queue gauges'.
     engine = async_engine(
-        settings.resolved_database_url(), pool_size=max(5, settings.max_concurrent_activities)
+        settings.resolved_database_url(),
+        pool_size=max(5, settings.max_concurrent_activities * settings.tagging_lanes + 2),
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

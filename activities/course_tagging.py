@@ -5,13 +5,16 @@ and the facts of their pages, in one statement), the outcome of each page decide
 Python (hubjobs.kinds.course_tagging.decide), one ETag-guarded write for every page
 that needs the tag (each row checked against the version read; one revision per
 changed page), one re-read and write of the pages found in conflict, and one statement
-recording every item's outcome with the job's counters. Each statement commits on its
-own, and each is idempotent: a page gets the tag only at the version read and never
-twice, an item is recorded only while pending. A crash (or an outage) between them
-loses nothing: the next try reads again, and a page that got the tag meanwhile is
-"succeeded" without a second write. After each recorded batch the attempt beats its
-cursor, and between batches it gives its slot back when its time slice is over. The
-cursor only saves reading: the work is done when no item of the job is pending.
+recording every item's outcome with the job's counters, all in one transaction; each
+statement is idempotent too: a page gets the tag only at the version read and never
+twice, an item is recorded only while pending. A crash (or an outage) loses at most the
+batches in flight: the next try reads again, and a page that got the tag meanwhile is
+"succeeded" without a second write. Batches cover ranges of ordinals, two at once by
+default (HUBJOBS_TAGGING_LANES), each on its own connection: they touch different pages
+and items, and meet only at the job's row, which each updates last. After each landed
+batch the attempt beats its cursor (the end of the ranges done without a gap), and
+between batches it gives its slot back when its time slice is over. The cursor only
+saves reading: the work is done when no item of the job is pending.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ READ_BATCH = f"""
       LEFT JOIN LATERAL (
             SELECT ordinal, ref, done_at_snapshot FROM job_items
              WHERE job_id = j.id AND ordinal > :after AND state = '{ItemState.pending}'
+               AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int))
                AND j.status = '{JobStatus.running}'
              ORDER BY ordinal LIMIT :limit) i ON true
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
@@ -129,41 +133,140 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after
-        pause = ctx.settings.tagging_batch_pause_seconds
-        finished = Done(TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json"))
+        finished = self.done(ctx)
+        ended = await self.tag_ranges(ctx, after)
+        if ended is not None:
+            return ended
+        if ctx.counters.processed >= ctx.counters.total:
+            return finished  # the counters are exact: no need to look for more
+        # The items, not the cursor, say when the work is done. A database that lost
+        # commits it had acknowledged (a crash without synchronous commits, a failover
+        # to an asynchronous replica) may have put items behind the cursor back to
+        # pending: go over them, a batch at a time, before succeeding.
+        after = 0
         while True:
-            try:
-                # One transaction a batch: one commit (one WAL flush) for its pages,
-                # revisions, items and counters.
-                recorded = await ctx.db(
-                    partial(self.tag_batch, ctx=ctx, after=after), transaction=True
-                )
-            except BatchWriteFailed:
-                # Some page's update fails: the batch again, each page in a statement of
-                # its own, so that one page's failure never undoes another's.
-                recorded = await ctx.db(partial(self.tag_batch, ctx=ctx, after=after, careful=True))
+            recorded = await self.one_batch(ctx, after, None)
             if recorded is None:
-                if after == 0:
-                    return finished
-                # The items, not the cursor, say when the work is done. A database that
-                # lost commits it had acknowledged (a crash without synchronous commits,
-                # a failover to an asynchronous replica) may have put items behind the
-                # cursor back to pending: go over them before succeeding.
-                after = 0
-                continue
+                return finished
             after, result = recorded
-            ctx.counters = result.counters
-            ctx.beat(
-                cursor=TaggingCursor(after=after).model_dump(), progress=ctx.counters.processed
+            ended = self.after_batch(ctx, result, cursor=after)
+            if ended is not None:
+                return ended
+            await self.breathe(ctx)
+
+    async def tag_ranges(
+        self, ctx: WorkContext[CourseTaggingPayload], after: int
+    ) -> WorkEnd | None:
+        """Tags the items after the cursor in ranges of ordinals a batch long (a
+        snapshot's ordinals are 1…total, dense), up to HUBJOBS_TAGGING_LANES batches at
+        once, each in a transaction of its own on a connection of its own: PostgreSQL
+        writes one batch while the next is read and decided. The cursor heartbeaten is
+        the end of the ranges done without a gap, so the next attempt redoes none of
+        them and skips none. Returns how the attempt ends, or None once every range is
+        done."""
+        size = ctx.settings.tagging_batch_size
+        lanes = max(1, ctx.settings.tagging_lanes)
+        total = ctx.counters.total
+        starts = iter(range(after, total, size))
+        running: dict[asyncio.Task[tuple[int, Recorded] | None], int] = {}
+        done: set[int] = set()
+        frontier = after
+        ended: WorkEnd | None = None
+        failure: BaseException | None = None
+
+        def launch() -> bool:
+            start = next(starts, None)
+            if start is None:
+                return False
+            upto = min(start + size, total)
+            running[asyncio.create_task(self.one_batch(ctx, start, upto))] = start
+            return True
+
+        try:
+            while len(running) < lanes and launch():
+                pass
+            while running:
+                landed, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in landed:
+                    start = running.pop(task)
+                    try:
+                        recorded = task.result()
+                    except Exception as err:  # the others land first, then it is raised
+                        failure = failure or err
+                        continue
+                    done.add(start)
+                    if recorded is not None:
+                        result = recorded[1]
+                        if result.counters.processed >= ctx.counters.processed:
+                            ctx.counters = result.counters  # batches commit in any order
+                        if result.cancel_requested:
+                            ended = ended or Stopped()
+                while frontier in done:
+                    done.remove(frontier)
+                    frontier = min(frontier + size, total)
+                ctx.beat(
+                    cursor=TaggingCursor(after=frontier).model_dump(),
+                    progress=ctx.counters.processed,
+                )
+                if failure is not None or ended is not None:
+                    continue  # launch nothing more; let the batches in flight land
+                if ctx.counters.processed >= total:
+                    ended = self.done(ctx)
+                elif ctx.time_to_pause():
+                    ended = Paused()
+                else:
+                    await self.breathe(ctx)
+                    while len(running) < lanes and launch():
+                        pass
+        finally:
+            # Cancelled (the activity, or the worker going away): what was in flight
+            # rolls back whole, as a cut batch always did.
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        if failure is not None:
+            raise failure
+        return ended
+
+    async def one_batch(
+        self, ctx: WorkContext[CourseTaggingPayload], after: int, upto: int | None
+    ) -> tuple[int, Recorded] | None:
+        """The pending items after ``after`` (up to ordinal ``upto``, if given), a
+        batch of them, in one transaction (one commit, one WAL flush, for its pages,
+        revisions, items and counters)."""
+        try:
+            return await ctx.db(
+                partial(self.tag_batch, ctx=ctx, after=after, upto=upto), transaction=True
             )
-            if result.cancel_requested:
-                return Stopped()
-            if ctx.counters.processed >= ctx.counters.total:
-                return finished  # the counters are exact: no need to look for more
-            if ctx.time_to_pause():
-                return Paused()
-            if pause:
-                await asyncio.sleep(pause)
+        except BatchWriteFailed:
+            # Some page's update fails: the batch again, each page in a statement of its
+            # own, so that one page's failure never undoes another's.
+            return await ctx.db(
+                partial(self.tag_batch, ctx=ctx, after=after, upto=upto, careful=True)
+            )
+
+    @staticmethod
+    def done(ctx: WorkContext[CourseTaggingPayload]) -> Done:
+        return Done(TaggingOutput(source_job_id=ctx.job.source_job_id).model_dump(mode="json"))
+
+    def after_batch(
+        self, ctx: WorkContext[CourseTaggingPayload], result: Recorded, *, cursor: int
+    ) -> WorkEnd | None:
+        ctx.counters = result.counters
+        ctx.beat(cursor=TaggingCursor(after=cursor).model_dump(), progress=ctx.counters.processed)
+        if result.cancel_requested:
+            return Stopped()
+        if ctx.counters.processed >= ctx.counters.total:
+            return self.done(ctx)
+        if ctx.time_to_pause():
+            return Paused()
+        return None
+
+    @staticmethod
+    async def breathe(ctx: WorkContext[CourseTaggingPayload]) -> None:
+        pause = ctx.settings.tagging_batch_pause_seconds
+        if pause:
+            await asyncio.sleep(pause)
 
     async def tag_batch(
         self,
@@ -171,13 +274,14 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         *,
         ctx: WorkContext[CourseTaggingPayload],
         after: int,
+        upto: int | None = None,
         careful: bool = False,
     ) -> tuple[int, Recorded] | None:
-        """Tags the next batch after ``after``; None when no pending item is left.
-        ``careful`` (on an autocommit connection): a failing batch write is retried page
-        by page; otherwise it raises BatchWriteFailed."""
+        """Tags the next batch after ``after`` (up to ordinal ``upto``); None when no
+        pending item is left there. ``careful`` (on an autocommit connection): a failing
+        batch write is retried page by page; otherwise it raises BatchWriteFailed."""
         job = ctx.job
-        batch = await self.read_batch(conn, ctx, after)
+        batch = await self.read_batch(conn, ctx, after, upto)
         if not batch.actor_ok:
             raise ActorUnavailable()
         if batch.cancel_requested:
@@ -199,7 +303,11 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         return batch.items[-1].ordinal, result
 
     async def read_batch(
-        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload], after: int
+        self,
+        conn: AsyncConnection,
+        ctx: WorkContext[CourseTaggingPayload],
+        after: int,
+        upto: int | None,
     ) -> Batch:
         rows = (
             await conn.execute(
@@ -207,6 +315,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 {
                     "job": ctx.job.id,
                     "after": after,
+                    "upto": upto,
                     "limit": ctx.settings.tagging_batch_size,
                     "workspace": ctx.job.workspace_id,
                     "tag": ctx.payload.tag,

@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     outage_retry_max_seconds: float = 30.0
     # Pages read and written per database round trip.
     tagging_batch_size: int = 1000
+    # Batches of one tagging attempt in flight at once, each on its own connection
+    # (1: one after the other).
+    tagging_lanes: int = Field(default=2, ge=1, le=8)
     # Breathing room between batches, so a huge course does not hog the database.
     tagging_batch_pause_seconds: float = 0.0
     progress_report_seconds: float = 10.0

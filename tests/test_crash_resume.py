@@ -133,12 +133,13 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
     await lock_conn.execute(text("LOCK TABLE pages IN ACCESS EXCLUSIVE MODE"))
 
     async def attempts_waiting_on_the_lock() -> set[int]:
-        """Backends of attempts blocked on the lock (a killed worker's stays blocked)."""
+        """Backends of attempts blocked on the lock (a killed worker's stays blocked), by
+        the batch read's first words (pg_stat_activity keeps only a query's first 1 KiB)."""
         async with engine.connect() as conn:
             waiting = await conn.execute(
                 text(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%FROM jobs j%FROM pages WHERE id = i.ref%'"
+                    "AND query LIKE '%SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested%'"
                 )
             )
             return set(waiting.scalars())
