@@ -63,17 +63,19 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
 
 
 # A course: page ``:root`` and every descendant reachable through pages of workspace
-# ``:workspace`` out of the trash, each with its depth (the root's is 0). A statement
-# goes on from this CTE, reading ``course`` (id, depth). The workspace is compared with
+# ``:workspace`` out of the trash, each with its depth (the root's is 0), title and
+# tags (read on the way down: joining the pages again cost as much as the walk). A
+# statement goes on from this CTE, reading ``course`` (id, depth, title, tags); one
+# that needs more of a page joins it. The workspace is compared with
 # IS NOT DISTINCT FROM on purpose: no index serves it, so the planner walks the tree by
 # ix_pages_parent_id even when a new workspace has no statistics yet (with `=` it took
 # the workspace index for each level and compared every page with every parent: 389 s
 # for a fresh 100,000-page course, 0.4 s this way).
 COURSE = """
     WITH RECURSIVE course AS (
-        SELECT id, 0 AS depth FROM pages WHERE id = :root
+        SELECT id, 0 AS depth, title, tags FROM pages WHERE id = :root
         UNION ALL
-        SELECT p.id, c.depth + 1 FROM pages p JOIN course c ON p.parent_id = c.id
+        SELECT p.id, c.depth + 1, p.title, p.tags FROM pages p JOIN course c ON p.parent_id = c.id
          WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
     )
 """

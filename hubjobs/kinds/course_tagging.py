@@ -131,10 +131,10 @@ def written(changed: bool, broken: bool, *, reread: bool) -> Outcome | None:
 # The course: the root and every descendant reachable through pages not in the trash, in
 # a stable order (depth, then title), each noting whether it already had the tag.
 COURSE_ITEMS = f"""{COURSE}
-    SELECT row_number() OVER (ORDER BY c.depth, p.title, p.id)::int, p.id, p.title,
-           EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
+    SELECT row_number() OVER (ORDER BY c.depth, c.title, c.id)::int, c.id, c.title,
+           EXISTS (SELECT 1 FROM unnest(c.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
-      FROM course c JOIN pages p ON p.id = c.id
+      FROM course c
 """
 # A retry: the source job's failed pages that are still in the workspace, out of the
 # trash, in their order.
