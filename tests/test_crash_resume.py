@@ -139,7 +139,7 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
             waiting = await conn.execute(
                 text(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested%'"
+                    "AND query LIKE '%SELECT j.cancel_requested_at IS NOT NULL AS cancel_req%'"
                 )
             )
             return set(waiting.scalars())
