@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -78,8 +79,7 @@ class BatchWriteFailed(Exception):
     """The batch's one write failed for some page: its transaction is lost."""
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
     ordinal: int
     page_id: uuid.UUID
     done_at_snapshot: bool

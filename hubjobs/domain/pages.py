@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db.arrays import int_array, uuid_array
 from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput, NotFound
@@ -100,8 +100,7 @@ async def course_root(
     return str(root.title)
 
 
-@dataclass(frozen=True)
-class PageFacts:
+class PageFacts(NamedTuple):
     """What deciding a page's tagging outcome needs, read in one statement: whether it
     is still in the job's workspace and out of the trash, whether it holds the tag
     (under ``tag_key()``: the database decides, never Python), how many tags it holds,
@@ -139,8 +138,7 @@ async def read_page_facts(
     return {row.id: facts_of(row) for row in rows}
 
 
-@dataclass(frozen=True)
-class TagChange:
+class TagChange(NamedTuple):
     """Add ``tag`` to a page if it is still at ``expected_version`` (the ETag read)."""
 
     page_id: uuid.UUID
@@ -189,8 +187,8 @@ async def add_tag_if_match(
             """
         ),
         {
-            "ids": [c.page_id for c in changes],
-            "versions": [c.expected_version for c in changes],
+            "ids": uuid_array(c.page_id for c in changes),
+            "versions": int_array(c.expected_version for c in changes),
             "tag": tag,
             "workspace": workspace_id,
             "actor": actor_id,

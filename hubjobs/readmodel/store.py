@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db.arrays import int_array
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
@@ -377,7 +378,7 @@ async def record_outcomes(
             ),
             {
                 "job": job_id,
-                "ordinals": ordinals,
+                "ordinals": int_array(ordinals),
                 "states": [o.state.value for o in outcomes],
                 "codes": [o.code for o in outcomes],
                 "messages": [o.message for o in outcomes],

@@ -5,8 +5,6 @@ purpose: they are the contract callers read, stated independently of the constan
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,9 +15,9 @@ from hubjobs.kinds.course_tagging import Outcome, decide, written
 
 PAGE = PageFacts(available=True, has_tag=False, tag_count=3, version=7)
 GONE = None
-TRASHED_OR_MOVED = replace(PAGE, available=False)
-TAGGED = replace(PAGE, has_tag=True, tag_count=4)
-FULL = replace(PAGE, tag_count=MAX_TAGS_PER_PAGE)
+TRASHED_OR_MOVED = PAGE._replace(available=False)
+TAGGED = PAGE._replace(has_tag=True, tag_count=4)
+FULL = PAGE._replace(tag_count=MAX_TAGS_PER_PAGE)
 
 
 def as_row(outcome: Outcome | None) -> tuple[str, str | None] | None:
@@ -40,7 +38,7 @@ def as_row(outcome: Outcome | None) -> tuple[str, str | None] | None:
         (
             "trashed, and holding the tag",
             True,
-            replace(TAGGED, available=False),
+            TAGGED._replace(available=False),
             ("failed", "page_unavailable"),
         ),
         ("has the tag, had it at snapshot", True, TAGGED, ("skipped", None)),
@@ -48,21 +46,21 @@ def as_row(outcome: Outcome | None) -> tuple[str, str | None] | None:
         (
             "has the tag and the maximum of tags",
             True,
-            replace(FULL, has_tag=True),
+            FULL._replace(has_tag=True),
             ("skipped", None),
         ),
         ("the maximum number of tags", False, FULL, ("skipped", "tag_limit")),
         (
             "more than the maximum (an older limit)",
             False,
-            replace(FULL, tag_count=MAX_TAGS_PER_PAGE + 3),
+            FULL._replace(tag_count=MAX_TAGS_PER_PAGE + 3),
             ("skipped", "tag_limit"),
         ),
         ("needs the tag: written", False, PAGE, None),
         (
             "needs the tag, one below the maximum",
             False,
-            replace(PAGE, tag_count=MAX_TAGS_PER_PAGE - 1),
+            PAGE._replace(tag_count=MAX_TAGS_PER_PAGE - 1),
             None,
         ),
     ],
