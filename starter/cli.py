@@ -994,7 +994,7 @@ def schedule_unpause(
 def schedule_trigger(
     schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
 ) -> None:
-    """Fire now (skipped if a run of the schedule is still going)."""
+    """Fire now (refused with schedule_running while a run of it is still going)."""
     print_schedule(on_schedules(workspace, actor, lambda s: s.trigger(schedule)), as_json)
 
 

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -33,6 +34,9 @@ from hubjobs.devstack.demo_data import DemoCourse, seed_demo
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient
+
+if TYPE_CHECKING:
+    import httpx
 
 TEMPLATE = "hubjobs_template"
 # Small enough that the long tests continue as new and cross chunk boundaries.
@@ -186,3 +190,41 @@ async def seed(engine: AsyncEngine, pages: int) -> DemoCourse:
 async def course(engine: AsyncEngine) -> DemoCourse:
     """A workspace, its administrator, and a course of 30 pages."""
     return await seed(engine, 30)
+
+
+# --- the HTTP API, in process -------------------------------------------------------------
+
+# The signing secret of the API tests' bearer tokens (HS256 wants 32 bytes or more).
+API_SECRET = "api-test-secret-" + "x" * 32
+
+
+@pytest.fixture
+def api_settings(settings: Settings) -> Settings:
+    """The test's settings with the API's token secret; a module overrides it to add
+    more."""
+    from pydantic import SecretStr
+
+    return settings.model_copy(update={"api_jwt_secret": SecretStr(API_SECRET)})
+
+
+@pytest_asyncio.fixture
+async def http(
+    api_settings: Settings, temporal: Client, engine: AsyncEngine
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The HTTP API app of ``api_settings``, called in process."""
+    import httpx
+
+    from starter.api import create_app
+
+    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
+    ) as client:
+        yield client
+
+
+def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
+    """The Authorization header of a token naming ``actor``."""
+    from starter.auth import mint
+
+    return {"Authorization": f"Bearer {mint(actor, settings)}"}

@@ -10,13 +10,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import jwt
 import pytest
-import pytest_asyncio
 from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,35 +28,18 @@ from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient
 from tests.codec_keys import codec_env
-from tests.conftest import running_worker, seed
-
-SECRET = "test-secret-" + "x" * 32
+from tests.conftest import API_SECRET, bearer, running_worker, seed
 
 
 @pytest.fixture
 def api_settings(settings: Settings) -> Settings:
     return settings.model_copy(
         update={
-            "api_jwt_secret": SecretStr(SECRET),
+            "api_jwt_secret": SecretStr(API_SECRET),
             "tagging_batch_size": 10,
             "tagging_batch_pause_seconds": 0.05,
         }
     )
-
-
-@pytest_asyncio.fixture
-async def http(
-    api_settings: Settings, temporal: Client, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
-    ) as client:
-        yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint(actor, settings)}"}
 
 
 async def test_the_asynchronous_request_pattern_end_to_end(
@@ -177,7 +158,7 @@ async def test_authentication_and_workspace_isolation(
         "a-different-secret-of-enough-length-0123456789",
     )
     assert (await http.get(base, headers={"Authorization": f"Bearer {forged}"})).status_code == 401
-    expired = jwt.encode({"sub": str(course.actor_id), "exp": int(time.time()) - 5}, SECRET)
+    expired = jwt.encode({"sub": str(course.actor_id), "exp": int(time.time()) - 5}, API_SECRET)
     assert (await http.get(base, headers={"Authorization": f"Bearer {expired}"})).status_code == 401
 
     other = await seed(engine, 3)
@@ -282,7 +263,7 @@ def test_schemathesis_finds_nothing_wrong_with_the_api(
         HUBJOBS_DATABASE_URL=api_settings.resolved_database_url(),
         HUBJOBS_TEMPORAL_ADDRESS=api_settings.resolved_temporal_address(),
         HUBJOBS_TASK_QUEUE=api_settings.task_queue,
-        HUBJOBS_API_JWT_SECRET=SECRET,
+        HUBJOBS_API_JWT_SECRET=API_SECRET,
         HUBJOBS_API_PORT=str(port),
         HUBJOBS_HOME=str(tmp_path),
         # The payload codec on, so that its endpoint (/codec/encode, /codec/decode) is in

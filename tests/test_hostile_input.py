@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,11 +28,9 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-import pytest_asyncio
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -40,15 +38,13 @@ from temporalio.client import Client
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW, workspace_query
-from starter.api import create_app
 from starter.auth import mint
 from starter.cli import run_cli
-from starter.client import HubJobsClient
+from tests.conftest import API_SECRET, bearer
 from tests.hostile import CANONICAL, hostile_text, invalid_utf8
 from tests.processes import hubjobs_env
 
 T = TypeVar("T")
-SECRET = "hostile-test-secret-" + "x" * 32
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 
 # Every code a refusal may carry here. A code outside it (invalid_data: the database
@@ -96,22 +92,6 @@ def canonical(test: Callable[[str], None]) -> Callable[[str], None]:
     for value in CANONICAL:
         test = example(value=value)(test)
     return test
-
-
-@pytest.fixture
-def api_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
-
-
-@pytest_asyncio.fixture
-async def http(
-    api_settings: Settings, temporal: Client, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
-    ) as client:
-        yield client
 
 
 async def fingerprint(engine: AsyncEngine) -> tuple[int, ...]:
@@ -326,7 +306,7 @@ async def test_json_oddities_in_the_body(
 ) -> None:
     """Bodies a JSON parser may choke on: deep nesting, huge numbers, NaN, duplicate
     keys, a BOM, not an object, invalid UTF-8, over the size limit."""
-    auth = {"Authorization": f"Bearer {mint(course.actor_id, api_settings)}"}
+    auth = bearer(course.actor_id, api_settings)
     url = f"/workspaces/{course.workspace_id}/jobs/course_tagging"
     root = str(course.root_page_id)
     bodies = [
@@ -449,7 +429,7 @@ async def test_hostile_text_in_every_cli_option(
 ) -> None:
     for name, value in hubjobs_env(settings, tmp_path).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("HUBJOBS_API_JWT_SECRET", SECRET)
+    monkeypatch.setenv("HUBJOBS_API_JWT_SECRET", API_SECRET)
     monkeypatch.setenv("COLUMNS", "200")
     run = on_loop(asyncio.get_running_loop())
     seen: dict[str, int] = {}

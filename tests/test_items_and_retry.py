@@ -18,14 +18,13 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
-from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.client import Client
 
@@ -34,37 +33,14 @@ from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
 from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import ItemView, JobView
 from hubjobs.settings import Settings
-from starter.api import create_app
-from starter.auth import mint
 from starter.client import HubJobsClient, WorkspaceJobs
-from tests.conftest import running_worker, seed
+from tests.conftest import bearer, running_worker, seed
 from tests.helpers import edit, job_revisions, tags_of
 from tests.processes import hubjobs_env
 
 TAG = "reviewed"
-SECRET = "items-test-secret-" + "x" * 32
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 PAGES = 300
-
-
-@pytest.fixture
-def api_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
-
-
-@pytest_asyncio.fixture
-async def http(
-    api_settings: Settings, temporal: Client, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
-    ) as client:
-        yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint(actor, settings)}"}
 
 
 async def cli(settings: Settings, home: Path, *args: str) -> Any:

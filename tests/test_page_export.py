@@ -16,15 +16,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
-from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -35,14 +32,11 @@ from hubjobs.kinds.page_export import export_folder
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import SweepResult
-from starter.api import create_app
-from starter.auth import mint
 from starter.client import HubJobsClient
-from tests.conftest import running_worker, seed
+from tests.conftest import bearer, running_worker, seed
 from tests.helpers import edit, processed_of, wait_until_final, wait_until_processed
 from tests.processes import WorkerProcess, hubjobs_env
 
-SECRET = "export-test-secret-" + "x" * 32
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 MANIFEST_KEYS = {"transactionTime", "request", "requiresAccessToken", "output", "error"}
 LINE_KEYS = {"id", "title", "markdown", "tags", "version", "updatedAt"}
@@ -362,26 +356,6 @@ async def test_the_retention_sweep_removes_an_expired_exports_files(
 
 
 # --- 4. through the API ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def api_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
-
-
-@pytest_asyncio.fixture
-async def http(
-    api_settings: Settings, temporal: Client, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
-    ) as client:
-        yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint(actor, settings)}"}
 
 
 async def test_files_are_downloaded_through_the_api_and_only_by_their_workspace(

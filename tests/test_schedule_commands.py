@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import pytest_asyncio
-from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -28,16 +27,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import workspace_query
-from starter.api import create_app
-from starter.auth import mint
 from starter.cli import run_cli
-from starter.client import HubJobsClient
-from tests.conftest import seed
+from tests.conftest import bearer, seed
 from tests.processes import hubjobs_env
 
 T = TypeVar("T")
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
-SECRET = "schedule-test-secret-" + "x" * 32
 SCHEDULE_KEYS = {
     "id",
     "kind",
@@ -294,32 +289,15 @@ async def test_schedule_commands_refuse_with_stable_codes(
 # --- the HTTP API ---------------------------------------------------------------------------
 
 
-@pytest_asyncio.fixture
-async def http(
-    settings: Settings, temporal: Client, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    api_settings = settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
-    app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
-    ) as client:
-        yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    api_settings = settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
-    return {"Authorization": f"Bearer {mint(actor, api_settings)}"}
-
-
 async def test_every_schedule_route_of_the_api(
     http: httpx.AsyncClient,
-    settings: Settings,
+    api_settings: Settings,
     course: DemoCourse,
     worker: None,
     cleanup: list[uuid.UUID],
 ) -> None:
     cleanup.append(course.workspace_id)
-    auth = bearer(course.actor_id, settings)
+    auth = bearer(course.actor_id, api_settings)
     base = f"/workspaces/{course.workspace_id}/schedules"
     body = {
         "kind": "course_tagging",
@@ -379,7 +357,7 @@ async def test_every_schedule_route_of_the_api(
 
 async def test_schedule_routes_refuse_with_stable_codes(
     http: httpx.AsyncClient,
-    settings: Settings,
+    api_settings: Settings,
     course: DemoCourse,
     engine: AsyncEngine,
     temporal: Client,
@@ -390,9 +368,9 @@ async def test_schedule_routes_refuse_with_stable_codes(
     cleanup.append(other.workspace_id)
     async with engine.begin() as conn:
         reader = await create_account(conn, course.workspace_id, role="reader", name="Rita")
-    auth = bearer(course.actor_id, settings)
-    as_reader = bearer(reader, settings)
-    outsider = bearer(other.actor_id, settings)
+    auth = bearer(course.actor_id, api_settings)
+    as_reader = bearer(reader, api_settings)
+    outsider = bearer(other.actor_id, api_settings)
     base = f"/workspaces/{course.workspace_id}/schedules"
     tagging = {
         "kind": "course_tagging",
