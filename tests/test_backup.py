@@ -50,7 +50,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import CancelRequest, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
-from tests.archive_helpers import snapshot_archive
+from tests.archive_helpers import Databases, fingerprint, snapshot_archive, tables_of
 from tests.conftest import TEMPLATE, running_worker
 from tests.helpers import edit, run_endings
 from tests.histories import record
@@ -107,58 +107,14 @@ async def backup_worker(temporal: Client, backup_settings: Settings) -> AsyncIte
         yield
 
 
-class DatabaseFactory:
-    """Creates databases on the stack's server (EMPTY, no schema at all, unless cloned
-    from a template); drops them at the end of the test."""
-
-    def __init__(self, stack: StackInfo) -> None:
-        self.server = stack.database_url.rsplit("/", 1)[0]
-        self.names: list[str] = []
-
-    def __call__(self, template: str | None = None) -> str:
-        name = f"r_{uuid.uuid4().hex[:16]}"
-        clause = f' TEMPLATE "{template}"' if template else ""
-        with psycopg.connect(self.server + "/postgres", autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"{clause}')
-        self.names.append(name)
-        return f"{self.server}/{name}"
-
-    def drop_all(self) -> None:
-        with psycopg.connect(self.server + "/postgres", autocommit=True) as conn:
-            for name in self.names:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture
-def new_database(stack: StackInfo) -> Iterator[DatabaseFactory]:
-    factory = DatabaseFactory(stack)
-    yield factory
-    factory.drop_all()
+def new_database(stack: StackInfo) -> Iterator[Databases]:
+    databases = Databases(stack)
+    yield databases
+    databases.drop_all()
 
 
 # --- helpers ------------------------------------------------------------------------
-
-
-def fingerprint(url: str) -> dict[str, tuple[int, str]]:
-    """Per hub table: row count and md5 over every row's text, in key order."""
-    out: dict[str, tuple[int, str]] = {}
-    with psycopg.connect(url) as conn:
-        for table, key in HUB_TABLES:
-            row = conn.execute(
-                f"SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) "
-                f"FROM {table} AS t"
-            ).fetchone()
-            assert row is not None
-            out[table] = (int(row[0]), str(row[1]))
-    return out
-
-
-def tables_of(url: str) -> set[str]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
-        ).fetchall()
-    return {str(r[0]) for r in rows}
 
 
 def file_facts(path: Path) -> tuple[int, int] | None:
@@ -292,7 +248,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     backup_settings: Settings,
     backup_worker: None,
     database_url: str,
-    new_database: DatabaseFactory,
+    new_database: Databases,
     tmp_path: Path,
 ) -> None:
     async with engine.begin() as conn:
@@ -338,7 +294,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     }
 
     # Restored through the command line, into a database with no schema at all.
-    target_url = new_database()
+    target_url = new_database.create()
     target_dir = tmp_path / "restored-attachments"
     finished = await cli_restore(archive, target_url, target_dir, tmp_path / "cli")
     assert finished.returncode == 0, finished.stderr
@@ -367,7 +323,7 @@ FORMAT_1_ARCHIVE = Path(__file__).parent / "data" / "backup-format-1.zip"
 
 
 async def test_an_archive_of_the_previous_format_still_restores(
-    new_database: DatabaseFactory, tmp_path: Path
+    new_database: Databases, tmp_path: Path
 ) -> None:
     """tests/data/backup-format-1.zip was written by the backup of commit fd705aa (format
     1: no index size in the manifest, tables in key order, every member deflated at
@@ -379,7 +335,7 @@ async def test_an_archive_of_the_previous_format_still_restores(
         manifest = json.loads(zf.read(MANIFEST))
         index = [json.loads(line) for line in zf.read(ATTACHMENT_INDEX).splitlines()]
     assert manifest["format"] == "hubjobs-backup/1" and "attachment_index_bytes" not in manifest
-    target_url, target_dir = new_database(), tmp_path / "restored"
+    target_url, target_dir = new_database.create(), tmp_path / "restored"
     report = await asyncio.to_thread(restore, FORMAT_1_ARCHIVE, target_url, target_dir)
     assert report.tables == {t["name"]: t["rows"] for t in manifest["tables"]}
     assert report.attachments == len(index) == 5
@@ -407,7 +363,7 @@ async def test_restore_refuses_and_then_leaves_everything_as_it_was(
     backup_settings: Settings,
     backup_worker: None,
     database_url: str,
-    new_database: DatabaseFactory,
+    new_database: Databases,
     tmp_path: Path,
 ) -> None:
     folder = backup_settings.resolved_attachments_dir
@@ -426,14 +382,14 @@ async def test_restore_refuses_and_then_leaves_everything_as_it_was(
     assert files_under(folder) == source_files
 
     # A database with some other schema (no rows at all) is not empty either.
-    other_url = new_database()
+    other_url = new_database.create()
     with psycopg.connect(other_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE unrelated (x int)")
     other_dir = tmp_path / "other-attachments"
     with pytest.raises(HubJobsError) as refused:
         await asyncio.to_thread(restore, archive, other_url, other_dir)
     assert refused.value.code == "database_not_empty"
-    assert tables_of(other_url) == {"unrelated"}
+    assert tables_of(other_url) == {"public.unrelated"}
     assert files_under(other_dir) == {}
 
     # One byte flipped in the middle (inside an attachment's compressed bytes).
@@ -447,7 +403,7 @@ async def test_restore_refuses_and_then_leaves_everything_as_it_was(
     data[middle] ^= 0xFF
     corrupt = tmp_path / "corrupt.zip"
     corrupt.write_bytes(bytes(data))
-    target_url, target_dir = new_database(), tmp_path / "target-attachments"
+    target_url, target_dir = new_database.create(), tmp_path / "target-attachments"
     with pytest.raises(HubJobsError) as refused:
         await asyncio.to_thread(restore, corrupt, target_url, target_dir)
     assert refused.value.code == "archive_corrupt"
@@ -488,8 +444,8 @@ async def test_restore_refuses_and_then_leaves_everything_as_it_was(
 
     # After all that, the untouched archive still restores; and a database already
     # migrated to the archive's version, but without rows, counts as empty too.
-    migrated_url = new_database(TEMPLATE)
-    assert "pages" in tables_of(migrated_url)
+    migrated_url = new_database.create(TEMPLATE)
+    assert "public.pages" in tables_of(migrated_url)
     report: RestoreReport = await asyncio.to_thread(restore, archive, migrated_url, target_dir)
     assert report.attachments == 6
     assert await asyncio.to_thread(fingerprint, migrated_url) == source
@@ -679,7 +635,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     engine: AsyncEngine,
     backup_settings: Settings,
     database_url: str,
-    new_database: DatabaseFactory,
+    new_database: Databases,
     tmp_path: Path,
 ) -> None:
     folder = backup_settings.resolved_attachments_dir
@@ -752,7 +708,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     assert file_facts(final) == (0o600, done.result["sizeBytes"])
     assert done.result["attachmentCount"] == len(created)
 
-    target_url, target_dir = new_database(), tmp_path / "restored"
+    target_url, target_dir = new_database.create(), tmp_path / "restored"
     report = await asyncio.to_thread(restore, final, target_url, target_dir)
     assert report.tables == {t: n for t, (n, _) in source.items()}
     assert await asyncio.to_thread(fingerprint, target_url) == source

@@ -50,6 +50,7 @@ from hubjobs.ops.restore import restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.archive_helpers import Databases, fingerprint
 from tests.conftest import running_worker, seed
 from tests.helpers import (
     all_runs_history,
@@ -64,11 +65,9 @@ from tests.helpers import (
 from tests.processes import WorkerProcess, hubjobs_env
 from tests.test_backup import (
     MB,
-    DatabaseFactory,
     add_attachments,
     assert_same_attachments,
     file_facts,
-    fingerprint,
     names_in,
 )
 
@@ -701,9 +700,9 @@ async def test_a_backup_whose_worker_is_sigtermed_mid_stream_is_handed_over_whol
     assert file_facts(final) == (0o600, done.result["sizeBytes"])
     assert done.result["attachmentCount"] == len(created)
 
-    databases = DatabaseFactory(stack)
+    databases = Databases(stack)
     try:
-        target_url, target_dir = databases(), tmp_path / "restored"
+        target_url, target_dir = databases.create(), tmp_path / "restored"
         report = await asyncio.to_thread(restore, final, target_url, target_dir)
         assert report.tables == {t: n for t, (n, _) in source.items()}
         assert await asyncio.to_thread(fingerprint, target_url) == source
