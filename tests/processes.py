@@ -1,8 +1,11 @@
-"""Real processes for the tests: the ``HUBJOBS_*`` environment a subprocess gets, and
-``python worker.py`` run as a process of its own with its output in a log file."""
+"""Real processes for the tests: the ``HUBJOBS_*`` environment a subprocess gets, the
+``hubjobs`` command run as people run it, and ``python worker.py`` run as a process of
+its own with its output in a log file."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -11,11 +14,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hubjobs.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
+HUBJOBS = Path(sys.executable).parent / "hubjobs"
 
 EnvValue = str | int | float | Path
 
@@ -95,6 +99,40 @@ class WorkerProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+async def run_hubjobs(
+    settings: Settings,
+    home: Path,
+    *args: str,
+    timeout: float = 60,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The ``hubjobs`` command for the servers of ``settings``, run in a thread so that a
+    worker on the test's event loop keeps working."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [str(HUBJOBS), *args],
+        env=hubjobs_env(settings, home) | (extra_env or {}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+async def hubjobs_json(
+    settings: Settings,
+    home: Path,
+    *args: str,
+    timeout: float = 60,
+    extra_env: dict[str, str] | None = None,
+) -> Any:
+    """The command's ``--json`` answer; it must have succeeded without a traceback."""
+    done = await run_hubjobs(settings, home, *args, "--json", timeout=timeout, extra_env=extra_env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return json.loads(done.stdout)
 
 
 @contextmanager

@@ -3,19 +3,14 @@ against the real servers, with an in-process worker doing the work."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
-from tests.processes import hubjobs_env
+from tests.processes import hubjobs_json, run_hubjobs
 
-HUBJOBS = Path(sys.executable).parent / "hubjobs"
 JOB_KEYS = {
     "id",
     "workflow_id",
@@ -36,27 +31,6 @@ JOB_KEYS = {
 }
 
 
-async def _hubjobs(settings: Settings, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Runs the CLI in a thread, so the worker on this event loop keeps working."""
-    assert settings.database_url is not None and settings.temporal_address is not None
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), *args],
-        env=hubjobs_env(settings, home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-async def _json(settings: Settings, home: Path, *args: str) -> Any:
-    done = await _hubjobs(settings, home, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    return json.loads(done.stdout)
-
-
 def _scope(workspace: object, actor: object) -> list[str]:
     return ["--workspace", str(workspace), "--actor", str(actor)]
 
@@ -72,12 +46,12 @@ def _assert_one_error_line(done: subprocess.CompletedProcess[str], code: str) ->
 async def test_seed_tag_status_list_cancel(
     settings: Settings, tmp_path: Path, worker: None
 ) -> None:
-    seeded = await _json(settings, tmp_path, "seed-demo", "--pages", "40")
+    seeded = await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "40")
     assert {"workspace_id", "actor_id", "root_page_id"} <= seeded.keys()
     assert seeded["pages"] == 40
     scope = _scope(seeded["workspace_id"], seeded["actor_id"])
 
-    job = await _json(
+    job = await hubjobs_json(
         settings,
         tmp_path,
         "tag-course",
@@ -102,14 +76,14 @@ async def test_seed_tag_status_list_cancel(
     assert job["started_at"] and job["finished_at"] and job["created_at"]
     uuid.UUID(job["id"])
 
-    status = await _json(settings, tmp_path, "status", job["id"], *scope)
+    status = await hubjobs_json(settings, tmp_path, "status", job["id"], *scope)
     assert status == job
 
-    listed = await _json(settings, tmp_path, "list", *scope)
+    listed = await hubjobs_json(settings, tmp_path, "list", *scope)
     assert [j["id"] for j in listed] == [job["id"]]
     assert JOB_KEYS <= listed[0].keys() and listed[0]["status"] == "succeeded"
 
-    cancelled = await _json(settings, tmp_path, "cancel", job["id"], *scope)
+    cancelled = await hubjobs_json(settings, tmp_path, "cancel", job["id"], *scope)
     assert cancelled["status"] == "succeeded"
     assert cancelled["cancel_requested_at"] is None
     assert cancelled == job
@@ -123,32 +97,32 @@ async def test_errors_are_one_plain_line(
     scope = _scope(course.workspace_id, course.actor_id)
     root = str(course.root_page_id)
 
-    empty = await _hubjobs(
+    empty = await run_hubjobs(
         settings, tmp_path, "tag-course", *scope, "--root-page", root, "--tag", "", "--json"
     )
     _assert_one_error_line(empty, "invalid_payload")
     assert empty.returncode == 2 and empty.stdout == ""
 
-    long_tag = await _hubjobs(
+    long_tag = await run_hubjobs(
         settings, tmp_path, "tag-course", *scope, "--root-page", root, "--tag", "y" * 80
     )
     _assert_one_error_line(long_tag, "invalid_payload")
 
-    control = await _hubjobs(
+    control = await run_hubjobs(
         settings, tmp_path, "tag-course", *scope, "--root-page", root, "--tag", "a\nb"
     )
     _assert_one_error_line(control, "invalid_payload")
 
-    missing = await _hubjobs(settings, tmp_path, "status", str(uuid.uuid4()), *scope, "--json")
+    missing = await run_hubjobs(settings, tmp_path, "status", str(uuid.uuid4()), *scope, "--json")
     _assert_one_error_line(missing, "job_not_found")
     assert missing.returncode == 1 and missing.stdout == ""
 
-    stranger = await _hubjobs(
+    stranger = await run_hubjobs(
         settings, tmp_path, "list", *_scope(course.workspace_id, uuid.uuid4()), "--json"
     )
     _assert_one_error_line(stranger, "workspace_not_found")
 
-    bad_status = await _hubjobs(settings, tmp_path, "list", *scope, "--status", "nope")
+    bad_status = await run_hubjobs(settings, tmp_path, "list", *scope, "--status", "nope")
     _assert_one_error_line(bad_status, "invalid_status")
 
     # The failure is in the log for whoever looks into it.
@@ -168,11 +142,11 @@ async def test_the_same_idempotency_key_gives_the_same_job(
         "--idempotency-key",
         "cli-key",
     ]
-    first = await _json(settings, tmp_path, *args)
-    second = await _json(settings, tmp_path, *args, "--wait")
+    first = await hubjobs_json(settings, tmp_path, *args)
+    second = await hubjobs_json(settings, tmp_path, *args, "--wait")
     assert second["id"] == first["id"]
     assert second["status"] == "succeeded" and second["succeeded"] == 30
     # Another key is another job: it finds every page tagged already.
-    other = await _json(settings, tmp_path, *args[:-1], "another-key", "--wait")
+    other = await hubjobs_json(settings, tmp_path, *args[:-1], "another-key", "--wait")
     assert other["id"] != first["id"]
     assert (other["status"], other["skipped"], other["succeeded"]) == ("succeeded", 30, 0)

@@ -12,10 +12,6 @@ to retry, an actor who may not start jobs."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -36,25 +32,10 @@ from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.conftest import bearer, running_worker, seed
 from tests.helpers import edit, job_revisions, tags_of
-from tests.processes import hubjobs_env
+from tests.processes import hubjobs_json, run_hubjobs
 
 TAG = "reviewed"
-HUBJOBS = Path(sys.executable).parent / "hubjobs"
 PAGES = 300
-
-
-async def cli(settings: Settings, home: Path, *args: str) -> Any:
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), *args, "--json"],
-        env=hubjobs_env(settings, home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    return json.loads(done.stdout)
 
 
 async def all_items(
@@ -241,23 +222,28 @@ async def test_items_through_the_api_and_the_cli(
     assert foreign.status_code == 404 and foreign.json()["error"]["code"] == "job_not_found"
 
     scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
-    listed = await cli(api_settings, tmp_path, "items", str(job.id), *scope, "--state", "failed")
+    listed = await hubjobs_json(
+        api_settings, tmp_path, "items", str(job.id), *scope, "--state", "failed"
+    )
     assert [i["error_code"] for i in listed["items"]].count("concurrency_conflict") == 12
     assert listed["next"] is None and len(listed["items"]) == 13
-    first = await cli(api_settings, tmp_path, "items", str(job.id), *scope, "--limit", "100")
-    second = await cli(
+    first = await hubjobs_json(
+        api_settings, tmp_path, "items", str(job.id), *scope, "--limit", "100"
+    )
+    second = await hubjobs_json(
         api_settings, tmp_path, "items", str(job.id), *scope, "--after", str(first["next"])
     )
     assert len(first["items"]) == 100 and first["next"] == 100
     assert second["items"][0]["ordinal"] == 101 and len(second["items"]) == 100
-    text_view = await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), "items", str(job.id), *scope, "--state", "failed"],
-        env={**hubjobs_env(api_settings, tmp_path), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    text_view = await run_hubjobs(
+        api_settings,
+        tmp_path,
+        "items",
+        str(job.id),
+        *scope,
+        "--state",
+        "failed",
+        extra_env={"COLUMNS": "200"},
     )
     assert text_view.returncode == 0, text_view.stderr
     assert text_view.stdout.count("concurrency_conflict") == 12
@@ -325,7 +311,7 @@ async def test_retry_tags_the_failed_pages_once_and_is_one_job_per_source(
         f"/workspaces/{course.workspace_id}/jobs/{retry.id}"
     )
     scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
-    by_cli = await cli(settings, tmp_path, "retry", str(source.id), *scope)
+    by_cli = await hubjobs_json(settings, tmp_path, "retry", str(source.id), *scope)
     assert by_cli["id"] == str(retry.id) and by_cli["status"] == "succeeded"
     assert (await jobs.get(retry.id)).source_job_id == source.id
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime
@@ -35,9 +33,8 @@ from hubjobs.temporal.messages import SweepResult
 from starter.client import HubJobsClient
 from tests.conftest import bearer, running_worker, seed
 from tests.helpers import edit, processed_of, wait_until_final, wait_until_processed
-from tests.processes import WorkerProcess, hubjobs_env
+from tests.processes import WorkerProcess, hubjobs_env, hubjobs_json
 
-HUBJOBS = Path(sys.executable).parent / "hubjobs"
 MANIFEST_KEYS = {"transactionTime", "request", "requiresAccessToken", "output", "error"}
 LINE_KEYS = {"id", "title", "markdown", "tags", "version", "updatedAt"}
 
@@ -444,29 +441,24 @@ async def test_files_are_downloaded_through_the_api_and_only_by_their_workspace(
 # --- 5. the command line -----------------------------------------------------------------------
 
 
-async def _cli(settings: Settings, home: Path, *args: str) -> Any:
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), *args, "--json"],
-        env=hubjobs_env(settings, home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    return json.loads(done.stdout)
-
-
 async def test_hubjobs_export_on_the_command_line(
     settings: Settings, engine: AsyncEngine, course: DemoCourse, worker: None, tmp_path: Path
 ) -> None:
     scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
-    whole = await _cli(settings, tmp_path, "export", *scope, "--pages-per-file", "7", "--wait")
+    whole = await hubjobs_json(
+        settings, tmp_path, "export", *scope, "--pages-per-file", "7", "--wait", timeout=120
+    )
     assert (whole["kind"], whole["status"], whole["total"]) == ("page_export", "succeeded", 30)
     assert [e["count"] for e in whole["result"]["output"]] == [7, 7, 7, 7, 2]
-    course_only = await _cli(
-        settings, tmp_path, "export", *scope, "--root-page", str(course.page_ids[1]), "--wait"
+    course_only = await hubjobs_json(
+        settings,
+        tmp_path,
+        "export",
+        *scope,
+        "--root-page",
+        str(course.page_ids[1]),
+        "--wait",
+        timeout=120,
     )
     # Page 1's subtree: itself and the pages under it (the demo course's tree).
     assert course_only["status"] == "succeeded" and 1 <= course_only["total"] < 30

@@ -9,7 +9,6 @@ import contextlib
 import io
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,10 +28,11 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.job_schedules import workspace_query
 from starter.cli import run_cli
 from tests.conftest import bearer, seed
-from tests.processes import hubjobs_env
+from tests.processes import hubjobs_env, hubjobs_json, run_hubjobs
 
 T = TypeVar("T")
-HUBJOBS = Path(sys.executable).parent / "hubjobs"
+# Text output (rich tables) as wide as a terminal of 200 columns: rows stay whole.
+WIDE = {"COLUMNS": "200"}
 SCHEDULE_KEYS = {
     "id",
     "kind",
@@ -84,25 +84,6 @@ async def cleanup(temporal: Client) -> AsyncIterator[list[uuid.UUID]]:
 # --- the command line -------------------------------------------------------------------
 
 
-async def _hubjobs(settings: Settings, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), *args],
-        env=hubjobs_env(settings, home) | {"COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-async def _json(settings: Settings, home: Path, *args: str) -> Any:
-    done = await _hubjobs(settings, home, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    return json.loads(done.stdout)
-
-
 def _run_in_process(args: list[str]) -> subprocess.CompletedProcess[str]:
     """``hubjobs ARGS`` through ``run_cli``, its output captured as a process's would be."""
     out, err = io.StringIO(), io.StringIO()
@@ -131,7 +112,7 @@ async def test_every_schedule_command_on_the_command_line(
     cleanup.append(course.workspace_id)
     scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
     payload = json.dumps({"root_page_id": str(course.root_page_id), "tag": "nightly"})
-    created = await _json(
+    created = await hubjobs_json(
         settings,
         tmp_path,
         "schedule",
@@ -161,38 +142,40 @@ async def test_every_schedule_command_on_the_command_line(
     assert schedule.startswith("course_tagging-schedule-")
 
     async def listed() -> list[Any] | None:
-        found = await _json(settings, tmp_path, "schedule", "list", *scope)
+        found = await hubjobs_json(settings, tmp_path, "schedule", "list", *scope)
         return found if [s["id"] for s in found] == [schedule] else None
 
     assert (await until("the schedule listed", listed))[0]["keep"] == 7
-    shown = await _json(settings, tmp_path, "schedule", "show", schedule, *scope)
+    shown = await hubjobs_json(settings, tmp_path, "schedule", "show", schedule, *scope)
     assert shown == created
 
-    triggered = await _json(settings, tmp_path, "schedule", "trigger", schedule, *scope)
+    triggered = await hubjobs_json(settings, tmp_path, "schedule", "trigger", schedule, *scope)
     assert triggered["id"] == schedule
 
     async def run_done() -> list[Any] | None:
-        jobs = await _json(settings, tmp_path, "list", *scope, "--schedule", schedule)
+        jobs = await hubjobs_json(settings, tmp_path, "list", *scope, "--schedule", schedule)
         return jobs if jobs and jobs[0]["status"] == "succeeded" else None
 
     jobs = await until("the triggered run", run_done)
     assert len(jobs) == 1 and jobs[0]["schedule_id"] == schedule and jobs[0]["succeeded"] == 30
-    shown = await _json(settings, tmp_path, "schedule", "show", schedule, *scope)
+    shown = await hubjobs_json(settings, tmp_path, "schedule", "show", schedule, *scope)
     assert [run["job_id"] for run in shown["recent_runs"]] == [jobs[0]["id"]]
 
-    paused = await _json(settings, tmp_path, "schedule", "pause", schedule, *scope)
+    paused = await hubjobs_json(settings, tmp_path, "schedule", "pause", schedule, *scope)
     assert paused["paused"] is True
-    unpaused = await _json(settings, tmp_path, "schedule", "unpause", schedule, *scope)
+    unpaused = await hubjobs_json(settings, tmp_path, "schedule", "unpause", schedule, *scope)
     assert unpaused["paused"] is False
 
-    text_list = await _hubjobs(settings, tmp_path, "schedule", "list", *scope)
+    text_list = await run_hubjobs(settings, tmp_path, "schedule", "list", *scope, extra_env=WIDE)
     assert text_list.returncode == 0 and schedule in text_list.stdout
 
-    deleted = await _json(settings, tmp_path, "schedule", "delete", schedule, *scope)
+    deleted = await hubjobs_json(settings, tmp_path, "schedule", "delete", schedule, *scope)
     assert deleted == {"deleted": schedule}
-    gone = await _hubjobs(settings, tmp_path, "schedule", "show", schedule, *scope)
+    gone = await run_hubjobs(
+        settings, tmp_path, "schedule", "show", schedule, *scope, extra_env=WIDE
+    )
     _refused(gone, "schedule_not_found", 1)
-    with_runs = await _json(settings, tmp_path, "list", *scope, "--schedule", schedule)
+    with_runs = await hubjobs_json(settings, tmp_path, "list", *scope, "--schedule", schedule)
     assert [job["id"] for job in with_runs] == [jobs[0]["id"]]  # the jobs stay
 
 
@@ -216,7 +199,7 @@ async def test_schedule_commands_refuse_with_stable_codes(
     payload = json.dumps({"root_page_id": str(course.root_page_id), "tag": "t"})
     tagging = ["schedule", "create", "course_tagging", "--payload", payload]
     # The one valid schedule, in the other workspace.
-    theirs = await _json(
+    theirs = await hubjobs_json(
         settings,
         tmp_path,
         "schedule",
@@ -279,7 +262,7 @@ async def test_schedule_commands_refuse_with_stable_codes(
         result = await asyncio.to_thread(_run_in_process, args)
         _refused(result, code, exit_code)
     # A reader lists and shows; nothing was created here by any refusal.
-    assert await _json(settings, tmp_path, "schedule", "list", *as_reader) == []
+    assert await hubjobs_json(settings, tmp_path, "schedule", "list", *as_reader) == []
     assert await schedule_ids(temporal, course.workspace_id) == set()
     assert await schedule_ids(temporal, other.workspace_id) == {theirs["id"]}
     async with engine.connect() as conn:
