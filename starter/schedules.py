@@ -16,11 +16,11 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
-from temporalio.client import ScheduleHandle
+from temporalio.client import ScheduleDescription, ScheduleHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_member
@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 KEEP_MAX = 1000
+
+
+class Described(NamedTuple):
+    """A schedule as Temporal describes it, and as callers see it."""
+
+    description: ScheduleDescription
+    view: ScheduleView
 
 
 def invalid_schedule_id() -> InvalidInput:
@@ -167,14 +174,14 @@ class WorkspaceSchedules:
 
     async def pause(self, schedule_id: str) -> ScheduleView:
         """No firing until unpaused (a run under way goes on)."""
-        handle = await self._administered(schedule_id)
+        handle, _ = await self._administered(schedule_id)
         note = f"paused by {self.actor_id}"
         await self._call(handle, "pausing", lambda: handle.pause(note=note))
         return await self._describe(schedule_id)
 
     async def unpause(self, schedule_id: str) -> ScheduleView:
-        handle = await self._administered(schedule_id)
-        note = (await self._describe(schedule_id)).describe()
+        handle, described = await self._administered(schedule_id)
+        note = described.view.describe()
         await self._call(handle, "unpausing", lambda: handle.unpause(note=note))
         return await self._describe(schedule_id)
 
@@ -182,9 +189,8 @@ class WorkspaceSchedules:
         """Fires now, as at a scheduled time: a job with the start checks of now. While a
         run of this schedule is still going the overlap policy would skip the firing:
         refused (``schedule_running``) rather than accepted and silently dropped."""
-        handle = await self._administered(schedule_id)
-        description = await self._call(handle, "describing", handle.describe)
-        if description.info.running_actions:
+        handle, described = await self._administered(schedule_id)
+        if described.description.info.running_actions:
             raise InvalidInput(
                 "a run of this schedule is under way; trigger it again once it has ended",
                 code="schedule_running",
@@ -195,7 +201,7 @@ class WorkspaceSchedules:
     async def delete(self, schedule_id: str) -> None:
         """Removes the schedule from Temporal. Its jobs stay (ordinary jobs, with their
         retention); a run under way goes on."""
-        handle = await self._administered(schedule_id)
+        handle, _ = await self._administered(schedule_id)
         await self._call(handle, "deleting", lambda: handle.delete())
         log.info("schedule %s deleted", schedule_id)
 
@@ -207,22 +213,26 @@ class WorkspaceSchedules:
     async def _require_administrator(self, conn: AsyncConnection) -> None:
         await require_administrator(conn, self.workspace_id, self.actor_id)
 
-    async def _administered(self, schedule_id: str) -> ScheduleHandle:
-        """The handle of one of this workspace's schedules, for an administrator."""
+    async def _administered(self, schedule_id: str) -> tuple[ScheduleHandle, Described]:
+        """The handle of one of this workspace's schedules, for an administrator, with
+        the schedule as it stands (one describe call)."""
         check_schedule_id(schedule_id)
         await self.client.db(self._require_administrator)
-        await self._describe(schedule_id)
-        return (await self.client.temporal_client()).get_schedule_handle(schedule_id)
+        handle = (await self.client.temporal_client()).get_schedule_handle(schedule_id)
+        return handle, await self._described(handle)
 
     async def _describe(self, schedule_id: str) -> ScheduleView:
+        handle = (await self.client.temporal_client()).get_schedule_handle(schedule_id)
+        return (await self._described(handle)).view
+
+    async def _described(self, handle: ScheduleHandle) -> Described:
         """The schedule, if it is one of this workspace's; ``schedule_not_found``
         otherwise (another workspace's answers as one that does not exist)."""
-        handle = (await self.client.temporal_client()).get_schedule_handle(schedule_id)
         description = await self._call(handle, "describing", handle.describe)
         view = await view_of(description)
         if view is None or view.workspace_id != self.workspace_id:
             raise schedule_not_found()
-        return view
+        return Described(description, view)
 
     @staticmethod
     async def _call(handle: ScheduleHandle, what: str, call: Callable[[], Awaitable[T]]) -> T:
