@@ -168,8 +168,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         total = ctx.counters.total
         starts = iter(range(after, total, size))
         running: dict[asyncio.Task[tuple[int, Recorded] | None], int] = {}
-        done: set[int] = set()
+        landed_ranges: set[int] = set()
         frontier = after
+        cancel_requested = False
         ended: WorkEnd | None = None
         failure: BaseException | None = None
 
@@ -193,30 +194,26 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                     except Exception as err:  # the others land first, then it is raised
                         failure = failure or err
                         continue
-                    done.add(start)
+                    landed_ranges.add(start)
                     if recorded is not None:
                         result = recorded[1]
                         if result.counters.processed >= ctx.counters.processed:
                             ctx.counters = result.counters  # batches commit in any order
-                        if result.cancel_requested:
-                            ended = ended or Stopped()
-                while frontier in done:
-                    done.remove(frontier)
+                        cancel_requested = cancel_requested or result.cancel_requested
+                while frontier in landed_ranges:
+                    landed_ranges.remove(frontier)
                     frontier = min(frontier + size, total)
                 ctx.beat(
                     cursor=TaggingCursor(after=frontier).model_dump(),
                     progress=ctx.counters.processed,
                 )
+                if failure is None and ended is None:
+                    ended = self.end_after_batch(ctx, cancel_requested=cancel_requested)
                 if failure is not None or ended is not None:
                     continue  # launch nothing more; let the batches in flight land
-                if ctx.counters.processed >= total:
-                    ended = self.done(ctx)
-                elif ctx.time_to_pause():
-                    ended = Paused()
-                else:
-                    await self.breathe(ctx)
-                    while len(running) < lanes and launch():
-                        pass
+                await self.breathe(ctx)
+                while len(running) < lanes and launch():
+                    pass
         finally:
             # Cancelled (the activity, or the worker going away): what was in flight
             # rolls back whole, as a cut batch always did.
@@ -253,7 +250,14 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     ) -> WorkEnd | None:
         ctx.counters = result.counters
         ctx.beat(cursor=TaggingCursor(after=cursor).model_dump(), progress=ctx.counters.processed)
-        if result.cancel_requested:
+        return self.end_after_batch(ctx, cancel_requested=result.cancel_requested)
+
+    def end_after_batch(
+        self, ctx: WorkContext[CourseTaggingPayload], *, cancel_requested: bool
+    ) -> WorkEnd | None:
+        """How the attempt ends after a batch landed, if it ends: a cancellation request
+        seen, every item recorded (the counters are exact), or its time slice over."""
+        if cancel_requested:
             return Stopped()
         if ctx.counters.processed >= ctx.counters.total:
             return self.done(ctx)
