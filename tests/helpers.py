@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -11,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
@@ -305,3 +306,12 @@ async def tag_whole_job(
     after = 0
     while (batch := await tag_one_batch(tagger, ctx, after)) is not None:
         after = batch[0]
+
+
+async def workflow_closed(client: Client, workflow_id: str, timeout: float = 30) -> None:
+    """Waits until the workflow has closed, however it ended. A job's row is final a
+    workflow task before its workflow is: a test that stops its workers as soon as the
+    row is final must wait for this first."""
+    handle = client.get_workflow_handle(workflow_id)
+    with contextlib.suppress(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout)

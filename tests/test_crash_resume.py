@@ -30,6 +30,7 @@ from tests.helpers import (
     run_endings,
     wait_until_final,
     wait_until_processed,
+    workflow_closed,
 )
 from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
@@ -86,6 +87,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
             f"--- worker-2\n{second.tail()}"
         )
         assert second.alive(), f"worker-2 died:\n{second.tail()}"
+        await workflow_closed(temporal, done.workflow_id)  # while worker-2 can run it
     except BaseException:
         for w in workers:
             print(f"\n--- {w.name} ({w.log_path}):\n{w.tail()}")
@@ -157,6 +159,7 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
         # A live worker for the workflow's tasks: it judges the second death the last.
         workers.append(WorkerProcess("worker-3", env, tmp_path))
         done = await wait_until_final(jobs, job.id, timeout=60)
+        await workflow_closed(temporal, done.workflow_id)  # while worker-3 can run it
     finally:
         await lock_conn.rollback()
         await lock_conn.close()

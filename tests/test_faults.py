@@ -61,6 +61,7 @@ from tests.helpers import (
     run_endings,
     wait_until_final,
     wait_until_processed,
+    workflow_closed,
 )
 from tests.processes import WorkerProcess, hubjobs_env
 from tests.test_backup import (
@@ -434,6 +435,7 @@ async def test_postgres_down_past_the_max_outage_fails_the_job_unavailable_work_
             done, [run.worker]
         )
         assert run.worker.alive(), run.worker.tail()
+        await workflow_closed(temporal, done.workflow_id)  # while the worker can run it
         await assert_work_kept(engine, done, run.tag)
     assert done.error_message == (
         "The job failed: the database did not answer for longer than allowed."

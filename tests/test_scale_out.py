@@ -54,6 +54,7 @@ from tests.helpers import (
     attempt_endings,
     processed_of,
     wait_until_final,
+    workflow_closed,
 )
 from tests.processes import REPO, WorkerProcess, hubjobs_env
 
@@ -486,6 +487,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
             f"{done.processed}/{done.total} done{_tails(workers)}"
         )
         assert b.alive(), f"worker B died:{_tails(workers)}"
+        await workflow_closed(client, job.workflow_id)
         attempts = await chunk_attempts(client, job.workflow_id)
         description = await client.get_workflow_handle(job.workflow_id).describe()
     except BaseException:
