@@ -46,7 +46,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.process import run_and_exit
-from hubjobs.temporal.schedules import ensure_schedules
+from hubjobs.temporal.schedules import ensure_maintenance
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 from workflows.scheduled import ScheduledStartWorkflow
 from workflows.versioning import is_declared, unversioned
@@ -236,8 +236,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if settings.maintenance_schedules:
-        await ensure_schedules(client, settings)
+    if settings.maintenance:
+        await ensure_maintenance(client, settings)
     worker = build_worker(client, engine, settings)
     queue = asyncio.create_task(refresh_queue_state(engine, metrics_of(client), stop))
     log.info("worker started on task queue %s", worker.task_queue)

@@ -30,11 +30,10 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
 from hubjobs.temporal.schedules import (
-    RECONCILER,
+    MAINTENANCE_WORKFLOW,
     RECONCILER_WORKFLOW,
-    RETENTION,
     RETENTION_SWEEP_WORKFLOW,
-    ensure_schedules,
+    ensure_maintenance,
 )
 from starter.client import HubJobsClient
 from tests import toy_kind
@@ -152,7 +151,7 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
     assert row is not None and row.status == "succeeded" and row.succeeded == 30
 
 
-async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
+async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(
     hub: HubJobsClient,
     engine: AsyncEngine,
     temporal: Client,
@@ -170,13 +169,12 @@ async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
     )
     course = await seed(engine, 500)
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    await ensure_schedules(temporal, slow)
+    maintenance = temporal.get_workflow_handle(await ensure_maintenance(temporal, slow))
     try:
         engine2 = async_engine(slow.resolved_database_url(), pool_size=5)
         async with worker_module.build_worker(temporal, engine2, slow):
-            for schedule_id in (RETENTION, RECONCILER):
-                description = await temporal.get_schedule_handle(schedule_id).describe()
-                assert description.id == schedule_id
+            description = await maintenance.describe()
+            assert description.workflow_type == MAINTENANCE_WORKFLOW
             job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t")
             async for current in jobs.watch(job.id, interval=0.05):
                 if current.processed > 0:
@@ -202,8 +200,7 @@ async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
             done = await _until_final(engine, job.id, timeout=15)
         await engine2.dispose()
     finally:
-        for schedule_id in (RETENTION, RECONCILER):
-            await temporal.get_schedule_handle(schedule_id).delete()
+        await maintenance.terminate("test over")
     assert done.status == "failed" and done.error_code == "terminated"
     assert done.error_message == "The job was terminated in Temporal."
     assert 0 < done.processed < done.total
