@@ -16,7 +16,7 @@ import asyncio
 import importlib
 import logging
 import signal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -150,9 +150,12 @@ def build_worker(
     *,
     task_queue: str | None = None,
     hooks: Mapping[str, Any] | None = None,
+    workflow_classes: Sequence[type] | None = None,
 ) -> Worker:
     """``hooks`` reach activities through their dependencies (tests use
-    ``before_write`` to act as a concurrent editor between a batch's read and write)."""
+    ``before_write`` to act as a concurrent editor between a batch's read and write);
+    ``workflow_classes`` serves those instead of ``workflows()`` (a test's build of its
+    own)."""
     deps = Deps(
         engine=engine,
         settings=settings,
@@ -176,7 +179,7 @@ def build_worker(
             if versioning is not None
             else None
         ),
-        workflows=workflows(versioned=versioning is not None),
+        workflows=list(workflow_classes or workflows(versioned=versioning is not None)),
         activities=activities,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)

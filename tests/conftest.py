@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -173,13 +173,21 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
 
 @asynccontextmanager
 async def running_worker(
-    temporal: Client, settings: Settings, *, before_write: BeforeWrite | None = None
+    temporal: Client,
+    settings: Settings,
+    *,
+    before_write: BeforeWrite | None = None,
+    workflow_classes: Sequence[type] | None = None,
 ) -> AsyncIterator[None]:
     """An in-process worker with its own pool, as a worker process would have."""
     engine = async_engine(settings.resolved_database_url(), pool_size=5)
     try:
         async with worker_module.build_worker(
-            temporal, engine, settings, hooks={"before_write": before_write}
+            temporal,
+            engine,
+            settings,
+            hooks={"before_write": before_write},
+            workflow_classes=workflow_classes,
         ):
             await worker_module.announce_version(temporal, settings)
             yield
