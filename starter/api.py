@@ -131,6 +131,9 @@ class JobResource(BaseModel):
     finished_at: str | None
     # The schedule whose firing started the job (null for a job started by hand).
     schedule_id: str | None
+    # Set while the job's workflow tasks keep failing (null otherwise): not moving.
+    stuck_since: str | None = None
+    stuck_reason: str | None = None
     status_url: str
 
     @classmethod
