@@ -185,6 +185,15 @@ class Stack:
             self._temporal_address = f"127.0.0.1:{port}"
         return self._temporal_address
 
+    def temporal_pid(self) -> int:
+        """The dev server's process (its CPU is part of what a job costs)."""
+        self.temporal_address  # noqa: B018 (started on first use)
+        assert self._temporal is not None
+        pid = self._temporal.running_pid()
+        if pid is None:
+            raise RuntimeError("the Temporal dev server is not running")
+        return pid
+
     async def temporal_client(self) -> Any:
         """A plain client (default data converter), as any Temporal program has."""
         from temporalio.client import Client

@@ -113,6 +113,11 @@ class Counters:
             **{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)}
         )
 
+    def __add__(self, other: Counters) -> Counters:
+        return Counters(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
     def scaled(self, factor: float) -> Counters:
         return Counters(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
 
