@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install system-deps run test unit lint compose-check down bench clean migration contract
+.PHONY: install system-deps run test unit lint compose-check down bench peers-venv clean migration contract
 
 install: $(VENV)/.installed
 
@@ -67,10 +67,24 @@ contract: install
 down: install
 	$(BIN)/hubjobs down
 
-# Every benchmark side by side on servers of its own (~10 minutes): one table on stdout,
-# plots and results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py.
-bench: install
+# Every benchmark side by side on servers of its own: one table on stdout, plots and
+# results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py
+# (BENCH_ARGS=--quick: small sizes, for development).
+bench: install peers-venv
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+# The peers bench/bench_peers.py compares (procrastinate, pgqueuer, oban, dbos), pinned in
+# bench/peers/requirements.txt, in a venv of their own: oban needs Python 3.12 or newer.
+PEERS_VENV := bench/.peers-venv
+PEERS_PYTHON ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python \
+  /root/.pyenv/versions/3.13*/bin/python) python3.12)
+peers-venv: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt
+	$(PEERS_PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet -r bench/peers/requirements.txt
+	touch $@
 
 clean:
 	-$(BIN)/hubjobs down

@@ -25,9 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import onepage  # noqa: E402
 from bare_workflows import BareDbJob, BareJob  # noqa: E402
 
-POOL: dict[str, Any] = {}
-
-
 @activity.defn(name="bare_noop")
 async def bare_noop(value: str) -> str:
     return value
@@ -35,7 +32,7 @@ async def bare_noop(value: str) -> str:
 
 @activity.defn(name="bare_onepage")
 async def bare_onepage(job_id: str) -> str:
-    return await onepage.run_job(POOL["pool"], job_id)
+    return await onepage.run_worker_job(job_id)
 
 
 async def serve(address: str, task_queue: str, database_url: str | None) -> None:
@@ -49,9 +46,7 @@ async def serve(address: str, task_queue: str, database_url: str | None) -> None
     if database_url:
         # As many connections as the SDK's default activity slots could use at once
         # would be 100; hubjobs' worker runs 8 activities, the peers 10: 10 here.
-        pool = onepage.open_pool(database_url, 10)
-        await pool.open(wait=True)
-        POOL["pool"] = pool
+        await onepage.open_worker_pool(database_url, 10)
         workflows.append(BareDbJob)
         activities.append(bare_onepage)
     async with Worker(client, task_queue=task_queue, workflows=workflows, activities=activities):

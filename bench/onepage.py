@@ -32,15 +32,16 @@ class Page:
 
 
 def pages_of(url: str, limit: int) -> list[Page]:
-    """The one-page courses of a database seeded for the benchmark, untagged ones first."""
+    """Up to ``limit`` one-page courses of a database seeded for the benchmark whose page
+    no job has tagged yet (tagging one twice would break ``tags_distinct``)."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT p.workspace_id, m.user_id, p.id FROM pages p "
             "JOIN workspace_memberships m ON m.workspace_id = p.workspace_id "
             "AND m.role = 'administrator' "
-            "WHERE p.parent_id IS NULL AND NOT p.trashed ORDER BY cardinality(p.tags), p.id "
-            "LIMIT %s",
-            (limit,),
+            "WHERE p.parent_id IS NULL AND NOT p.trashed AND NOT %s = ANY(p.tags) "
+            "AND NOT EXISTS (SELECT 1 FROM job_items i WHERE i.ref = p.id) ORDER BY p.id LIMIT %s",
+            (TAG, limit),
         ).fetchall()
     return [Page(str(w), str(a), str(p)) for w, a, p in rows]
 
@@ -112,6 +113,22 @@ async def run_job(pool: psycopg_pool.AsyncConnectionPool[Any], job_id: str) -> s
         await conn.execute(JOB_SQL["item"], params)
         await conn.execute(JOB_SQL["final"], params)
     return outcome
+
+
+# A worker process's pool for its jobs (each peer's handler and the floor's activity
+# reach it here: a module every importer shares, even when the worker is ``__main__``).
+POOL: dict[str, psycopg_pool.AsyncConnectionPool[Any]] = {}
+
+
+async def open_worker_pool(url: str, size: int) -> None:
+    pool = open_pool(url, size)
+    await pool.open(wait=True)
+    POOL["pool"] = pool
+
+
+async def run_worker_job(job_id: str) -> str:
+    """The one-page job on the worker's pool (``open_worker_pool`` first)."""
+    return await run_job(POOL["pool"], job_id)
 
 
 def open_pool(url: str, size: int = 10) -> psycopg_pool.AsyncConnectionPool[Any]:
