@@ -18,7 +18,7 @@ COLORS = {"hubjobs": "tab:blue", "floor": "tab:green", "seed loop": "tab:red"}
 
 def tagging(series: dict[str, Any], out: Path) -> Path:
     sizes = series["sizes"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(12, 4.5))
     for who, per_size in series["rates"].items():
         points = [(s, r) for s in sizes for r in per_size[s] if r == r]
         ax.scatter(
@@ -38,6 +38,26 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
     ax.set_title("Tagging a course: hubjobs, the SQL floor and the seed loop")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best")
+    found = series.get("hubjobs_median_phases", {})
+    if found:
+        xs = [s for s in sizes if str(s) in found]
+        side.plot(xs, [found[str(s)].get("start call", 0) for s in xs], marker="o",
+                  color="tab:blue", label="start call (s)")
+        side.axhline(1.0, color="tab:red", linestyle="--", label="1 s target")
+        side.set_xscale("log")
+        side.set_yscale("log")
+        side.set_xlabel("course size (pages)")
+        side.set_ylabel("hubjobs start call (s)")
+        rss = side.twinx()
+        rss.plot(xs, [found[str(s)].get("peak RSS MB", 0) for s in xs], marker="s",
+                 color="tab:purple", label="worker peak RSS (MB)")
+        rss.set_ylabel("worker peak RSS (MB)")
+        rss.set_ylim(bottom=0)
+        lines = side.get_legend_handles_labels()
+        more = rss.get_legend_handles_labels()
+        side.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
+        side.set_title("hubjobs: the start call and worker memory by size")
+        side.grid(True, which="both", alpha=0.3)
     path = out / "tagging.png"
     fig.tight_layout()
     fig.savefig(path, dpi=120)
