@@ -118,6 +118,7 @@ class Stack:
         self._hubs: dict[str, Hub] = {}
         self.cache: dict[str, Any] = {}
         self.processes: list[Process] = []
+        self.servers: list[EmbeddedTemporal] = []
 
     def __enter__(self) -> Stack:
         return self
@@ -185,6 +186,31 @@ class Stack:
             self._temporal_address = f"127.0.0.1:{port}"
         return self._temporal_address
 
+    def extra_temporal(self, key: str, store: str, pragmas: Sequence[str] = ()) -> str:
+        """Another dev server beside the stack's (bench_devstore: one per store setting),
+        started once per ``key``; returns its address. Its state is under the stack's
+        folder, a fresh SQLite file for a file store."""
+        cache = f"temporal_{key}"
+        if cache not in self.cache:
+            server = EmbeddedTemporal(self.home / f"temporal-{key}", persistent=store == FILE)
+            taken = [self.pg_port, *(p for p in self.cache.get("ports", []))]
+            port = free_port(taken)
+            ui = free_port([*taken, port])
+            self.cache.setdefault("ports", []).extend([port, ui])
+            args = [arg for p in pragmas for arg in ("--sqlite-pragma", p)]
+            say(f"starting a Temporal dev server ({key}: {store} {' '.join(pragmas)})")
+            server.start(port, ui, args)
+            self.servers.append(server)
+            self.cache[cache] = f"127.0.0.1:{port}"
+        return str(self.cache[cache])
+
+    def stop_extra_temporal(self, key: str) -> None:
+        """Stops the extra dev server of ``key`` (stop its workers first)."""
+        self.cache.pop(f"temporal_{key}", None)
+        for server in [s for s in self.servers if s.home.name == f"temporal-{key}"]:
+            server.stop()
+            self.servers.remove(server)
+
     def temporal_pid(self) -> int:
         """The dev server's process (its CPU is part of what a job costs)."""
         self.temporal_address  # noqa: B018 (started on first use)
@@ -194,11 +220,12 @@ class Stack:
             raise RuntimeError("the Temporal dev server is not running")
         return pid
 
-    async def temporal_client(self) -> Any:
-        """A plain client (default data converter), as any Temporal program has."""
+    async def temporal_client(self, address: str | None = None) -> Any:
+        """A plain client (default data converter), as any Temporal program has, of the
+        stack's dev server or of the one at ``address``."""
         from temporalio.client import Client
 
-        return await Client.connect(self.temporal_address)
+        return await Client.connect(address or self.temporal_address)
 
     # hubs ------------------------------------------------------------------------------
 
@@ -222,7 +249,7 @@ class Stack:
         its task queue."""
         return (await self._floor_worker("bare", None)).task_queue
 
-    async def floor(self, name: str = "floor") -> Floor:
+    async def floor(self, name: str = "floor", address: str | None = None) -> Floor:
         """The per-job floor: a database of its own (``floor_<name>``, a copy of the
         migrated template with the completion trigger) and a bare worker process
         serving ``BareDbJob`` on it (bench/bare_worker.py: temporalio and psycopg)."""
@@ -231,9 +258,12 @@ class Stack:
             url = self.database(f"floor_{name}")
             install_final_trigger(url)
             self.cache[key] = url
-        return await self._floor_worker(name, str(self.cache[key]))
+        return await self._floor_worker(name, str(self.cache[key]), address)
 
-    async def _floor_worker(self, name: str, database_url: str | None) -> Floor:
+    async def _floor_worker(
+        self, name: str, database_url: str | None, address: str | None = None
+    ) -> Floor:
+        """A bare worker process on the stack's dev server, or on ``address``."""
         key = f"floor_worker_{name}"
         if key not in self.cache:
             task_queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -241,13 +271,14 @@ class Stack:
             say(f"starting the {name} worker process ({what})")
             env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
             script = str(Path(__file__).with_name("bare_worker.py"))
-            args = [sys.executable, script, "--address", self.temporal_address]
+            address = address or self.temporal_address
+            args = [sys.executable, script, "--address", address]
             args += ["--task-queue", task_queue]
             if database_url is not None:
                 args += ["--database-url", database_url]
             process = self.spawn(f"worker-{name}", args, env | {"PYTHONUNBUFFERED": "1"})
             try:
-                await wait_for_poller(await self.temporal_client(), task_queue)
+                await wait_for_poller(await self.temporal_client(address), task_queue)
             except TimeoutError:
                 process.require_alive()
                 raise
@@ -263,6 +294,8 @@ class Stack:
     def close(self) -> None:
         for process in reversed(self.processes):
             process.stop()
+        for server in self.servers:
+            server.stop()
         if self._temporal is not None:
             self._temporal.stop()
         if self._postgres is not None:
