@@ -18,6 +18,7 @@ a peer's pollers) is measured over an idle window and subtracted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
@@ -66,8 +67,12 @@ class FinalWatcher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # The listener first, awaited: a reader left registered on the closed socket's
+        # fd breaks the next connection that gets the same fd number.
         if self._task is not None:
             self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                await self._task
         if self._conn is not None:
             await self._conn.close()
 
