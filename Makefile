@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install system-deps run test unit lint compose-check down bench peers-venv clean migration contract
+.PHONY: install system-deps run test unit lint compose-check down bench bench-deps peers-venv clean migration contract
 
 install: $(VENV)/.installed
 
@@ -70,8 +70,15 @@ down: install
 # Every benchmark side by side on servers of its own: one table on stdout, plots and
 # results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py
 # (BENCH_ARGS=--quick: small sizes, for development).
-bench: install peers-venv
+bench: install bench-deps peers-venv
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+# bench/'s own packages (pyproject's `bench` group) in the project's venv.
+bench-deps: $(VENV)/.bench-installed
+
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e ".[bench]"
+	touch $@
 
 # The peers bench/bench_peers.py compares (procrastinate, pgqueuer, oban, dbos), pinned in
 # bench/peers/requirements.txt, in a venv of their own: oban needs Python 3.12 or newer.

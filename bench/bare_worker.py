@@ -22,8 +22,9 @@ from temporalio.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import onepage  # noqa: E402
-from bare_workflows import BareDbJob, BareJob  # noqa: E402
+import onepage
+from bare_workflows import BareDbJob, BareJob
+
 
 @activity.defn(name="bare_noop")
 async def bare_noop(value: str) -> str:

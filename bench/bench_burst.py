@@ -20,7 +20,6 @@ import uuid
 from typing import Any
 
 import onepage
-import psycopg
 from common import Floor, Hub, Stack, seed_courses, seed_onepage
 from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say
 from pg import FinalWatcher

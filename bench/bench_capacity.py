@@ -155,7 +155,7 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         item.split("=", 1) for item in args.settings.split(",") if item.strip()
     )
     name = "capacity" + "".join(f"_{k[:12]}{v}" for k, v in settings.items())
-    hub = await stack.hub(name, **settings)
+    hub = await stack.hub(name, worker=True, **settings)
     assert hub.worker is not None
     temporal = await stack.temporal_client()
     total = int(sum(round(r * args.seconds) for r in args.rates))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
 from dataclasses import asdict
 from typing import Any
 

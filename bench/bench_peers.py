@@ -183,12 +183,12 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     return Outcome(figures, {"results": results, "bursts": args.bursts}, notes)
 
 
-def peer_table(results: dict[str, dict[str, Any]], order: list[str], bursts: list[int]) -> list[str]:
+def peer_table(
+    results: dict[str, dict[str, Any]], order: list[str], bursts: list[int]
+) -> list[str]:
     """The side-by-side table (markdown), hubjobs and each peer beside the floor."""
     floor = results["floor"]
-    head = "| | one job p50 | × floor | " + " | ".join(
-        f"{b:,} at once | × floor" for b in bursts
-    )
+    head = "| | one job p50 | × floor | " + " | ".join(f"{b:,} at once | × floor" for b in bursts)
     lines = [head + " |", "|" + " --- |" * (3 + 2 * len(bursts))]
     for who in order:
         got = results[who]

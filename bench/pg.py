@@ -141,7 +141,8 @@ def read_counters(admin_url: str, database: str) -> Counters:
             (database,),
         ).fetchone()
     assert row is not None, f"no database {database}"
-    return Counters(*(float(v) for v in row), seconds=time.perf_counter())
+    commits, inserted, updated, deleted, fetched, wal = (float(v) for v in row)
+    return Counters(commits, inserted, updated, deleted, fetched, wal, time.perf_counter())
 
 
 async def settled_counters(admin_url: str, database: str) -> Counters:

@@ -1,3 +1,6 @@
+# The peers' packages live in the peers' venv, not in the one mypy runs in: their
+# imports are unresolved there, and their decorators untyped.
+# mypy: disallow-untyped-decorators=False
 """The peers a user might pick instead of hubjobs, each running the same one-page job
 (bench/onepage.py: one transaction -- the page's version read, the ETag-guarded update,
 its revision, the item's outcome, the final row) on a database of its own. Runs in the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -41,18 +45,24 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import onepage  # noqa: E402
-import psycopg  # noqa: E402
-from pg import FinalWatcher  # noqa: E402
+import onepage
+import psycopg
+from pg import FinalWatcher
 
 QUEUE = "bench"
+
+
+def lib(name: str) -> Any:
+    """A peer's module, imported when its peer runs (only the peers' venv has them)."""
+    return importlib.import_module(name)
+
+
 Enqueue = Callable[[str], Awaitable[None]]
 run_onepage = onepage.run_worker_job
 
@@ -61,7 +71,7 @@ run_onepage = onepage.run_worker_job
 
 
 def procrastinate_app(url: str) -> Any:
-    import procrastinate
+    procrastinate = lib("procrastinate")
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
 
@@ -108,7 +118,8 @@ async def procrastinate_client(url: str) -> tuple[Enqueue, Callable[[], Awaitabl
 
 
 async def pgqueuer_install(url: str) -> None:
-    from pgqueuer import PsycopgDriver, Queries
+    pgqueuer = lib("pgqueuer")
+    PsycopgDriver, Queries = pgqueuer.PsycopgDriver, pgqueuer.Queries
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         queries = Queries(PsycopgDriver(conn))
@@ -117,17 +128,16 @@ async def pgqueuer_install(url: str) -> None:
 
 
 async def pgqueuer_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
-    import asyncpg
-    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
+    asyncpg, pgqueuer = lib("asyncpg"), lib("pgqueuer")
 
     # asyncpg, pgqueuer's first driver: its LISTEN is a callback. On one psycopg
     # connection the driver's wait for notifications holds the connection, and every
     # dequeue and status write waited for it (about 1 s each: 5 jobs/s in a burst).
     conn = await asyncpg.connect(url)
-    manager = QueueManager(Queries(AsyncpgDriver(conn)))
+    manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.AsyncpgDriver(conn)))
 
     @manager.entrypoint("onepage")
-    async def onepage_job(job: Job) -> None:
+    async def onepage_job(job: Any) -> None:
         assert job.payload is not None
         await run_onepage(job.payload.decode())
 
@@ -141,11 +151,10 @@ async def pgqueuer_serve(url: str, concurrency: int, stop: asyncio.Event) -> Non
 
 
 async def pgqueuer_client(url: str) -> tuple[Enqueue, Callable[[], Awaitable[None]]]:
-    import asyncpg
-    from pgqueuer import AsyncpgPoolDriver, Queries
+    asyncpg, pgqueuer = lib("asyncpg"), lib("pgqueuer")
 
     pool = await asyncpg.create_pool(url, min_size=2, max_size=10)
-    queries = Queries(AsyncpgPoolDriver(pool))
+    queries = pgqueuer.Queries(pgqueuer.AsyncpgPoolDriver(pool))
 
     async def enqueue(job_id: str) -> None:
         await queries.enqueue("onepage", job_id.encode())
@@ -163,8 +172,7 @@ def oban_worker() -> Any:
 
 
 async def oban_install(url: str) -> None:
-    from oban import Oban
-    from oban.schema import install
+    Oban, install = lib("oban").Oban, lib("oban.schema").install
 
     pool = await Oban.create_pool(url, min_size=1, max_size=2)
     try:
@@ -179,7 +187,7 @@ async def oban_install(url: str) -> None:
 
 
 async def oban_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
-    from oban import Oban
+    Oban = lib("oban").Oban
 
     oban_worker()
     pool = await Oban.create_pool(url, min_size=2, max_size=concurrency + 5)
@@ -189,7 +197,7 @@ async def oban_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
 
 
 async def oban_client(url: str) -> tuple[Enqueue, Callable[[], Awaitable[None]]]:
-    from oban import Oban
+    Oban = lib("oban").Oban
 
     worker = oban_worker()
     pool = await Oban.create_pool(url, min_size=2, max_size=10)
@@ -217,7 +225,7 @@ async def dbos_install(url: str) -> None:
 
 
 async def dbos_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
-    from dbos import DBOS
+    DBOS = lib("dbos").DBOS
 
     DBOS(
         config={
@@ -234,7 +242,8 @@ async def dbos_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
 
     @DBOS.workflow(name="onepage")
     async def onepage_workflow(job_id: str) -> str:
-        return await onepage_step(job_id)
+        done: str = await onepage_step(job_id)
+        return done
 
     await asyncio.to_thread(DBOS.launch)
     await DBOS.register_queue_async(
@@ -245,7 +254,7 @@ async def dbos_serve(url: str, concurrency: int, stop: asyncio.Event) -> None:
 
 
 async def dbos_client(url: str) -> tuple[Enqueue, Callable[[], Awaitable[None]]]:
-    from dbos import DBOSClient
+    DBOSClient = lib("dbos").DBOSClient
 
     client = DBOSClient(system_database_url=dbos_url(url))
 
