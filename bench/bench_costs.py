@@ -7,10 +7,10 @@ for hubjobs' one-page job, the floor's (``BareDbJob``, bench/onepage.py) and hub
 Each contender has a database of its own; its counters (``pg_stat_database``, the WAL
 position) are read settled (bench/pg.py: backends flush statistics within 10 s of
 going idle) before and after jobs run one after another, less the background measured
-over an idle window first (the worker's queue-gauge refresh). Nobody polls: each job's
-end is its final row's NOTIFY. The start's own commits are measured apart: hubjobs'
-starts go through a client whose task queue no worker polls (those workflows are
-terminated after), the floor's are its row-and-item transaction.
+over an idle window first (the worker's queue-gauge refresh). Nobody polls the
+database: each job is awaited by its workflow's result. The start's own commits are
+measured apart: hubjobs' starts go through a client whose task queue no worker polls
+(those workflows are terminated after), the floor's are its row-and-item transaction.
 
     python bench/bench_costs.py [--jobs 20] [--big-pages 1000] [--big-jobs 3]
 """
@@ -25,9 +25,9 @@ from typing import Any
 
 import onepage
 import psycopg
-from common import Hub, Stack, seed_course, seed_onepage
+from common import Floor, Hub, Stack, seed_course, seed_onepage
 from harness import Figure, Outcome, Target, cpu_seconds, main_for, say
-from pg import Counters, FinalWatcher, background_rate, net, settled_counters
+from pg import Counters, background_rate, net, settled_counters
 
 NAME = "costs"
 TITLE = "Per-job costs (commits, rows, bytes, history, CPU)"
@@ -49,10 +49,9 @@ async def history_of(temporal: Any, workflow_ids: list[str]) -> tuple[float, flo
     return events / len(workflow_ids), size / len(workflow_ids)
 
 
-async def vacuum(stack: Stack, url: str) -> None:
+async def vacuum(url: str) -> None:
     """Fresh statistics after seeding, so that autovacuum's ANALYZE (its own commits and
     reads) does not fall in a measured window."""
-    del stack
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE")
 
@@ -113,18 +112,16 @@ def row_of(
 
 
 async def hubjobs_costs(
-    stack: Stack, hub: Hub, temporal: Any, count: int, pages: int, meter: Meter
-) -> tuple[dict[str, Any], Counters]:
-    """hubjobs' jobs of ``pages`` pages: the whole, and the start alone."""
-    async with hub.engine() as engine:
-        courses = [await seed_course(engine, pages) for _ in range(count * 2)]
-    await vacuum(stack, hub.url)
-    # The starts alone, on a task queue nobody polls; their workflows are terminated.
-    # Clients and listeners connect before the counters are read.
+    stack: Stack, hub: Hub, temporal: Any, courses: list[Any], pages: int, meter: Meter
+) -> dict[str, Any]:
+    """hubjobs' jobs of ``pages`` pages (half the courses: their starts alone, on a task
+    queue nobody polls, those workflows then terminated; the other half whole, one
+    after another, each awaited by its workflow's result)."""
+    count = len(courses) // 2
     idle_hub = Hub(stack, f"{hub.name}-nostart", hub.url, {})
     started = []
     async with idle_hub.client() as client:
-        await warm(client, courses[0])
+        await warm(client, courses[0])  # the pools connect before anything is counted
         await meter.start()
         for c in courses[:count]:
             jobs = client.scope(c.workspace_id, c.actor_id)
@@ -132,62 +129,61 @@ async def hubjobs_costs(
         start_spent, _ = await meter.stop()
     for job in started:
         await temporal.get_workflow_handle(job.workflow_id).terminate("bench: start only")
-    # The whole jobs, one after another.
     ids: list[str] = []
-    async with hub.client() as client, FinalWatcher(hub.url) as watcher:
+    async with hub.client() as client:
         await warm(client, courses[0])
         await meter.start()
         for c in courses[count:]:
             jobs = client.scope(c.workspace_id, c.actor_id)
             job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="c")
-            await watcher.wait([str(job.id)], timeout=600)
+            await temporal.get_workflow_handle(job.workflow_id).result()
             ids.append(job.workflow_id)
         spent, cpu = await meter.stop()
-    for wid in ids:  # the workflow closes a task after the row's final write
-        await temporal.get_workflow_handle(wid).result()
     label = "hubjobs 1-page job" if pages == 1 else f"hubjobs {pages:,}-page job"
     row = row_of(label, count, spent, cpu, await history_of(temporal, ids))
     row["start commits"] = start_spent.per(count).xact_commit
-    return row, start_spent.per(count)
+    return row
 
 
 async def floor_costs(
-    stack: Stack, temporal: Any, count: int, meter: Meter
-) -> tuple[dict[str, Any], Counters]:
-    floor = await stack.floor()
-    pages = [
-        onepage.Page(str(c.workspace_id), str(c.actor_id), str(c.root_page_id))
-        for c in await seed_onepage(floor.url, count)
-    ]
-    await vacuum(stack, floor.url)
-    async with (
-        await psycopg.AsyncConnection.connect(floor.url) as conn,
-        FinalWatcher(floor.url) as watcher,
-    ):
+    floor: Floor, temporal: Any, pages: list[onepage.Page], meter: Meter
+) -> dict[str, Any]:
+    """The floor's jobs: the rows and items first (the start's commits), then the
+    workflows one after another, each awaited by its result."""
+    async with await psycopg.AsyncConnection.connect(floor.url) as conn:
         await meter.start()
         ids = [await onepage.start_row(conn, p, "floor") for p in pages]
         start_spent, _ = await meter.stop()
-        await meter.start()
-        for job_id in ids:
-            await temporal.start_workflow(
-                "BareDbJob", job_id, id=f"floor-{job_id}", task_queue=floor.task_queue
-            )
-            await watcher.wait([job_id], timeout=120)
-        spent, cpu = await meter.stop()
+    await meter.start()
+    for job_id in ids:
+        handle = await temporal.start_workflow(
+            "BareDbJob", job_id, id=f"floor-{job_id}", task_queue=floor.task_queue
+        )
+        await handle.result()
+    spent, cpu = await meter.stop()
     wids = [f"floor-{i}" for i in ids]
-    for wid in wids:
-        await temporal.get_workflow_handle(wid).result()
     history = await history_of(temporal, wids)
-    row = row_of("floor 1-page job", count, spent + start_spent, cpu, history)
-    row["start commits"] = start_spent.per(count).xact_commit
-    return row, start_spent.per(count)
+    row = row_of("floor 1-page job", len(ids), spent + start_spent, cpu, history)
+    row["start commits"] = start_spent.per(len(ids)).xact_commit
+    return row
 
 
 async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     temporal = await stack.temporal_client()
     hub = await stack.hub("costs")
-    floor = await stack.floor()
+    floor = await stack.floor("costs")
     assert hub.worker is not None
+    # Everything seeded and analysed first: autovacuum then has nothing to do in the
+    # windows, and the idle background is measured on the databases as they will be.
+    async with hub.engine() as engine:
+        small = [await seed_course(engine, 1) for _ in range(2 * args.jobs)]
+        big = [await seed_course(engine, args.big_pages) for _ in range(2 * args.big_jobs)]
+    pages = [
+        onepage.Page(str(c.workspace_id), str(c.actor_id), str(c.root_page_id))
+        for c in await seed_onepage(floor.url, args.jobs)
+    ]
+    await vacuum(hub.url)
+    await vacuum(floor.url)
     server = stack.temporal_pid()
     hub_meter = Meter(stack, hub.database, {"worker": hub.worker.pid, "Temporal": server})
     floor_meter = Meter(stack, floor.database, {"worker": floor.process.pid, "Temporal": server})
@@ -195,15 +191,14 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     await asyncio.gather(hub_meter.calibrate(), floor_meter.calibrate())
     rows: list[dict[str, Any]] = []
     say(f"costs: {args.jobs} hubjobs one-page jobs")
-    one, _ = await hubjobs_costs(stack, hub, temporal, args.jobs, 1, hub_meter)
+    one = await hubjobs_costs(stack, hub, temporal, small, 1, hub_meter)
     rows.append(one)
     say(f"costs: {args.jobs} floor one-page jobs")
-    fl, _ = await floor_costs(stack, temporal, args.jobs, floor_meter)
+    fl = await floor_costs(floor, temporal, pages, floor_meter)
     rows.append(fl)
     if args.big_jobs:
         say(f"costs: {args.big_jobs} hubjobs {args.big_pages:,}-page jobs")
-        big, _ = await hubjobs_costs(stack, hub, temporal, args.big_jobs, args.big_pages, hub_meter)
-        rows.append(big)
+        rows.append(await hubjobs_costs(stack, hub, temporal, big, args.big_pages, hub_meter))
     after_start = one["commits"] - one["start commits"]
     floor_after = fl["commits"] - fl["start commits"]
     figures = [
@@ -228,7 +223,12 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
             None,
         ),
     ]
-    notes = ["costs: per job (net of each database's idle background):", *cost_table(rows)]
+    notes = [
+        "costs: per job, net of each database's idle background (the worker's queue-gauge "
+        "refresh); each job awaited by its workflow's result (a LISTEN on the database "
+        "would count a commit a notification: PostgreSQL reads the queue in a transaction)",
+        *cost_table(rows),
+    ]
     return Outcome(figures, {"rows": rows, "idle": asdict(hub_meter.idle)}, notes)
 
 
