@@ -283,6 +283,86 @@ async def one_round(
 HEADLINE = 100_000  # issue 22's target size (≥0.9x the floor, median of 3 rounds)
 
 
+def speed_figures(sizes: list[int], med: dict[str, dict[int, float]]) -> list[Figure]:
+    """hubjobs' pages/s against the floor and the seed loop, size by size; the targets
+    at the headline size."""
+    headline = HEADLINE if HEADLINE in sizes else max(sizes)
+    ours = med.get("hubjobs")
+    figures: list[Figure] = []
+    for pages in sizes:
+        for other, label, target in (
+            ("floor", "floor SQL, snapshot timed", Target(">=", 0.9)),
+            ("seed loop", "seed loop", Target(">=", 10)),
+        ):
+            if ours and other in med:
+                figures.append(
+                    Figure(
+                        NAME,
+                        f"tagging {pages:,} pages vs {other}",
+                        "pages/s",
+                        ours[pages],
+                        med[other][pages],
+                        label,
+                        ratio_of(ours[pages], med[other][pages]),
+                        target if pages == headline else None,
+                    )
+                )
+    return figures
+
+
+def hubjobs_figures(
+    sizes: list[int], ours: dict[int, float], phases_of: dict[int, dict[str, float]]
+) -> list[Figure]:
+    """The start call and its share, the worker's peak RSS, and 1M against 100k."""
+    figures: list[Figure] = []
+    for pages in sizes:
+        found = phases_of[pages]
+        total = sum(v for k, v in found.items() if "RSS" not in k)
+        figures.append(
+            Figure(
+                NAME,
+                f"tagging {pages:,} pages: start call (share of the whole)",
+                "s",
+                found.get("start call"),
+                None,
+                "",
+                None,
+                Target("<=", 1.0, on="value", unit="s"),
+                note=f"{found.get('start call', 0) / total:.0%} of {total:.2f} s" if total else "",
+            )
+        )
+    smallest = min(sizes)
+    base_rss = phases_of[smallest].get("peak RSS MB")
+    for pages in sizes:
+        rss = phases_of[pages].get("peak RSS MB")
+        figures.append(
+            Figure(
+                NAME,
+                f"tagging {pages:,} pages: worker peak RSS",
+                "MB",
+                rss,
+                base_rss,
+                f"at {smallest:,} pages",
+                ratio_of(rss, base_rss),
+                Target("<=", 1.2) if pages != smallest else None,
+            )
+        )
+    if HEADLINE in sizes and 1_000_000 in sizes:
+        figures.append(
+            Figure(
+                NAME,
+                "tagging 1,000,000 pages: pages/s against 100,000 pages'",
+                "pages/s",
+                ours[1_000_000],
+                ours[HEADLINE],
+                "hubjobs at 100,000",
+                ratio_of(ours[1_000_000], ours[HEADLINE]),
+                Target(">=", 0.9),
+            )
+        )
+    return figures
+
+
 async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     sizes: list[int] = [args.pages] if args.pages else list(args.sizes)
     chosen = [c for c in CONTENDERS if c in args.only]
@@ -307,78 +387,9 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
                         where[who][pages].append(spent)
                     say(f"tagging {pages:,} pages, round {n + 1}: {who} {rate:,.0f} pages/s")
     med = {c: {s: median(rates[c][s]) for s in sizes} for c in chosen}
-    headline = HEADLINE if HEADLINE in sizes else max(sizes)
-    figures: list[Figure] = []
     ours = med.get("hubjobs", {})
     phases_of = {s: median_phases(where["hubjobs"][s]) for s in sizes} if ours else {}
-    for pages in sizes:
-        main = pages == headline
-        for other, label, target in (
-            ("floor", "floor SQL, snapshot timed", Target(">=", 0.9)),
-            ("seed loop", "seed loop", Target(">=", 10)),
-        ):
-            if ours and other in med:
-                figures.append(
-                    Figure(
-                        NAME,
-                        f"tagging {pages:,} pages vs {other}",
-                        "pages/s",
-                        ours[pages],
-                        med[other][pages],
-                        label,
-                        ratio_of(ours[pages], med[other][pages]),
-                        target if main else None,
-                    )
-                )
-        if ours:
-            found = phases_of[pages]
-            total = found.get("start call", 0) + found.get("start → running", 0)
-            total += found.get("running → final", 0) + found.get("final write → seen", 0)
-            figures.append(
-                Figure(
-                    NAME,
-                    f"tagging {pages:,} pages: start call (share of the whole)",
-                    "s",
-                    found.get("start call"),
-                    None,
-                    "",
-                    None,
-                    Target("<=", 1.0, on="value", unit="s"),
-                    note=f"{found.get('start call', 0) / total:.0%} of {total:.2f} s"
-                    if total
-                    else "",
-                )
-            )
-    if ours:
-        smallest = min(sizes)
-        base_rss = phases_of[smallest].get("peak RSS MB")
-        for pages in sizes:
-            rss = phases_of[pages].get("peak RSS MB")
-            figures.append(
-                Figure(
-                    NAME,
-                    f"tagging {pages:,} pages: worker peak RSS",
-                    "MB",
-                    rss,
-                    base_rss,
-                    f"at {smallest:,} pages",
-                    ratio_of(rss, base_rss),
-                    Target("<=", 1.2) if pages != smallest else None,
-                )
-            )
-        if HEADLINE in sizes and 1_000_000 in sizes:
-            figures.append(
-                Figure(
-                    NAME,
-                    "tagging 1,000,000 pages: pages/s against 100,000 pages'",
-                    "pages/s",
-                    ours[1_000_000],
-                    ours[HEADLINE],
-                    "hubjobs at 100,000",
-                    ratio_of(ours[1_000_000], ours[HEADLINE]),
-                    Target(">=", 0.9),
-                )
-            )
+    figures = speed_figures(sizes, med) + (hubjobs_figures(sizes, ours, phases_of) if ours else [])
     notes = [
         f"tagging: medians of {args.rounds} rounds, contenders alternating; hubjobs from "
         "the start call (snapshot included) to a final read-model row; the floor from its "
