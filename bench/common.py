@@ -119,6 +119,8 @@ class Stack:
         self.cache: dict[str, Any] = {}
         self.processes: list[Process] = []
         self.servers: list[EmbeddedTemporal] = []
+        self.extra_ports: dict[str, tuple[int, int]] = {}
+        self.extra_args: dict[str, list[str]] = {}
 
     def __enter__(self) -> Stack:
         return self
@@ -201,8 +203,14 @@ class Stack:
             say(f"starting a Temporal dev server ({key}: {store} {' '.join(pragmas)})")
             server.start(port, ui, args)
             self.servers.append(server)
+            self.extra_ports[key] = (port, ui)
+            self.extra_args[key] = args
             self.cache[cache] = f"127.0.0.1:{port}"
         return str(self.cache[cache])
+
+    def extra_server(self, key: str) -> EmbeddedTemporal:
+        """The extra dev server of ``key`` (``extra_temporal`` started it)."""
+        return next(s for s in self.servers if s.home.name == f"temporal-{key}")
 
     def stop_extra_temporal(self, key: str) -> None:
         """Stops the extra dev server of ``key`` (stop its workers first)."""
