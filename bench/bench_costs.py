@@ -21,13 +21,15 @@ import argparse
 import asyncio
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import onepage
 import psycopg
 from common import Floor, Hub, Stack, seed_course, seed_onepage
-from harness import Figure, Outcome, Target, cpu_seconds, main_for, say
+from harness import Figure, Outcome, Target, cpu_seconds, main_for, median, say
 from pg import Counters, background_rate, net, settled_counters
+from temporalio.api.enums.v1 import EventType
 
 NAME = "costs"
 TITLE = "Per-job costs (commits, rows, bytes, history, CPU)"
@@ -61,6 +63,103 @@ async def warm(client: Any, course: Any) -> None:
     await client.scope(course.workspace_id, course.actor_id).list(limit=1)
 
 
+def timings(history: Any) -> dict[str, float]:
+    """Where a one-activity workflow's time went, from its history's event times (ms):
+    until its first workflow task completed, the activity's wait in the queue and its
+    run, and from the activity's end to the workflow's close."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for event in history.events:
+        at = event.event_time.ToMicroseconds() / 1000
+        first.setdefault(event.event_type, at)
+        last[event.event_type] = at
+    e = EventType
+    found = {
+        "start → first WFT done": (
+            e.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+            True,
+            e.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+            True,
+        ),
+        "activity queued": (
+            e.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            True,
+            e.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+            True,
+        ),
+        "activity ran": (
+            e.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+            True,
+            e.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            True,
+        ),
+        "activity done → closed": (
+            e.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            False,
+            e.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+            True,
+        ),
+        "start → closed": (
+            e.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+            True,
+            e.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+            True,
+        ),
+    }
+    out: dict[str, float] = {}
+    for label, (a, a_first, b, b_first) in found.items():
+        t0 = (first if a_first else last).get(a)
+        t1 = (first if b_first else last).get(b)
+        if t0 is not None and t1 is not None:
+            out[label] = t1 - t0
+    return out
+
+
+def read_from(path: Path, offset: int) -> str:
+    with open(path, errors="replace") as text:
+        text.seek(offset)
+        return text.read()
+
+
+async def statements_per_job(
+    stack: Stack, hub: Hub, temporal: Any, courses: list[Any]
+) -> dict[str, float]:
+    """The statements hubjobs sends for a one-page job (start included), by their first
+    word, from PostgreSQL's log with ``log_statement = all`` for a few jobs run one
+    after another (all sessions of the hub's database; the setting is reset after)."""
+    log = stack.home / "pg" / "postgres.log"
+    stack.admin("ALTER SYSTEM SET log_statement = 'all'")
+    stack.admin("ALTER SYSTEM SET log_line_prefix = '%m [%p] db=%d '")
+    stack.admin("SELECT pg_reload_conf()")
+    await asyncio.sleep(1)
+    offset = log.stat().st_size
+    try:
+        async with hub.client() as client:
+            for c in courses:
+                jobs = client.scope(c.workspace_id, c.actor_id)
+                job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="s")
+                await temporal.get_workflow_handle(job.workflow_id).result()
+        await asyncio.sleep(1)
+    finally:
+        stack.admin("ALTER SYSTEM RESET log_statement")
+        stack.admin("ALTER SYSTEM RESET log_line_prefix")
+        stack.admin("SELECT pg_reload_conf()")
+    lines = (await asyncio.to_thread(read_from, log, offset)).splitlines()
+    counts: dict[str, float] = {}
+    for line in lines:
+        if f"db={hub.database} " not in line:
+            continue
+        for mark in ("LOG:  statement: ", "LOG:  execute "):
+            if mark in line:
+                sql = line.split(mark, 1)[1]
+                if mark.endswith("execute "):
+                    sql = sql.split(": ", 1)[-1]
+                word = sql.split(None, 1)[0].upper() if sql.strip() else "?"
+                counts[word] = counts.get(word, 0) + 1 / len(courses)
+    counts["all"] = sum(counts.values())
+    return counts
+
+
 class Meter:
     """Counters of one database and the CPU of the processes serving it, net of their
     idle rate."""
@@ -83,13 +182,14 @@ class Meter:
 
     async def start(self) -> None:
         self._before = await settled_counters(self.admin, self.database)
-        self._cpu = self.cpu()
+        self._cpu, self._cpu_at = self.cpu(), time.perf_counter()
 
     async def stop(self) -> tuple[Counters, dict[str, float]]:
-        cpu = self.cpu()
+        """The counters' net change (their window includes the settling) and the CPU
+        used between start and stop (net of the idle rate over that window only)."""
+        cpu, window = self.cpu(), time.perf_counter() - self._cpu_at
         after = await settled_counters(self.admin, self.database)
         spent = net(self._before, after, self.idle)
-        window = after.seconds - self._before.seconds
         used = {k: cpu[k] - self._cpu[k] - self.idle_cpu.get(k, 0) * window for k in cpu}
         return spent, used
 
@@ -142,6 +242,7 @@ async def hubjobs_costs(
     label = "hubjobs 1-page job" if pages == 1 else f"hubjobs {pages:,}-page job"
     row = row_of(label, count, spent, cpu, await history_of(temporal, ids))
     row["start commits"] = start_spent.per(count).xact_commit
+    row["timings_ms"] = await median_timings(temporal, ids)
     return row
 
 
@@ -165,7 +266,13 @@ async def floor_costs(
     history = await history_of(temporal, wids)
     row = row_of("floor 1-page job", len(ids), spent + start_spent, cpu, history)
     row["start commits"] = start_spent.per(len(ids)).xact_commit
+    row["timings_ms"] = await median_timings(temporal, wids)
     return row
+
+
+async def median_timings(temporal: Any, workflow_ids: list[str]) -> dict[str, float]:
+    found = [timings(await temporal.get_workflow_handle(w).fetch_history()) for w in workflow_ids]
+    return {k: median([f[k] for f in found if k in f]) for k in found[0]}
 
 
 async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
@@ -177,6 +284,7 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     # windows, and the idle background is measured on the databases as they will be.
     async with hub.engine() as engine:
         small = [await seed_course(engine, 1) for _ in range(2 * args.jobs)]
+        logged = [await seed_course(engine, 1) for _ in range(3)]
         big = [await seed_course(engine, args.big_pages) for _ in range(2 * args.big_jobs)]
     pages = [
         onepage.Page(str(c.workspace_id), str(c.actor_id), str(c.root_page_id))
@@ -199,6 +307,8 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     if args.big_jobs:
         say(f"costs: {args.big_jobs} hubjobs {args.big_pages:,}-page jobs")
         rows.append(await hubjobs_costs(stack, hub, temporal, big, args.big_pages, hub_meter))
+    say("costs: the statements of 3 one-page jobs (log_statement = all)")
+    statements = await statements_per_job(stack, hub, temporal, logged)
     after_start = one["commits"] - one["start commits"]
     floor_after = fl["commits"] - fl["start commits"]
     figures = [
@@ -228,13 +338,21 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         "refresh); each job awaited by its workflow's result (a LISTEN on the database "
         "would count a commit a notification: PostgreSQL reads the queue in a transaction)",
         *cost_table(rows),
+        "costs: statements per hubjobs 1-page job (start included), by kind: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(statements.items(), key=lambda i: -i[1])),
+        *(
+            f"costs: {row['job']}, median ms: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in row["timings_ms"].items())
+            for row in rows
+        ),
     ]
-    return Outcome(figures, {"rows": rows, "idle": asdict(hub_meter.idle)}, notes)
+    series = {"rows": rows, "idle": asdict(hub_meter.idle), "statements": statements}
+    return Outcome(figures, series, notes)
 
 
 def cost_table(rows: list[dict[str, Any]]) -> list[str]:
     """The sizing table, one line per job kind (markdown, to paste)."""
-    keys = [k for k in rows[0] if k != "jobs"]
+    keys = [k for k in rows[0] if k not in ("jobs", "timings_ms")]
     lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     for row in rows:
         cells = [
