@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import time
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ TITLE = "Per-job costs (commits, rows, bytes, history, CPU)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, default=20, help="one-page jobs of each (default 20)")
+    parser.add_argument("--jobs", type=int, default=30, help="one-page jobs of each (default 30)")
     parser.add_argument("--big-pages", type=int, default=1000, help="the big job's pages")
     parser.add_argument("--big-jobs", type=int, default=3, help="big jobs (default 3)")
 
@@ -49,6 +51,35 @@ async def history_of(temporal: Any, workflow_ids: list[str]) -> tuple[float, flo
         events += len(history.events)
         size += sum(e.ByteSize() for e in history.events)
     return events / len(workflow_ids), size / len(workflow_ids)
+
+
+WARMUP = 12  # more than any worker's pool holds connections (10)
+LOGGED = 3  # jobs of each run with every statement logged
+
+
+async def warm_up(
+    hub: Hub, floor: Floor, temporal: Any, courses: list[Any], pages: list[onepage.Page]
+) -> None:
+    """Unmeasured jobs of each contender, started at once (so that they spread over the
+    pools' connections)."""
+    async with hub.client() as client:
+        jobs = [
+            client.scope(c.workspace_id, c.actor_id).start_course_tagging(
+                root_page_id=c.root_page_id, tag="w"
+            )
+            for c in courses
+        ]
+        for job in await asyncio.gather(*jobs):
+            await temporal.get_workflow_handle(job.workflow_id).result()
+    async with await psycopg.AsyncConnection.connect(floor.url) as conn:
+        ids = [await onepage.start_row(conn, p, "floor") for p in pages]
+    handles = await asyncio.gather(
+        *(
+            temporal.start_workflow("BareDbJob", i, id=f"floor-{i}", task_queue=floor.task_queue)
+            for i in ids
+        )
+    )
+    await asyncio.gather(*(h.result() for h in handles))
 
 
 async def vacuum(url: str) -> None:
@@ -121,43 +152,121 @@ def read_from(path: Path, offset: int) -> str:
         return text.read()
 
 
-async def statements_per_job(
-    stack: Stack, hub: Hub, temporal: Any, courses: list[Any]
-) -> dict[str, float]:
-    """The statements hubjobs sends for a one-page job (start included), by their first
-    word, from PostgreSQL's log with ``log_statement = all`` for a few jobs run one
-    after another (all sessions of the hub's database; the setting is reset after)."""
+@dataclass
+class Sessions:
+    """What the log shows a set of jobs sent, by side: ``worker`` (sessions named
+    ``hub-*``/``floor-*``, PGAPPNAME) or ``client`` (the starting process)."""
+
+    statements: dict[str, dict[str, float]] = field(default_factory=dict)
+    transactions: dict[str, float] = field(default_factory=dict)
+    writing: dict[str, float] = field(default_factory=dict)
+
+
+WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+def log_entries(lines: list[str]) -> list[str]:
+    """Log lines joined into entries: a statement's continuation lines (no timestamp)
+    belong to the line before."""
+    entries: list[str] = []
+    for line in lines:
+        if line[:2] == "20" or not entries:
+            entries.append(line)
+        else:
+            entries[-1] += " " + line.strip()
+    return entries
+
+
+def parse_log(lines: list[str], database: str, jobs: int) -> Sessions:
+    """Statements by first word, and transactions (an explicit BEGIN … COMMIT, or one
+    statement outside a block) and those of them that wrote (each a WAL flush at its
+    commit), per job and side, from ``log_statement = all`` lines prefixed
+    ``%m [%p] db=%d app=%a``."""
+    found = Sessions()
+    block: dict[str, bool] = {}  # pid -> the open block has written
+    for entry in log_entries(lines):
+        mark = next((m for m in ("LOG:  statement: ", "LOG:  execute ") if m in entry), None)
+        if f"db={database} " not in entry or mark is None:
+            continue
+        pid = entry.split("[", 1)[1].split("]", 1)[0]
+        app = entry.split(" app=", 1)[1].split(" ", 1)[0]
+        side = "worker" if app.startswith(("hub-", "floor-")) else "client"
+        sql = entry.split(mark, 1)[1]
+        if mark.endswith("execute "):
+            sql = sql.split(": ", 1)[-1]
+        word = (sql.split(None, 1) or ["?"])[0].upper().rstrip(";")
+        by_word = found.statements.setdefault(side, {})
+        by_word[word] = by_word.get(word, 0) + 1 / jobs
+        writes = word in ("INSERT", "UPDATE", "DELETE", "WITH") and bool(WRITES.search(sql))
+        ended: bool | None = None  # a transaction ended: did it write?
+        if word in ("BEGIN", "START"):
+            block[pid] = False
+        elif word in ("COMMIT", "END"):
+            ended = block.pop(pid, False)
+        elif word == "ROLLBACK":
+            block.pop(pid, None)
+        elif pid in block:
+            block[pid] = block[pid] or writes
+        else:
+            ended = writes
+        if ended is not None:
+            found.transactions[side] = found.transactions.get(side, 0) + 1 / jobs
+            if ended:
+                found.writing[side] = found.writing.get(side, 0) + 1 / jobs
+    return found
+
+
+async def logged_jobs(
+    stack: Stack, database: str, run_jobs: Callable[[], Awaitable[int]]
+) -> Sessions:
+    """``run_jobs`` (returning how many it ran) with every statement logged
+    (``log_statement = all``, reset after), parsed."""
     log = stack.home / "pg" / "postgres.log"
     stack.admin("ALTER SYSTEM SET log_statement = 'all'")
-    stack.admin("ALTER SYSTEM SET log_line_prefix = '%m [%p] db=%d '")
+    stack.admin("ALTER SYSTEM SET log_line_prefix = '%m [%p] db=%d app=%a '")
     stack.admin("SELECT pg_reload_conf()")
     await asyncio.sleep(1)
     offset = log.stat().st_size
     try:
-        async with hub.client() as client:
-            for c in courses:
-                jobs = client.scope(c.workspace_id, c.actor_id)
-                job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="s")
-                await temporal.get_workflow_handle(job.workflow_id).result()
+        count = await run_jobs()
         await asyncio.sleep(1)
     finally:
         stack.admin("ALTER SYSTEM RESET log_statement")
         stack.admin("ALTER SYSTEM RESET log_line_prefix")
         stack.admin("SELECT pg_reload_conf()")
     lines = (await asyncio.to_thread(read_from, log, offset)).splitlines()
-    counts: dict[str, float] = {}
-    for line in lines:
-        if f"db={hub.database} " not in line:
-            continue
-        for mark in ("LOG:  statement: ", "LOG:  execute "):
-            if mark in line:
-                sql = line.split(mark, 1)[1]
-                if mark.endswith("execute "):
-                    sql = sql.split(": ", 1)[-1]
-                word = sql.split(None, 1)[0].upper() if sql.strip() else "?"
-                counts[word] = counts.get(word, 0) + 1 / len(courses)
-    counts["all"] = sum(counts.values())
-    return counts
+    return parse_log(lines, database, count)
+
+
+async def hubjobs_logged(stack: Stack, hub: Hub, temporal: Any, courses: list[Any]) -> Sessions:
+    async with hub.client() as client:
+        await warm(client, courses[0])
+
+        async def run_jobs() -> int:
+            for c in courses:
+                jobs = client.scope(c.workspace_id, c.actor_id)
+                job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="s")
+                await temporal.get_workflow_handle(job.workflow_id).result()
+            return len(courses)
+
+        return await logged_jobs(stack, hub.database, run_jobs)
+
+
+async def floor_logged(
+    stack: Stack, floor: Floor, temporal: Any, pages: list[onepage.Page]
+) -> Sessions:
+    async with await psycopg.AsyncConnection.connect(floor.url) as conn:
+
+        async def run_jobs() -> int:
+            for page in pages:
+                job_id = await onepage.start_row(conn, page, "floor")
+                handle = await temporal.start_workflow(
+                    "BareDbJob", job_id, id=f"floor-{job_id}", task_queue=floor.task_queue
+                )
+                await handle.result()
+            return len(pages)
+
+        return await logged_jobs(stack, floor.database, run_jobs)
 
 
 class Meter:
@@ -284,14 +393,45 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     # windows, and the idle background is measured on the databases as they will be.
     async with hub.engine() as engine:
         small = [await seed_course(engine, 1) for _ in range(2 * args.jobs)]
-        logged = [await seed_course(engine, 1) for _ in range(3)]
+        logged = [await seed_course(engine, 1) for _ in range(LOGGED)]
+        warmups = [await seed_course(engine, 1) for _ in range(WARMUP)]
         big = [await seed_course(engine, args.big_pages) for _ in range(2 * args.big_jobs)]
     pages = [
         onepage.Page(str(c.workspace_id), str(c.actor_id), str(c.root_page_id))
-        for c in await seed_onepage(floor.url, args.jobs)
+        for c in await seed_onepage(floor.url, args.jobs + WARMUP + LOGGED)
     ]
+    # Every connection of the workers' pools used once before anything is counted: a
+    # backend's first statements read the catalogs (hundreds of rows "fetched").
+    await warm_up(hub, floor, temporal, warmups, pages[args.jobs : args.jobs + WARMUP])
+    pages, floor_logged_pages = pages[: args.jobs], pages[args.jobs + WARMUP :]
     await vacuum(hub.url)
     await vacuum(floor.url)
+    # Autovacuum's workers visit every database about once a minute, a few commits of
+    # that database's each visit: noise of a commit or two a job in a 12 s window.
+    # Off while measuring (the databases were just analysed), back on after.
+    stack.admin("ALTER SYSTEM SET autovacuum = off")
+    stack.admin("SELECT pg_reload_conf()")
+    try:
+        return await measure(
+            stack, args, hub, floor, temporal, small, big, (logged, floor_logged_pages), pages
+        )
+    finally:
+        stack.admin("ALTER SYSTEM RESET autovacuum")
+        stack.admin("SELECT pg_reload_conf()")
+
+
+async def measure(
+    stack: Stack,
+    args: argparse.Namespace,
+    hub: Hub,
+    floor: Floor,
+    temporal: Any,
+    small: list[Any],
+    big: list[Any],
+    logged: tuple[list[Any], list[onepage.Page]],
+    pages: list[onepage.Page],
+) -> Outcome:
+    assert hub.worker is not None
     server = stack.temporal_pid()
     hub_meter = Meter(stack, hub.database, {"worker": hub.worker.pid, "Temporal": server})
     floor_meter = Meter(stack, floor.database, {"worker": floor.process.pid, "Temporal": server})
@@ -307,20 +447,29 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     if args.big_jobs:
         say(f"costs: {args.big_jobs} hubjobs {args.big_pages:,}-page jobs")
         rows.append(await hubjobs_costs(stack, hub, temporal, big, args.big_pages, hub_meter))
-    say("costs: the statements of 3 one-page jobs (log_statement = all)")
-    statements = await statements_per_job(stack, hub, temporal, logged)
-    after_start = one["commits"] - one["start commits"]
-    floor_after = fl["commits"] - fl["start commits"]
+    say(f"costs: the statements of {LOGGED} one-page jobs of each (log_statement = all)")
+    ours = await hubjobs_logged(stack, hub, temporal, logged[0])
+    theirs = await floor_logged(stack, floor, temporal, logged[1])
     figures = [
         Figure(
             NAME,
-            "PostgreSQL commits per 1-page job after the start's",
+            "PostgreSQL commits per 1-page job after the start's (statement log)",
             "",
-            after_start,
-            floor_after,
+            ours.transactions.get("worker", 0),
+            theirs.transactions.get("worker", 0),
             "floor",
             None,
             Target("<=", 2, on="value", unit="commits"),
+        ),
+        Figure(
+            NAME,
+            "PostgreSQL commits per 1-page job after the start's (pg_stat_database)",
+            "",
+            one["commits"] - one["start commits"],
+            fl["commits"] - fl["start commits"],
+            "floor",
+            None,
+            None,
         ),
         Figure(
             NAME,
@@ -338,15 +487,24 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         "refresh); each job awaited by its workflow's result (a LISTEN on the database "
         "would count a commit a notification: PostgreSQL reads the queue in a transaction)",
         *cost_table(rows),
-        "costs: statements per hubjobs 1-page job (start included), by kind: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(statements.items(), key=lambda i: -i[1])),
+        *(
+            f"costs: {who} 1-page job, {side}: {found.transactions.get(side, 0):.1f} "
+            f"transactions ({found.writing.get(side, 0):.1f} writing), statements: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(words.items(), key=lambda i: -i[1]))
+            for who, found in (("hubjobs", ours), ("floor", theirs))
+            for side, words in sorted(found.statements.items())
+        ),
         *(
             f"costs: {row['job']}, median ms: "
             + ", ".join(f"{k} {v:.0f}" for k, v in row["timings_ms"].items())
             for row in rows
         ),
     ]
-    series = {"rows": rows, "idle": asdict(hub_meter.idle), "statements": statements}
+    series = {
+        "rows": rows,
+        "idle": asdict(hub_meter.idle),
+        "logged": {"hubjobs": asdict(ours), "floor": asdict(theirs)},
+    }
     return Outcome(figures, series, notes)
 
 

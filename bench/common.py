@@ -284,7 +284,8 @@ class Stack:
             args += ["--task-queue", task_queue]
             if database_url is not None:
                 args += ["--database-url", database_url]
-            process = self.spawn(f"worker-{name}", args, env | {"PYTHONUNBUFFERED": "1"})
+            extra = {"PYTHONUNBUFFERED": "1", "PGAPPNAME": f"floor-{name}"}
+            process = self.spawn(f"worker-{name}", args, env | extra)
             try:
                 await wait_for_poller(await self.temporal_client(address), task_queue)
             except TimeoutError:
@@ -370,6 +371,9 @@ class Hub:
         }
         env.update({f"HUBJOBS_{k.upper()}": str(v) for k, v in values.items()})
         env["PYTHONUNBUFFERED"] = "1"
+        # Its sessions named in PostgreSQL (libpq reads PGAPPNAME): bench_costs tells the
+        # worker's transactions from the starting client's by it.
+        env["PGAPPNAME"] = f"hub-{self.name}"
         return env
 
     async def ensure_worker(self) -> None:
