@@ -160,6 +160,8 @@ class Sessions:
     statements: dict[str, dict[str, float]] = field(default_factory=dict)
     transactions: dict[str, float] = field(default_factory=dict)
     writing: dict[str, float] = field(default_factory=dict)
+    # Each distinct statement (its first 160 characters) and how many a job sent.
+    texts: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -194,7 +196,10 @@ def parse_log(lines: list[str], database: str, jobs: int) -> Sessions:
         sql = entry.split(mark, 1)[1]
         if mark.endswith("execute "):
             sql = sql.split(": ", 1)[-1]
-        word = (sql.split(None, 1) or ["?"])[0].upper().rstrip(";")
+        text = " ".join(sql.split())[:160]
+        word = (text.split(None, 1) or ["?"])[0].upper().rstrip(";") or text[:12]
+        seen = found.texts.setdefault(side, {})
+        seen[text] = seen.get(text, 0) + 1 / jobs
         by_word = found.statements.setdefault(side, {})
         by_word[word] = by_word.get(word, 0) + 1 / jobs
         writes = word in ("INSERT", "UPDATE", "DELETE", "WITH") and bool(WRITES.search(sql))
