@@ -76,6 +76,7 @@ __all__ = [
     "HubJobsClient",
     "Stack",
     "WorkspaceJobs",
+    "choose_port",
     "wait_for_port",
 ]
 

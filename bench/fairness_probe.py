@@ -56,6 +56,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
+from common import choose_port, wait_for_port
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -65,8 +66,6 @@ from temporalio.common import Priority
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-
-from hubjobs.devstack.embedded import choose_port, wait_for_port
 
 TASK_QUEUE = "fairness-probe"
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
