@@ -1,4 +1,5 @@
-"""The migrations match hubjobs/db/schema.py: Alembic's autogenerate, run against a
+"""The migrations match the tables (hubjobs/domain/tables.py, hubjobs/readmodel/
+tables.py): Alembic's autogenerate, run against a
 database migrated to head, finds nothing to add, drop or change (``alembic check``). A
 column or table added to the models without its migration fails here, before any
 deployment finds out."""

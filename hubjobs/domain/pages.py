@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array, uuid_array
-from hubjobs.db.schema import MAX_TAGS_PER_PAGE
+from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput, NotFound
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.domain.pages import PageFacts
+from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
 from hubjobs.kinds.course_tagging import Outcome, decide, written
 
 PAGE = PageFacts(available=True, has_tag=False, tag_count=3, version=7)

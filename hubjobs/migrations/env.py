@@ -10,10 +10,15 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
+import hubjobs.domain.tables
+import hubjobs.readmodel.tables
 from hubjobs.db.engine import driver_url
-from hubjobs.db.schema import Base
+from hubjobs.db.metadata import Base
 from hubjobs.settings import Settings
 
+# Every table the schema holds: the hub's and the read model's, each module declaring
+# its own on the one metadata.
+TABLE_MODULES = (hubjobs.domain.tables, hubjobs.readmodel.tables)
 config = context.config
 target_metadata = Base.metadata
 
