@@ -31,7 +31,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.base import Deps, KindActivities
 from activities.lifecycle import LifecycleActivities
 from activities.maintenance import MaintenanceActivities
-from activities.scheduled import ScheduleActivities
+from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.activity_logs import LogContextInterceptor
@@ -45,10 +45,10 @@ from hubjobs.observability.telemetry import (
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
+from hubjobs.temporal.maintenance import ensure_maintenance
 from hubjobs.temporal.process import run_and_exit
-from hubjobs.temporal.schedules import ensure_maintenance
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
-from workflows.scheduled import ScheduledStartWorkflow
+from workflows.schedule_firing import ScheduledStartWorkflow
 from workflows.versioning import is_declared, unversioned
 
 log = logging.getLogger("hubjobs.worker")

@@ -28,10 +28,10 @@ from temporalio.service import RPCError
 
 from hubjobs.db.errors import is_outage
 from hubjobs.errors import HubJobsError, JobNotFound
-from hubjobs.kinds import REGISTRY, JobKind
+from hubjobs.kinds import REGISTRY, JobKind, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import lifecycle, store
+from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -404,7 +404,7 @@ class KindActivities(Generic[P]):
         async def create_row(conn: AsyncConnection) -> HubJobsError | None:
             try:
                 async with conn.begin_nested():
-                    await lifecycle.create_job(
+                    await job_rows.create_job(
                         conn,
                         self.kind,
                         job_id=job.job_id,
@@ -415,7 +415,7 @@ class KindActivities(Generic[P]):
                         workflow_id=workflow_id,
                     )
             except HubJobsError as err:
-                await lifecycle.record_refused(
+                await job_rows.record_refused(
                     conn,
                     job_id=job.job_id,
                     kind=job.kind,
@@ -471,7 +471,7 @@ async def finish(
     out outages like any other write, and finishing twice changes nothing."""
 
     async def write(conn: AsyncConnection) -> store.Finished | None:
-        return await lifecycle.finish_job(
+        return await job_rows.finish_job(
             conn,
             job,
             status=status,

@@ -14,9 +14,9 @@ from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.base import Deps, finish, job_not_found, with_outage_retry
-from hubjobs.kinds import REGISTRY
+from hubjobs.kinds import REGISTRY, job_rows
 from hubjobs.observability.logs import bind_job
-from hubjobs.readmodel import lifecycle, store
+from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import CancelRequest, FinishJob, JobOutcome, RefusedStart
 
@@ -27,7 +27,7 @@ class LifecycleActivities:
 
     @activity.defn
     async def finish_job(self, request: FinishJob) -> JobOutcome:
-        """Writes the final status (see hubjobs.readmodel.lifecycle); a finished row
+        """Writes the final status (see hubjobs.kinds.job_rows); a finished row
         stays as it is and is returned."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
@@ -74,7 +74,7 @@ class LifecycleActivities:
         there already (this job's, or another job's under the same id) is kept."""
 
         async def record(conn: AsyncConnection) -> None:
-            await lifecycle.record_refused(
+            await job_rows.record_refused(
                 conn,
                 job_id=refused.job_id,
                 kind=refused.kind,

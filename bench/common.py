@@ -41,12 +41,12 @@ from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, create_attachment, create_course, seed_demo
 from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, _pg_bin_path, choose_port
 from hubjobs.kinds import get_kind
+from hubjobs.kinds.job_rows import create_job
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
+from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW, plan_of
 from hubjobs.temporal.messages import ReconcileRequest, SweepRequest
-from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW, plan_of
 from starter.client import HubJobsClient, WorkspaceJobs
 from worker import metrics_of
 

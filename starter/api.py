@@ -81,12 +81,12 @@ from hubjobs.kinds.page_export import CONTENT_TYPE as EXPORT_CONTENT_TYPE
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
-from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import (
+from hubjobs.schedules.definition import (
     SCHEDULE_ID_MAX_LENGTH,
     SCHEDULE_ID_PATTERN,
     ScheduleView,
 )
+from hubjobs.settings import Settings
 from starter.auth import TokenVerifier, Unauthorized
 from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL, HubJobsClient, WorkspaceJobs
 from starter.codec_endpoint import CodecCors, codec_router

@@ -47,7 +47,7 @@ from starter.client import HubJobsClient, WorkspaceJobs
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from hubjobs.temporal.job_schedules import ScheduleView
+    from hubjobs.schedules.definition import ScheduleView
     from starter.schedules import WorkspaceSchedules
 
 app = typer.Typer(

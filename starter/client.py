@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
     from temporalio.client import Client
 
-    from hubjobs.readmodel.lifecycle import CreatedJob
+    from hubjobs.kinds.job_rows import CreatedJob
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
@@ -237,8 +237,8 @@ class WorkspaceJobs:
         if not isinstance(raw, dict):
             raise InvalidPayload("the payload must be a JSON object")
         job_id = uuid.uuid4()
+        from hubjobs.kinds.job_rows import create_job
         from hubjobs.observability.telemetry import job_span
-        from hubjobs.readmodel.lifecycle import create_job
 
         async def create(conn: AsyncConnection) -> CreatedJob:
             return await create_job(
@@ -336,9 +336,9 @@ class WorkspaceJobs:
         the same retry."""
         from hubjobs.domain.access import require_administrator
         from hubjobs.kinds import REGISTRY
+        from hubjobs.kinds.job_rows import create_job
         from hubjobs.observability.telemetry import job_span
         from hubjobs.readmodel import store as read_model
-        from hubjobs.readmodel.lifecycle import create_job
 
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         new_id = uuid.uuid4()
@@ -516,7 +516,7 @@ class WorkspaceJobs:
             return job
         from temporalio.service import RPCError, RPCStatusCode
 
-        from hubjobs.readmodel.lifecycle import finish_job
+        from hubjobs.kinds.job_rows import finish_job
         from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
 
         temporal = await self.client.temporal_client()

@@ -1,6 +1,6 @@
 """Job schedules through the client: ``client.schedules(workspace, actor)`` (or
 ``jobs.schedules``) creates, lists, shows, pauses, unpauses, triggers and deletes the
-recurring jobs of one workspace (see hubjobs.temporal.job_schedules for what a
+recurring jobs of one workspace (see hubjobs.schedules.definition for what a
 schedule is in Temporal and how each firing becomes a job).
 
 Authorised like jobs: an enabled administrator of the workspace creates, pauses,
@@ -24,10 +24,9 @@ from temporalio.client import ScheduleDescription, ScheduleHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_member
-from hubjobs.domain.timing import invalid_cron, invalid_interval, timing
 from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
 from hubjobs.kinds import REGISTRY
-from hubjobs.temporal.job_schedules import (
+from hubjobs.schedules.definition import (
     MEMO_KEY,
     ScheduleDefinition,
     ScheduleView,
@@ -39,6 +38,7 @@ from hubjobs.temporal.job_schedules import (
     view_of_listed,
     workspace_query,
 )
+from hubjobs.schedules.timing import invalid_cron, invalid_interval, timing
 
 if TYPE_CHECKING:
     from starter.client import HubJobsClient

@@ -22,9 +22,9 @@ from activities.course_tagging import BatchWriteFailed, BeforeWrite, CourseTaggi
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
+from hubjobs.kinds.job_rows import create_job
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
-from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import JobInput, WorkRequest

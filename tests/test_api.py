@@ -22,8 +22,8 @@ from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import choose_port, wait_for_port
+from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import workspace_query
 from starter.api import create_app
 from starter.auth import mint
 from starter.client import HubJobsClient

@@ -36,8 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW, workspace_query
 from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW, workspace_query
 from starter.auth import mint
 from starter.cli import run_cli
 from tests.conftest import API_SECRET, bearer

@@ -24,17 +24,17 @@ from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import REGISTRY, get_kind
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.kinds.job_rows import create_job
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
-from hubjobs.temporal.schedules import (
+from hubjobs.temporal.maintenance import (
     MAINTENANCE_WORKFLOW,
     RECONCILER_WORKFLOW,
     RETENTION_SWEEP_WORKFLOW,
     ensure_maintenance,
 )
+from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
 from starter.client import HubJobsClient
 from tests import toy_kind
 from tests.conftest import running_worker, seed

@@ -24,8 +24,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
+from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import workspace_query
 from starter.cli import run_cli
 from tests.conftest import bearer, seed
 from tests.processes import hubjobs_env, hubjobs_json, run_hubjobs

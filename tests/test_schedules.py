@@ -27,11 +27,11 @@ from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import StackInfo, venv_binary
 from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.views import JobView
-from hubjobs.settings import Settings
-from hubjobs.temporal.job_schedules import (
+from hubjobs.schedules.definition import (
     CATCHUP_WINDOW,
     job_id_of_firing,
 )
+from hubjobs.settings import Settings
 from hubjobs.temporal.messages import FiringOutcome, SweepResult
 from starter.client import HubJobsClient
 from tests.conftest import running_worker, seed

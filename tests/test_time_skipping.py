@@ -48,8 +48,8 @@ from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.client import data_converter
 from hubjobs.temporal.failures import ERROR_MESSAGES
+from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW
 from hubjobs.temporal.messages import JobOutcome, SweepRequest, SweepResult
-from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW
 from starter.client import HubJobsClient
 from tests.helpers import tags_of
 

@@ -30,8 +30,8 @@ from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from hubjobs.temporal.deployment import describe, describe_version, pinned_query
+from hubjobs.temporal.maintenance import RECONCILER_WORKFLOW
 from hubjobs.temporal.messages import ReconcileRequest, ReconcileResult
-from hubjobs.temporal.schedules import RECONCILER_WORKFLOW
 from starter.client import HubJobsClient
 from tests.conftest import running_worker, seed
 from tests.helpers import all_runs_history, workflow_closed

@@ -1,4 +1,4 @@
-"""The activities of a schedule's firing (workflows/scheduled.py): create the firing's
+"""The activities of a schedule's firing (workflows/schedule_firing.py): create the firing's
 job with the start checks of that moment, and apply the schedule's ``keep`` once a
 run has succeeded."""
 
@@ -11,10 +11,10 @@ from temporalio import activity
 
 from activities.base import Deps, with_outage_retry
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import get_kind
-from hubjobs.readmodel import lifecycle, store
+from hubjobs.kinds import get_kind, job_rows
+from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
-from hubjobs.temporal.job_schedules import job_id_of_firing
+from hubjobs.schedules.definition import job_id_of_firing
 from hubjobs.temporal.launch import job_start
 from hubjobs.temporal.messages import FiringStart, KeepNewest, ScheduledJob
 
@@ -42,7 +42,7 @@ class ScheduleActivities:
                 return existing, None
             try:
                 async with conn.begin_nested():
-                    created = await lifecycle.create_job(
+                    created = await job_rows.create_job(
                         conn,
                         get_kind(firing.kind),
                         job_id=job_id,
@@ -55,7 +55,7 @@ class ScheduleActivities:
                     )
                 return created.job, None
             except HubJobsError as refused:
-                await lifecycle.record_refused(
+                await job_rows.record_refused(
                     conn,
                     job_id=job_id,
                     kind=firing.kind,

@@ -1,4 +1,4 @@
-"""A job schedule's firing (hubjobs.temporal.job_schedules): what turns the same input,
+"""A job schedule's firing (hubjobs.schedules.definition): what turns the same input,
 started by a Temporal Schedule every time, into one new job each time.
 
 1. ``open_firing`` (an activity) creates the job's row with the start checks of this
@@ -35,11 +35,11 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.scheduled import ScheduleActivities
+    from activities.schedule_firing import ScheduleActivities
     from hubjobs.readmodel.status import JobStatus
+    from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
     from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
     from hubjobs.temporal.handler_args import Refused, read_argument
-    from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW
     from hubjobs.temporal.launch import priority_of, search_attributes_of
     from hubjobs.temporal.messages import (
         FiringOutcome,

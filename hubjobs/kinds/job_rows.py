@@ -1,4 +1,5 @@
-"""Creating and finishing a job's row: the kind-aware steps around the store.
+"""Creating and finishing a job's row: the kind-aware steps around the read model's
+store (a kind validates, checks, snapshots and builds the result; the store writes).
 
 Creating: validate the payload, check the actor, let the kind check the start and
 snapshot its items, and insert the row, all in the caller's transaction. The starter

@@ -1,7 +1,7 @@
 """Job schedules ("back up this workspace every night at 03:00 and keep the last 7"),
 declared once here. Each is a Temporal Schedule, on the UI's Schedules page under its
 id ``<kind>-schedule-<uuid>``, that starts the ``ScheduledStart`` workflow
-(workflows/scheduled.py) at every firing with the same input (``ScheduledJob``).
+(workflows/schedule_firing.py) at every firing with the same input (``ScheduledJob``).
 The firing is what makes it a job: its workflow id is the schedule id plus the firing
 time (Temporal appends it), from which the job id is derived, so a firing retried or
 reset is still one job; it creates the row with the start checks of that moment and
@@ -35,12 +35,12 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from hubjobs.domain.timing import Timing
+from hubjobs.schedules.timing import Timing
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import ScheduledJob
 
-# The workflow every firing starts (workflows/scheduled.py declares it with this name).
+# The workflow every firing starts (workflows/schedule_firing.py declares it with this name).
 SCHEDULED_START_WORKFLOW = "ScheduledStart"
 # Where a schedule's definition travels with it (the memo is returned by list and
 # describe alike, so a listing needs no call per schedule).
