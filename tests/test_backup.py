@@ -52,7 +52,7 @@ from hubjobs.temporal.messages import CancelRequest, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.archive_helpers import Databases, fingerprint, snapshot_archive, tables_of
 from tests.conftest import TEMPLATE, running_worker
-from tests.helpers import edit, run_endings
+from tests.helpers import edit, run_endings, workflow_closed
 from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
 from workflows.backup import BackupWorkflow
@@ -688,6 +688,9 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
             f"{done.status} ({done.error_code}: {done.error_message})\n"
             f"--- worker-1\n{first.tail()}\n--- worker-2\n{second.tail()}"
         )
+        # The row is final as the attempt returns: its completion reaches the history a
+        # moment later, while worker-2 still runs.
+        await workflow_closed(temporal, done.workflow_id)
     except BaseException:
         for w in workers:
             print(f"\n--- {w.name} ({w.log_path}):\n{w.tail()}")

@@ -183,39 +183,76 @@ def api_request(
     """The request that carries ``value`` in ``field``; every other part is valid."""
     ws = str(course.workspace_id)
     headers: dict[str, Any] = {"Authorization": f"Bearer {token}"}
-    payload: dict[str, Any] = {"root_page_id": str(course.root_page_id), "tag": "hostile"}
-    start = f"/workspaces/{ws}/jobs/course_tagging"
     options: dict[str, Any] = {"headers": headers}
-    if field == "workspace":
-        return "GET", f"/workspaces/{_segment(value)}/jobs", options
-    if field == "schedule":
-        return "GET", f"/workspaces/{ws}/schedules/{_segment(value)}", options
+    for build in (_in_the_path, _in_a_schedule, _in_a_header):
+        request = build(field, value, ws, options)
+        if request is not None:
+            return request
+    return _in_the_payload(field, value, course, options)
+
+
+Request = tuple[str, str, dict[str, Any]]
+
+
+def _in_the_path(field: str, value: str, ws: str, options: dict[str, Any]) -> Request | None:
+    segment = _segment(value)
+    job = f"/workspaces/{ws}/jobs/{uuid.uuid4()}"
+    paths: dict[str, tuple[str, str, dict[str, Any]]] = {
+        "workspace": ("GET", f"/workspaces/{segment}/jobs", options),
+        "schedule": ("GET", f"/workspaces/{ws}/schedules/{segment}", options),
+        "kind": ("POST", f"/workspaces/{ws}/jobs/{segment}", {**options, "json": {}}),
+        "items_state": ("GET", f"{job}/items?state={segment}", options),
+        "items_after": ("GET", f"{job}/items?after={segment}", options),
+        "items_limit": ("GET", f"{job}/items?limit={segment}", options),
+        "file_name": ("GET", f"{job}/files/{segment}", options),
+        "retry_job": ("POST", f"/workspaces/{ws}/jobs/{segment}/retry", options),
+        "job": ("GET", f"/workspaces/{ws}/jobs/{segment}", options),
+        "delete_job": ("DELETE", f"/workspaces/{ws}/jobs/{segment}", options),
+        "status_query": ("GET", f"/workspaces/{ws}/jobs?status={segment}", options),
+        "limit_query": ("GET", f"/workspaces/{ws}/jobs?limit={segment}", options),
+        "other_query": ("GET", f"/workspaces/{ws}/jobs?q={segment}", options),
+    }
+    return paths.get(field)
+
+
+def _in_a_schedule(field: str, value: str, ws: str, options: dict[str, Any]) -> Request | None:
     schedule = {
         "schedule_kind": {"kind": value, "every": "1d"},
         "cron": {"kind": "backup", "cron": value},
         "every": {"kind": "backup", "every": value},
         "time_zone": {"kind": "backup", "cron": "0 3 * * *", "time_zone": value},
     }.get(field)
-    if schedule is not None:
-        body = json.dumps(schedule, ensure_ascii=True).encode()
-        headers["Content-Type"] = "application/json"
-        return "POST", f"/workspaces/{ws}/schedules", {**options, "content": body}
-    if field == "kind":
-        return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}", {**options, "json": {}}
-    if field in ("items_state", "items_after", "items_limit"):
-        name = field.removeprefix("items_")
+    if schedule is None:
+        return None
+    body = json.dumps(schedule, ensure_ascii=True).encode()
+    options["headers"]["Content-Type"] = "application/json"
+    return "POST", f"/workspaces/{ws}/schedules", {**options, "content": body}
+
+
+def _in_a_header(field: str, value: str, ws: str, options: dict[str, Any]) -> Request | None:
+    headers = options["headers"]
+    if field == "idempotency_key":
+        headers["Idempotency-Key"] = _as_header(value)
+    elif field == "correlation_id":
+        headers["X-Correlation-Id"] = _as_header(value)
+    elif field == "authorization":
+        headers["Authorization"] = _as_header(value)
+    elif field == "bearer":
+        headers["Authorization"] = b"Bearer " + _as_header(value)
+    return None  # the header set, the request is a start's
+
+
+def _in_the_payload(field: str, value: str, course: DemoCourse, options: dict[str, Any]) -> Request:
+    start = f"/workspaces/{course.workspace_id}/jobs/course_tagging"
+    headers = options["headers"]
+    payload: dict[str, Any] = {"root_page_id": str(course.root_page_id), "tag": "hostile"}
+    if field == "raw_body":
+        raw = value.encode("utf-8", "surrogatepass")
         return (
-            "GET",
-            f"/workspaces/{ws}/jobs/{uuid.uuid4()}/items?{name}={_segment(value)}",
-            options,
+            "POST",
+            start,
+            {**options, "content": raw, "headers": {**headers, "Content-Type": "application/json"}},
         )
-    if field == "file_name":
-        return "GET", f"/workspaces/{ws}/jobs/{uuid.uuid4()}/files/{_segment(value)}", options
-    if field == "retry_job":
-        return "POST", f"/workspaces/{ws}/jobs/{_segment(value)}/retry", options
-    if field in ("job", "delete_job"):
-        method = "GET" if field == "job" else "DELETE"
-        return method, f"/workspaces/{ws}/jobs/{_segment(value)}", options
     if field == "tag":
         payload["tag"] = value
     elif field == "root_page_id":
@@ -224,24 +261,6 @@ def api_request(
         payload[value] = "x"
     elif field == "unknown_value":
         payload["note"] = value
-    elif field == "raw_body":
-        raw = value.encode("utf-8", "surrogatepass")
-        return (
-            "POST",
-            start,
-            {**options, "content": raw, "headers": {**headers, "Content-Type": "application/json"}},
-        )
-    elif field == "idempotency_key":
-        headers["Idempotency-Key"] = _as_header(value)
-    elif field == "correlation_id":
-        headers["X-Correlation-Id"] = _as_header(value)
-    elif field == "authorization":
-        headers["Authorization"] = _as_header(value)
-    elif field == "bearer":
-        headers["Authorization"] = b"Bearer " + _as_header(value)
-    elif field in ("status_query", "limit_query", "other_query"):
-        name = {"status_query": "status", "limit_query": "limit"}.get(field, "q")
-        return "GET", f"/workspaces/{ws}/jobs?{name}={_segment(value)}", options
     # As an attacker sends it: JSON with \uXXXX escapes (lone surrogates too).
     body = json.dumps(payload, ensure_ascii=True).encode()
     headers["Content-Type"] = "application/json"

@@ -184,6 +184,57 @@ def _engine(database_url: str) -> Engine:
         raise invalid from None
 
 
+def _begin_bulk_load(conn: Connection) -> None:
+    """The transaction's settings for a bulk load, and the lock that keeps a second
+    restore of the same database out."""
+    for name, value in BULK_SETTINGS.items():
+        conn.execute(
+            text(
+                "SELECT set_config(:name, :value, true) "
+                "WHERE current_setting(:name, true) IS NOT NULL"
+            ),
+            {"name": name, "value": value},
+        )
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+
+
+def _load_tables(
+    conn: Connection,
+    source: Archive,
+    store: AttachmentStore,
+    report: RestoreReport,
+    *,
+    created_here: bool,
+) -> None:
+    """Every table by COPY, verified as it goes, while a thread stages the attachment
+    files; an error in either stops both."""
+    store.open()
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
+        staging = pool.submit(store.stage, source, stop)
+        try:
+            for table, _ in HUB_TABLES:
+                report.tables[table] = _copy(conn, source, table, staging, created_here)
+            _lap("tables")
+            _check_index(conn, source)
+            staging.result()
+            _lap("attachments (beyond the tables)")
+        except BaseException:
+            stop.set()
+            raise
+
+
+def _set_sequences(conn: Connection) -> None:
+    """Each serial column's sequence past the restored rows."""
+    for table, column in SEQUENCES:
+        conn.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
+                f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
+            )
+        )
+
+
 def _load(engine: Engine, source: Archive, store: AttachmentStore, report: RestoreReport) -> None:
     """The database's part, in one transaction, with the staging of attachments beside
     it; commits only when both are done."""
@@ -192,45 +243,18 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
     with engine.connect() as conn:
         trans = conn.begin()
         try:
-            for name, value in BULK_SETTINGS.items():
-                conn.execute(
-                    text(
-                        "SELECT set_config(:name, :value, true) "
-                        "WHERE current_setting(:name, true) IS NOT NULL"
-                    ),
-                    {"name": name, "value": value},
-                )
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+            _begin_bulk_load(conn)
             has_schema = _require_empty(conn, source.manifest)
             store.check()  # the last refusal: nothing has been written anywhere yet
             if not has_schema:
                 upgrade_on(conn, source.manifest.schema_version)
             keys = _set_keys_aside(conn)
             _lap("schema")
-            store.open()
-            stop = threading.Event()
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
-                staging = pool.submit(store.stage, source, stop)
-                try:
-                    for table, _ in HUB_TABLES:
-                        report.tables[table] = _copy(conn, source, table, staging, not has_schema)
-                    _lap("tables")
-                    _check_index(conn, source)
-                    staging.result()
-                    _lap("attachments (beyond the tables)")
-                except BaseException:
-                    stop.set()
-                    raise
+            _load_tables(conn, source, store, report, created_here=not has_schema)
             for statement in keys:
                 conn.execute(text(statement))
             _lap("keys, indexes and foreign keys")
-            for table, column in SEQUENCES:
-                conn.execute(
-                    text(
-                        f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
-                        f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
-                    )
-                )
+            _set_sequences(conn)
             if source.manifest.schema_version != report.schema_version:
                 upgrade_on(conn, "head")
             store.prepare()
