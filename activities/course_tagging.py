@@ -107,9 +107,9 @@ READ_BATCH = f"""
       FROM jobs j
       LEFT JOIN LATERAL (
             SELECT ordinal, ref, done_at_snapshot FROM job_items
-             WHERE job_id = j.id AND ordinal > :after AND state = '{ItemState.pending}'
+             WHERE job_id = j.id AND ordinal > :after AND state = {ItemState.pending.sql}
                AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int))
-               AND j.status = '{JobStatus.running}'
+               AND j.status = {JobStatus.running.sql}
              ORDER BY ordinal LIMIT :limit) i ON true
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job

@@ -81,7 +81,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
             await conn.execute(
                 text(
                     "SELECT min(ordinal) FROM job_items "
-                    f"WHERE job_id = :job AND state = '{ItemState.pending}'"
+                    f"WHERE job_id = :job AND state = {ItemState.pending.sql}"
                 ),
                 {"job": ctx.job.id},
             )

@@ -143,7 +143,7 @@ FAILED_ITEMS = f"""
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
       FROM job_items i JOIN pages p ON p.id = i.ref
-     WHERE i.job_id = :source AND i.state = '{ItemState.failed}'
+     WHERE i.job_id = :source AND i.state = {ItemState.failed.sql}
        AND p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
 

@@ -204,12 +204,12 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
     row = (
         await conn.execute(
             text(
-                "SELECT (SELECT count(*) FROM jobs WHERE status = 'queued') AS queued, "
-                "(SELECT count(*) FROM jobs WHERE status = 'running') AS running, "
-                "(SELECT count(*) FROM jobs WHERE status = 'failed' "
+                f"SELECT (SELECT count(*) FROM jobs WHERE status = {JobStatus.queued.sql}) "
+                f"AS queued, (SELECT count(*) FROM jobs WHERE status = {JobStatus.running.sql}) "
+                f"AS running, (SELECT count(*) FROM jobs WHERE status = {JobStatus.failed.sql} "
                 "AND finished_at > now() - CAST(:window AS interval)) AS failed, "
                 "(SELECT extract(epoch FROM now() - min(created_at)) FROM jobs "
-                "WHERE status = 'queued') AS oldest, "
+                f"WHERE status = {JobStatus.queued.sql}) AS oldest, "
                 "(SELECT count(*) FROM jobs WHERE stuck_since IS NOT NULL) AS stuck"
             ),
             {"window": FAILED_WINDOW},
@@ -340,7 +340,7 @@ async def open_job(
             text(
                 f"""
                 WITH opened AS (
-                    UPDATE jobs SET status = 'running',
+                    UPDATE jobs SET status = {JobStatus.running.sql},
                            started_at = COALESCE(started_at, now()), run_id = :run_id,
                            attempts = GREATEST(attempts, :attempts),
                            attempts_failed = GREATEST(attempts_failed, :failed),
@@ -399,7 +399,7 @@ async def record_outcomes(
     row = (
         await conn.execute(
             text(
-                """
+                f"""
                 WITH o AS (
                     SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
                                          CAST(:codes AS text[]), CAST(:messages AS text[]))
@@ -411,13 +411,13 @@ async def record_outcomes(
                            detail = CASE WHEN :clear THEN NULL ELSE i.detail END
                       FROM o
                      WHERE i.job_id = :job AND i.ordinal = o.ordinal
-                       AND i.ordinal BETWEEN :low AND :high AND i.state = 'pending'
+                       AND i.ordinal BETWEEN :low AND :high AND i.state = {ItemState.pending.sql}
                  RETURNING i.state
                 ), counted AS (
                     SELECT count(*) AS n,
-                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-                           count(*) FILTER (WHERE state = 'skipped') AS skipped,
-                           count(*) FILTER (WHERE state = 'failed') AS failed
+                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS succeeded,
+                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS skipped,
+                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS failed
                       FROM recorded
                 )
                 UPDATE jobs j
@@ -501,7 +501,7 @@ async def finish(
                     UPDATE jobs SET status = :status, result = CAST(:result AS jsonb),
                            result_content_type = :content_type, error_code = :code,
                            error_message = :message,
-                           cancel_requested_at = CASE WHEN :status = 'cancelled'
+                           cancel_requested_at = CASE WHEN :status = {JobStatus.cancelled.sql}
                                THEN COALESCE(cancel_requested_at, now())
                                ELSE cancel_requested_at END,
                            finished_at = now(), expires_at = now() + :retention,
@@ -584,13 +584,13 @@ async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) 
     left alone. Idempotent: a second call with the same ``keep`` moves nothing."""
     expired = await conn.execute(
         text(
-            """
+            f"""
             UPDATE jobs SET expires_at = now(), updated_at = now()
-             WHERE schedule_id = :schedule AND status = 'succeeded'
+             WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
                AND (expires_at IS NULL OR expires_at > now())
                AND finished_at IS NOT NULL
                AND id NOT IN (SELECT id FROM jobs
-                               WHERE schedule_id = :schedule AND status = 'succeeded'
+                               WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
                                ORDER BY finished_at DESC, id DESC LIMIT :keep)
             """
         ),

@@ -63,7 +63,7 @@ class Job(Base):
         Index(
             "ix_jobs_failed_finished",
             "finished_at",
-            postgresql_where=text(f"status = '{JobStatus.failed.value}'"),
+            postgresql_where=text(f"status = {JobStatus.failed.sql}"),
         ),
         Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
         # The reconciler's selection: unfinished rows, least recently touched first.
