@@ -19,41 +19,9 @@ from psycopg import AsyncConnection
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 
-JOB_COLUMN_NAMES = (
-    "id",
-    "workflow_id",
-    "kind",
-    "status",
-    "workspace_id",
-    "actor_id",
-    "correlation_id",
-    "idempotency_key",
-    "payload",
-    "summary",
-    "total",
-    "processed",
-    "succeeded",
-    "skipped",
-    "failed",
-    "progress_message",
-    "result",
-    "result_content_type",
-    "error_code",
-    "error_message",
-    "cancel_requested_at",
-    "cancel_requested_by",
-    "attempts",
-    "attempts_failed",
-    "source_job_id",
-    "schedule_id",
-    "stuck_since",
-    "stuck_reason",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "expires_at",
-)
-# Every column of a JobView, in its order.
+# Every column of a JobView, in its order: the view declares them (one declaration of
+# what a job is to callers; tests/unit/test_job_columns.py holds it against the table).
+JOB_COLUMN_NAMES = tuple(JobView.model_fields)
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 _J_COLUMNS = ", ".join(f"j.{name}" for name in JOB_COLUMN_NAMES)
 
