@@ -43,7 +43,7 @@ test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration
 	$(BIN)/pytest -n 2 --dist loadfile tests/system
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
 	$(BIN)/pytest tests/unit
@@ -57,7 +57,7 @@ system: install-dev system-deps
 # The documentation site, from docs/ (its CLI and HTTP references generated from the
 # code at each build): into build/site/, or served on localhost:8000 while editing.
 docs: install-dev
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 docs-serve: install-dev
 	$(BIN)/mkdocs serve

@@ -55,7 +55,7 @@ from hubjobs.domain.pages import (
 from hubjobs.kinds.course_tagging import (
     COURSE_TAGGING,
     CourseTaggingPayload,
-    Outcome,
+    PageOutcome,
     TaggingCursor,
     TaggingOutput,
     change_summary,
@@ -305,8 +305,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         items: list[Item],
         *,
         careful: bool,
-    ) -> dict[int, Outcome]:
-        outcomes: dict[int, Outcome] = {}
+    ) -> dict[int, PageOutcome]:
+        outcomes: dict[int, PageOutcome] = {}
         pending: dict[int, PageFacts | None] = {item.ordinal: item.page for item in items}
         by_ordinal = {item.ordinal: item for item in items}
         # The first write uses the facts of the batch read; pages in conflict are read

@@ -41,23 +41,29 @@ def http_reference() -> str:
     ]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
-            lines.append(f"\n## `{method.upper()} {path}`\n")
-            lines.append(f"{operation.get('summary', '')}\n")
-            if operation.get("operationId"):
-                lines.append(f"\nOperation id: `{operation['operationId']}`\n")
-            parameters = operation.get("parameters", [])
-            if parameters:
-                lines.append("\n| parameter | in | required | description |\n| --- | --- | --- | --- |\n")
-                for p in parameters:
-                    description = (p.get("description") or "").replace("|", "\\|").replace("\n", " ")
-                    lines.append(
-                        f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} "
-                        f"| {description} |\n"
-                    )
-            responses = operation.get("responses", {})
-            if responses:
-                lines.append("\n| status | meaning |\n| --- | --- |\n")
-                for status, response in responses.items():
-                    meaning = (response.get("description") or "").replace("|", "\\|").replace("\n", " ")
-                    lines.append(f"| {status} | {meaning} |\n")
+            lines += _operation(method, path, operation)
     return "".join(lines)
+
+
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
+    lines = [f"\n## `{method.upper()} {path}`\n", f"{operation.get('summary', '')}\n"]
+    if operation.get("operationId"):
+        lines.append(f"\nOperation id: `{operation['operationId']}`\n")
+    parameters = operation.get("parameters", [])
+    if parameters:
+        lines.append("\n| parameter | in | required | description |\n| --- | --- | --- | --- |\n")
+        for p in parameters:
+            required = "yes" if p.get("required") else "no"
+            lines.append(
+                f"| `{p['name']}` | {p['in']} | {required} | {_cell(p.get('description'))} |\n"
+            )
+    responses = operation.get("responses", {})
+    if responses:
+        lines.append("\n| status | meaning |\n| --- | --- |\n")
+        for status, response in responses.items():
+            lines.append(f"| {status} | {_cell(response.get('description'))} |\n")
+    return lines

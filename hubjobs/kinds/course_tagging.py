@@ -80,27 +80,29 @@ def change_summary(tag: str) -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PageOutcome:
     state: ItemState
     code: str | None = None
     message: str | None = None
 
 
-SUCCEEDED = Outcome(ItemState.succeeded)
-ALREADY_TAGGED = Outcome(ItemState.skipped)
-TAG_LIMIT = Outcome(
+SUCCEEDED = PageOutcome(ItemState.succeeded)
+ALREADY_TAGGED = PageOutcome(ItemState.skipped)
+TAG_LIMIT = PageOutcome(
     ItemState.skipped, TagLimit.code, "The page already holds the maximum number of tags."
 )
-UNAVAILABLE = Outcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
-CONFLICT = Outcome(
+UNAVAILABLE = PageOutcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
+CONFLICT = PageOutcome(
     ItemState.failed,
     ConcurrencyConflict.code,
     "The page changed during the job; the change was skipped.",
 )
-UPDATE_FAILED = Outcome(ItemState.failed, "page_update_failed", "The page could not be updated.")
+UPDATE_FAILED = PageOutcome(
+    ItemState.failed, "page_update_failed", "The page could not be updated."
+)
 
 
-def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
+def decide(done_at_snapshot: bool, page: PageFacts | None) -> PageOutcome | None:
     """The outcome an item has without writing, or None when its page needs the tag
     (seed 000's table, in its order)."""
     if page is None or not page.available:
@@ -114,7 +116,7 @@ def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
     return None
 
 
-def written(changed: bool, broken: bool, *, reread: bool) -> Outcome | None:
+def written(changed: bool, broken: bool, *, reread: bool) -> PageOutcome | None:
     """The outcome of a page the batch wrote the tag to: its ETag-guarded update changed
     it, or raised, or found it changed since read (a conflict). A page in conflict is
     read again and decided afresh (None) once; still in conflict after that re-read, it
