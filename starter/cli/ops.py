@@ -75,7 +75,7 @@ def token(
     as_json: JsonOpt = False,
 ) -> None:
     """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
-    from starter.auth import mint
+    from starter.api.tokens import mint
 
     value = mint(actor, settings_now(), ttl_seconds=ttl)
     if as_json:
@@ -104,7 +104,7 @@ def codec_key(
 @command
 def health(as_json: JsonOpt = False) -> None:
     """Check that PostgreSQL and Temporal answer (exit 1 if not): for container health checks."""
-    from starter.api import check_health
+    from starter.api.health import check_health
 
     async def go() -> Any:
         client = await HubJobsClient.connect(settings_now())

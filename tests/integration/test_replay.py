@@ -10,6 +10,8 @@ ones pass through it unchanged."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
@@ -47,7 +49,6 @@ def test_histories_are_recorded() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays_without_nondeterminism(path: object) -> None:
-    from pathlib import Path
 
     assert isinstance(path, Path)
     history = WorkflowHistory.from_json(path.stem, path.read_text())

@@ -34,6 +34,7 @@ import time
 import unicodedata
 import uuid
 import zipfile
+import zlib
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from hubjobs.archive.format import (
     attachment_member,
     table_member,
 )
-from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, MemberReader
+from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, MemberReader, open_archive
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
@@ -742,7 +743,6 @@ def _stored_zip(parts: Parts, replace: dict[str, tuple[bytes, int, int, int]]) -
 
 
 def _crc(data: bytes) -> int:
-    import zlib
 
     return zlib.crc32(data)
 
@@ -936,7 +936,6 @@ def test_links_at_the_old_staging_names_are_left_alone(sandbox: Sandbox, source:
 def test_a_link_at_the_staging_name_is_never_used(tmp_path: Path, source: Source) -> None:
     """The staging folder is made with mkdir, which never follows nor reuses what is
     there: given a name where a link waits, it takes the next name."""
-    from hubjobs.archive.reader import open_archive
 
     root, outside = tmp_path / "dir", tmp_path / "outside"
     root.mkdir()

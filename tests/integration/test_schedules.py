@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import StackInfo, venv_binary
 from hubjobs.errors import InvalidInput
+from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import (
     CATCHUP_WINDOW,
@@ -56,7 +57,6 @@ async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: fl
 
 async def runs_of(engine: AsyncEngine, schedule_id: str) -> list[JobView]:
     """The schedule's jobs, oldest first, as the read model holds them."""
-    from hubjobs.readmodel.reads import JOB_COLUMNS
 
     async with engine.connect() as conn:
         rows = await conn.execute(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.enums.v1 import VersioningBehavior as BehaviorMessage
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -92,7 +93,6 @@ class Gate:
         self.released = asyncio.Event()
 
     async def __call__(self, _: AsyncConnection, __: Sequence[uuid.UUID], ___: int) -> None:
-        from temporalio import activity
 
         self.held.set()
         while not self.released.is_set():

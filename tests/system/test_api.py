@@ -20,12 +20,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import choose_port, wait_for_port
 from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
+from hubjobs.temporal.contract import FOLDER
 from starter.api import create_app
-from starter.auth import mint
+from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.codec_keys import codec_env
 from tests.support.servers import API_SECRET, bearer, running_worker, seed
@@ -239,8 +241,6 @@ async def test_health_and_openapi(
         in spec["paths"]["/workspaces/{workspace_id}/jobs/{job_id}/retry"]["post"]["responses"]
     )
 
-    from hubjobs.db.engine import async_engine
-
     dead = async_engine(f"postgresql://postgres@127.0.0.1:{choose_port(0)}/nothing")
     app = create_app(api_settings, client=HubJobsClient(temporal, dead, api_settings))
     async with httpx.AsyncClient(
@@ -317,7 +317,6 @@ async def delete_schedules(settings: Settings, workspace_id: uuid.UUID) -> None:
 async def test_the_temporal_contract_is_served_as_checked_in(http: httpx.AsyncClient) -> None:
     """``GET /contract`` and its files: the bytes of docs/contract/, no token needed (it
     says how to call, nothing about any job); an unknown file is a stable 404."""
-    from hubjobs.temporal.contract import FOLDER
 
     index = await http.get("/contract")
     assert index.status_code == 200 and index.headers["content-type"] == "application/json"

@@ -36,7 +36,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect, data_converter
 from hubjobs.temporal.codec import ENCODING, KEY_ID
 from starter.api import create_app
-from starter.auth import mint
+from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support import toy_kind
 from tests.support.codec_keys import NEW_KEY_ID, OLD_KEY_ID, codec_env, with_codec

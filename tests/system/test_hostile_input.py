@@ -38,7 +38,7 @@ from temporalio.client import Client
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW, workspace_query
 from hubjobs.settings import Settings
-from starter.auth import mint
+from starter.api.tokens import mint
 from starter.cli import run_cli
 from tests.support.hostile import CANONICAL, hostile_text, invalid_utf8
 from tests.support.processes import hubjobs_env

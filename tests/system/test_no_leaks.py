@@ -38,7 +38,7 @@ from hubjobs.errors import HubJobsError
 from hubjobs.observability.logs import TextFormatter
 from hubjobs.settings import Settings
 from starter.api import create_app
-from starter.auth import mint
+from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.processes import hubjobs_env
 

@@ -23,15 +23,17 @@ import httpx
 import jwt
 import pytest
 import pytest_asyncio
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.errors import ConfigurationError
 from hubjobs.settings import Settings
 from starter.api import create_app
-from starter.auth import mint
+from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.hostile import SAMPLES
 from tests.support.processes import hubjobs_env
@@ -298,7 +300,6 @@ def test_hubjobs_token_mints_with_the_configured_audience_and_issuer(
 
 
 def test_a_jwks_url_that_is_not_http_is_a_configuration_error(settings: Settings) -> None:
-    from hubjobs.errors import ConfigurationError
 
     for url in ("file:///etc/passwd", "ftp://example.test/keys"):
         with pytest.raises(ConfigurationError):
@@ -311,7 +312,6 @@ async def test_hostile_tokens_are_refused_without_fetching_for_each(
     """Garbage, hostile key ids, ``alg: none``, and the classic confusion (HS256 keyed
     with the provider's public key): 401 each, never 5xx, and no token that cannot
     name a key makes the API fetch anything."""
-    from cryptography.hazmat.primitives import serialization
 
     a = SigningKey("key-a", "rsa")
     key_server.publish(a.jwk)

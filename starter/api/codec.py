@@ -30,7 +30,7 @@ from temporalio.api.common.v1 import Payload
 from hubjobs.errors import ConfigurationError, Forbidden, InvalidInput
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
-from starter.auth import TokenVerifier
+from starter.api.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
 PREFIX = "/codec"

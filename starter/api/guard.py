@@ -1,0 +1,99 @@
+"""The outermost layer of every request (RequestGuard)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hubjobs.errors import (
+    INTERNAL_ERROR,
+)
+from hubjobs.observability.logs import log_failure
+from starter.api.errors import INTERNAL_MESSAGE, MAX_BODY_BYTES, error
+
+log = logging.getLogger("starter.api")
+access_log = logging.getLogger("hubjobs.api.access")
+
+
+class RequestGuard:
+    """The outermost layer of every request, below Starlette's own error middleware:
+
+    - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
+    - an exception nothing else handled becomes 500 ``internal_error`` here, logged
+      with ``describe_failure`` (type and frames, no message): it never goes further
+      up, where the server would log it with its message;
+    - one access line a request: method, the route's template, status, duration.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            replay = await self._read_body(scope, receive)
+            if replay is None:
+                too_large = error(413, "payload_too_large", "the request body is too large")
+                await too_large(scope, receive, sending)
+            else:
+                await self.app(scope, replay, sending)
+        except Exception as err:
+            log_failure(log, "API call failed", err)
+            if status == 0:
+                await error(500, INTERNAL_ERROR, INTERNAL_MESSAGE)(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "(no route)"
+            access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method", "-"),
+                route,
+                status,
+                (time.monotonic() - started) * 1000,
+            )
+
+    @staticmethod
+    async def _read_body(scope: Scope, receive: Receive) -> Receive | None:
+        """The body read up front (at most ``MAX_BODY_BYTES``, else None), handed on."""
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > MAX_BODY_BYTES:
+                        return None
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return None
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        return replay

@@ -1,0 +1,138 @@
+"""What the API answers with: a job, a schedule, the health report, and their URLs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
+from hubjobs.schedules.definition import (
+    ScheduleView,
+)
+
+
+class JobResource(BaseModel):
+    id: uuid.UUID
+    kind: str
+    status: JobStatus
+    workspace_id: uuid.UUID
+    summary: str | None
+    total: int
+    processed: int
+    succeeded: int
+    skipped: int
+    failed: int
+    progress_message: str | None
+    error_code: str | None
+    error_message: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    # The schedule whose firing started the job (null for a job started by hand).
+    schedule_id: str | None
+    # Set while the job's workflow tasks keep failing (null otherwise): not moving.
+    stuck_since: str | None = None
+    stuck_reason: str | None = None
+    status_url: str
+
+    @classmethod
+    def of(cls, job: JobView) -> JobResource:
+        data = job.model_dump(mode="json")
+        return cls.model_validate(
+            {**{k: data[k] for k in cls.model_fields if k in data}, "status_url": status_url(job)}
+        )
+
+
+class ScheduleRequest(BaseModel):
+    """A schedule to create: exactly one of ``cron`` and ``every`` (else 422
+    ``invalid_schedule``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="The job kind (422 unknown_kind otherwise)")
+    cron: str | None = Field(
+        default=None,
+        description='A cron expression, five fields: "0 3 * * *" is 03:00 every day '
+        "(422 invalid_cron otherwise)",
+    )
+    every: str | None = Field(
+        default=None,
+        description="An interval instead: 30s, 15m, 1h30m, 7d (422 invalid_interval otherwise)",
+    )
+    time_zone: str | None = Field(
+        default=None,
+        description="The cron expression's IANA time zone, UTC by default "
+        "(422 invalid_time_zone otherwise)",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="The kind's payload, checked now and at every firing"
+    )
+    keep: int | None = Field(
+        default=None,
+        description="Keep the newest N (1 to 1000) successful runs; older ones expire "
+        "(422 invalid_keep otherwise)",
+    )
+
+
+class ScheduleRunResource(BaseModel):
+    scheduled_at: datetime
+    started_at: datetime
+    job_id: uuid.UUID
+    job_url: str
+
+
+class ScheduleResource(BaseModel):
+    id: str
+    kind: str
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID
+    payload: dict[str, Any]
+    cron: str | None
+    every_seconds: int | None
+    time_zone: str | None
+    timing: str
+    keep: int | None
+    paused: bool
+    note: str | None
+    next_runs: list[datetime]
+    recent_runs: list[ScheduleRunResource]
+    created_at: datetime
+    url: str
+    jobs_url: str
+
+    @classmethod
+    def of(cls, view: ScheduleView) -> ScheduleResource:
+        base = f"/workspaces/{view.workspace_id}"
+        return cls(
+            **view.model_dump(exclude={"recent_runs"}),
+            timing=view.timing.describe(),
+            recent_runs=[
+                ScheduleRunResource(
+                    scheduled_at=run.scheduled_at,
+                    started_at=run.started_at,
+                    job_id=run.job_id,
+                    job_url=f"{base}/jobs/{run.job_id}",
+                )
+                for run in view.recent_runs
+            ],
+            url=schedule_url(view),
+            jobs_url=f"{base}/jobs?schedule_id={view.id}",
+        )
+
+
+class Health(BaseModel):
+    status: str
+    database: str
+    temporal: str
+
+
+def status_url(job: JobView) -> str:
+    return f"/workspaces/{job.workspace_id}/jobs/{job.id}"
+
+
+def schedule_url(view: ScheduleView) -> str:
+    return f"/workspaces/{view.workspace_id}/schedules/{view.id}"
