@@ -26,7 +26,7 @@ from hubjobs.schedules.definition import (
 )
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS, error
-from starter.api.resources import JobResource, status_url
+from starter.api.resources import JobResource, JobResourceFields, status_url
 
 RETRY_AFTER_SECONDS = 2
 router = APIRouter(tags=["jobs"])
@@ -92,7 +92,7 @@ async def list_jobs(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> list[JobResource]:
+) -> list[JobResourceFields]:
     found = await jobs.list(status=status, schedule_id=schedule_id, limit=limit)
     return [JobResource.of(job) for job in found]
 
@@ -146,7 +146,7 @@ async def job_status(jobs: Jobs, job_id: uuid.UUID) -> Response:
     responses={**ERRORS},
     summary="Cancel the job (a no-op once it has finished)",
 )
-async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResource:
+async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResourceFields:
     job = await jobs.get(job_id)
     if job.status == JobStatus.cancelled:
         raise NotFound("the job was cancelled", code="job_cancelled")

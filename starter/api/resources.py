@@ -6,45 +6,33 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
 from hubjobs.schedules.definition import (
     ScheduleView,
 )
 
 
-class JobResource(BaseModel):
-    id: uuid.UUID
-    kind: str
-    status: JobStatus
-    workspace_id: uuid.UUID
-    summary: str | None
-    total: int
-    processed: int
-    succeeded: int
-    skipped: int
-    failed: int
-    progress_message: str | None
-    error_code: str | None
-    error_message: str | None
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    # The schedule whose firing started the job (null for a job started by hand).
-    schedule_id: str | None
-    # Set while the job's workflow tasks keep failing (null otherwise): not moving.
-    stuck_since: str | None = None
-    stuck_reason: str | None = None
-    status_url: str
+class JobResourceFields(BaseModel):
+    """The base of JobResource: how it is made from a job."""
 
     @classmethod
-    def of(cls, job: JobView) -> JobResource:
+    def of(cls, job: JobView) -> JobResourceFields:
         data = job.model_dump(mode="json")
         return cls.model_validate(
-            {**{k: data[k] for k in cls.model_fields if k in data}, "status_url": status_url(job)}
+            {**{k: data[k] for k in API_JOB_FIELDS}, "status_url": status_url(job)}
         )
+
+
+# A job as the API shows it: the fields API_JOB_FIELDS names, typed as JobView types
+# them (the one declaration), and the URL its status is read at.
+JobResource = create_model(
+    "JobResource",
+    __base__=JobResourceFields,
+    **{name: (JobView.model_fields[name].annotation, ...) for name in API_JOB_FIELDS},  # type: ignore[call-overload]
+    status_url=(str, ...),
+)
 
 
 class ScheduleRequest(BaseModel):

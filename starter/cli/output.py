@@ -12,31 +12,11 @@ from typing import TYPE_CHECKING, Any
 from hubjobs.errors import (
     UnknownKind,
 )
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.views import CLI_JOB_FIELDS, JobView
 from starter.client import WorkspaceJobs
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-
-JOB_KEYS = (
-    "id",
-    "workflow_id",
-    "kind",
-    "status",
-    "total",
-    "processed",
-    "succeeded",
-    "skipped",
-    "failed",
-    "progress_message",
-    "result",
-    "error_code",
-    "error_message",
-    "created_at",
-    "started_at",
-    "finished_at",
-)
 
 
 @functools.cache
@@ -74,16 +54,7 @@ def exit_code_of(code: str) -> int:
 
 def job_json(job: JobView) -> dict[str, Any]:
     data = job.model_dump(mode="json")
-    return {key: data[key] for key in JOB_KEYS} | {
-        "workspace_id": data["workspace_id"],
-        "correlation_id": data["correlation_id"],
-        "summary": data["summary"],
-        "cancel_requested_at": data["cancel_requested_at"],
-        "schedule_id": data["schedule_id"],
-        # Set while its workflow tasks keep failing: the job is not moving.
-        "stuck_since": data["stuck_since"],
-        "stuck_reason": data["stuck_reason"],
-    }
+    return {key: data[key] for key in CLI_JOB_FIELDS}
 
 
 def print_json(value: Any) -> None:

@@ -8,27 +8,11 @@ import uuid
 from pathlib import Path
 
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.readmodel.views import CLI_JOB_FIELDS
 from hubjobs.settings import Settings
 from tests.support.processes import hubjobs_json, run_hubjobs
 
-JOB_KEYS = {
-    "id",
-    "workflow_id",
-    "kind",
-    "status",
-    "total",
-    "processed",
-    "succeeded",
-    "skipped",
-    "failed",
-    "progress_message",
-    "result",
-    "error_code",
-    "error_message",
-    "created_at",
-    "started_at",
-    "finished_at",
-}
+JOB_KEYS = set(CLI_JOB_FIELDS)
 
 
 def _scope(workspace: object, actor: object) -> list[str]:
