@@ -63,7 +63,6 @@ from hubjobs.kinds.course_tagging import (
     written,
 )
 from hubjobs.readmodel import store
-from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.store import ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -105,12 +104,7 @@ READ_BATCH = f"""
                       AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok,
            i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
       FROM jobs j
-      LEFT JOIN LATERAL (
-            SELECT ordinal, ref, done_at_snapshot FROM job_items
-             WHERE job_id = j.id AND ordinal > :after AND state = {ItemState.pending.sql}
-               AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int))
-               AND j.status = {JobStatus.running.sql}
-             ORDER BY ordinal LIMIT :limit) i ON true
+      LEFT JOIN LATERAL ({store.pending_items_after("j.id", "j.status")}) i ON true
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job
      ORDER BY i.ordinal

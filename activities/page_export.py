@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
@@ -77,30 +76,16 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], per_file: int
     ) -> int | None:
         """The number of the first file that still has pending items."""
-        first = (
-            await conn.execute(
-                text(
-                    "SELECT min(ordinal) FROM job_items "
-                    f"WHERE job_id = :job AND state = {ItemState.pending.sql}"
-                ),
-                {"job": ctx.job.id},
-            )
-        ).scalar_one()
-        return None if first is None else file_of(int(first), per_file)
+        first = await store.first_pending_ordinal(conn, ctx.job.id)
+        return None if first is None else file_of(first, per_file)
 
     @staticmethod
     async def _lines(
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
     ) -> list[bytes]:
         ordinals = ordinals_of(number, per_file, ctx.job.total)
-        rows = await conn.execute(
-            text(
-                "SELECT detail FROM job_items WHERE job_id = :job "
-                "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
-            ),
-            {"job": ctx.job.id, "low": ordinals.start, "high": ordinals.stop - 1},
-        )
-        return [json.dumps(row.detail, ensure_ascii=False).encode() + b"\n" for row in rows]
+        details = await store.item_details(conn, ctx.job.id, ordinals.start, ordinals.stop - 1)
+        return [json.dumps(detail, ensure_ascii=False).encode() + b"\n" for detail in details]
 
     @staticmethod
     async def _record(

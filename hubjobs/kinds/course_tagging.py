@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import (
@@ -144,9 +143,8 @@ FAILED_ITEMS = f"""
     SELECT row_number() OVER (ORDER BY i.ordinal)::int, i.ref, p.title,
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
-      FROM job_items i JOIN pages p ON p.id = i.ref
-     WHERE i.job_id = :source AND i.state = {ItemState.failed.sql}
-       AND p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
+      FROM ({store.failed_items_of(":source")}) i JOIN pages p ON p.id = i.ref
+     WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
 
 
@@ -168,7 +166,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
     if total >= ANALYZE_FROM:
         # A big snapshot changes job_items' statistics at once; without fresh ones the
         # planner may take this job's items for a handful.
-        await conn.execute(text("ANALYZE job_items"))
+        await store.analyze_items(conn)
     return Prepared(total=total, summary=f"Tag course {title} with {payload.tag}, {total} pages")
 
 

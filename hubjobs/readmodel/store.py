@@ -195,6 +195,66 @@ async def list_items(
     return [ItemView.model_validate(dict(row._mapping)) for row in rows]
 
 
+# --- a job's items as a kind's work reads them -------------------------------------------
+# Every read of ``job_items`` is here (writes too, below): a kind's statement that joins
+# its items with the hub's tables takes its items from one of these.
+
+
+def pending_items_after(job: str, status: str, *, limit: str = ":limit") -> str:
+    """A subquery: the next pending items of the job whose id and status the columns
+    ``job`` and ``status`` hold (``j.id``, ``j.status``) after ``:after`` (up to
+    ``:upto`` when given) in order, ``limit`` of them, none once the job no longer runs:
+    ``ordinal, ref, done_at_snapshot``."""
+    return (
+        f"SELECT ordinal, ref, done_at_snapshot FROM job_items "
+        f"WHERE job_id = {job} AND ordinal > :after AND state = {ItemState.pending.sql} "
+        "AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int)) "
+        f"AND {status} = {JobStatus.running.sql} "
+        f"ORDER BY ordinal LIMIT {limit}"
+    )
+
+
+def failed_items_of(source: str) -> str:
+    """A subquery: the failed items of the job ``source`` names, ``ordinal, ref``."""
+    return (
+        "SELECT ordinal, ref FROM job_items "
+        f"WHERE job_id = {source} AND state = {ItemState.failed.sql}"
+    )
+
+
+async def analyze_items(conn: AsyncConnection) -> None:
+    """Fresh planner statistics for job_items (after a big snapshot: without them the
+    planner takes a fresh 100,000-item job for an empty one)."""
+    await conn.execute(text("ANALYZE job_items"))
+
+
+async def first_pending_ordinal(conn: AsyncConnection, job_id: uuid.UUID) -> int | None:
+    first = (
+        await conn.execute(
+            text(
+                "SELECT min(ordinal) FROM job_items "
+                f"WHERE job_id = :job AND state = {ItemState.pending.sql}"
+            ),
+            {"job": job_id},
+        )
+    ).scalar_one()
+    return None if first is None else int(first)
+
+
+async def item_details(
+    conn: AsyncConnection, job_id: uuid.UUID, low: int, high: int
+) -> list[dict[str, Any] | None]:
+    """What the snapshot froze for the items ``low``…``high``, in order."""
+    rows = await conn.execute(
+        text(
+            "SELECT detail FROM job_items WHERE job_id = :job "
+            "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
+        ),
+        {"job": job_id, "low": low, "high": high},
+    )
+    return [row.detail for row in rows]
+
+
 async def queue_state(conn: AsyncConnection) -> QueueState:
     """Queue figures for the metrics: queued and running now and the oldest queued job
     (ix_jobs_unfinished_status_created), and the jobs that failed in the last
