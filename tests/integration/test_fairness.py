@@ -44,7 +44,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.helpers import assert_every_page_tagged_once
-from tests.support.servers import TEMPLATE, running_worker
+from tests.support.servers import TEMPLATE, admin_url, running_worker
 
 A_JOBS = 50
 A_PAGES = 2_000
@@ -87,10 +87,6 @@ class Seeded:
     b: Workspace
 
 
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def seeded(stack: embedded.StackInfo) -> AsyncIterator[Seeded]:
     """A's 100,000 pages and B's 50, seeded once for both variants (seeding takes 5-15 s
@@ -98,7 +94,7 @@ async def seeded(stack: embedded.StackInfo) -> AsyncIterator[Seeded]:
     start's snapshot of a course found no statistics for the freshly inserted pages and
     took about 1 s instead of 0.1 s."""
     name = f"t_flood_{uuid.uuid4().hex[:12]}"
-    admin = _admin_url(stack.database_url)
+    admin = admin_url(stack.database_url)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
     engine = async_engine(f"{stack.database_url.rsplit('/', 1)[0]}/{name}")
@@ -120,7 +116,7 @@ async def seeded(stack: embedded.StackInfo) -> AsyncIterator[Seeded]:
 def database_url(stack: embedded.StackInfo, seeded: Seeded) -> Iterator[str]:
     """The seeded database, cloned for one test (replaces conftest's empty one)."""
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = _admin_url(stack.database_url)
+    admin = admin_url(stack.database_url)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{seeded.template}"')
     yield stack.database_url.rsplit("/", 1)[0] + f"/{name}"

@@ -26,7 +26,6 @@ from hubjobs.kinds import REGISTRY, get_kind
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.kinds.job_rows import create_job
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.maintenance import (
     MAINTENANCE_WORKFLOW,
@@ -37,7 +36,7 @@ from hubjobs.temporal.maintenance import (
 from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
 from starter.client import HubJobsClient
 from tests.support import toy_kind
-from tests.support.helpers import until
+from tests.support.helpers import final_row, row_of, until
 from tests.support.servers import running_worker, seed
 
 
@@ -58,21 +57,6 @@ def direct_input(job_id: uuid.UUID, course: DemoCourse, payload: dict[str, Any])
         correlation_id="other-service",
         payload=payload,
     ).model_dump(mode="json")
-
-
-async def _row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
-    async with engine.connect() as conn:
-        return await read_model.get_job(conn, job_id)
-
-
-async def _until_final(engine: AsyncEngine, job_id: uuid.UUID, timeout: float = 20) -> JobView:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = await _row(engine, job_id)
-        if job is not None and job.is_final:
-            return job
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish")
 
 
 async def test_a_third_kind_runs_through_the_whole_lifecycle(
@@ -115,7 +99,7 @@ async def test_a_bad_payload_sent_straight_to_temporal_fails_at_once(
     assert time.monotonic() - started < 10
     assert isinstance(failure.value.cause, ApplicationError)
     assert failure.value.cause.type == "invalid_payload"
-    row = await _row(engine, job_id)
+    row = await row_of(engine, job_id)
     assert row is not None and row.status == "failed" and row.error_code == "invalid_payload"
     assert row.finished_at is not None
 
@@ -148,7 +132,7 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
         task_queue=settings.task_queue,
     )
     await handle.result()
-    row = await _row(engine, job_id)
+    row = await row_of(engine, job_id)
     assert row is not None and row.status == "succeeded" and row.succeeded == 30
 
 
@@ -198,7 +182,7 @@ async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(
                 timeout=30,
             )
             assert terminate.returncode == 0, terminate.stderr
-            done = await _until_final(engine, job.id, timeout=15)
+            done = await final_row(engine, job.id, timeout=15)
         await engine2.dispose()
     finally:
         await maintenance.terminate("test over")
@@ -233,7 +217,7 @@ async def test_the_reconciler_restarts_a_recorded_job_that_never_started(
         result_type=ReconcileResult,
     )
     assert result.restarted == 1
-    done = await _until_final(engine, job_id)
+    done = await final_row(engine, job_id)
     assert done.status == "succeeded" and done.result == {"echo": "late"}
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,24 +34,13 @@ from hubjobs.schedules.definition import (
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import FiringOutcome, SweepResult
 from starter.client import HubJobsClient
+from tests.support.helpers import until
 from tests.support.histories import record
 from tests.support.servers import running_worker, seed
 
 T = TypeVar("T")
 # Every 2 s: a few firings within a test, with room for a loaded machine.
 EVERY = 2
-
-
-async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: float = 60) -> T:
-    """The first truthy answer of ``probe``, polled until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = await probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def runs_of(engine: AsyncEngine, schedule_id: str) -> list[JobView]:

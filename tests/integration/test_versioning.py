@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +33,7 @@ from hubjobs.temporal.deployment import describe, describe_version, pinned_query
 from hubjobs.temporal.maintenance import RECONCILER_WORKFLOW
 from hubjobs.temporal.messages import ReconcileRequest, ReconcileResult
 from starter.client import HubJobsClient
-from tests.support.helpers import all_runs_history, workflow_closed
+from tests.support.helpers import all_runs_history, temporal_cli, workflow_closed
 from tests.support.servers import running_worker, seed
 from tests.support.wedged_build import WedgingCourseTaggingWorkflow
 from worker import implementations, workflows
@@ -72,15 +71,6 @@ async def eventually(
             return found
         assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
         await asyncio.sleep(every)
-
-
-def temporal_cli(stack: embedded.StackInfo, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [embedded.venv_binary("temporal"), *args, "--address", stack.temporal_address],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 class Gate:
@@ -156,7 +146,7 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
             async def set_current() -> bool | None:
                 done = await asyncio.to_thread(
                     temporal_cli,
-                    stack,
+                    stack.temporal_address,
                     "worker",
                     "deployment",
                     "set-current-version",
@@ -206,7 +196,7 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
             assert (await temporal.count_workflows(pinned_query(build_1, "1"))).count == 0
             cli = await asyncio.to_thread(
                 temporal_cli,
-                stack,
+                stack.temporal_address,
                 "worker",
                 "deployment",
                 "describe-version",
@@ -295,7 +285,7 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
         async with running_worker(temporal, build_2):
             moved = await asyncio.to_thread(
                 temporal_cli,
-                stack,
+                stack.temporal_address,
                 *("workflow", "update-options", "--workflow-id", job.workflow_id),
                 *("--versioning-override-behavior", "pinned"),
                 *("--versioning-override-deployment-name", name),

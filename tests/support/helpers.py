@@ -344,3 +344,25 @@ async def workflow_closed(client: Client, workflow_id: str, timeout: float = 30)
     handle = client.get_workflow_handle(workflow_id)
     with contextlib.suppress(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), timeout)
+
+
+async def row_of(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
+    """The job's row as the read model holds it (None: no row)."""
+    async with engine.connect() as conn:
+        return await store.get_job(conn, job_id)
+
+
+async def final_row(engine: AsyncEngine, job_id: uuid.UUID, timeout: float = 60) -> JobView:
+    async def final() -> JobView | None:
+        job = await row_of(engine, job_id)
+        return job if job is not None and job.is_final else None
+
+    return await until(f"job {job_id} final", final, timeout)
+
+
+async def running_row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
+    async def under_way() -> JobView | None:
+        job = await row_of(engine, job_id)
+        return job if job is not None and job.processed > 0 and not job.is_final else None
+
+    return await until(f"job {job_id} under way", under_way)

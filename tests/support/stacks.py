@@ -53,7 +53,7 @@ def hubjobs(
     )
 
 
-def hubjobs_json(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[Any, float]:
+def timed_json(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[Any, float]:
     """Runs ``hubjobs <args> --json``, which must succeed; returns its JSON and how long
     it took."""
     started = time.monotonic()
@@ -195,7 +195,7 @@ class OwnStack:
 
     def up(self) -> dict[str, Any]:
         """``hubjobs up`` again, which must succeed; returns what it printed."""
-        info, took = hubjobs_json(self.env, "up")
+        info, took = timed_json(self.env, "up")
         print(f"hubjobs up took {took:.1f} s")
         return dict(info)
 
@@ -211,7 +211,7 @@ def own_stack(
     home = scratch / "home"
     env = stack_env(home, preferred) | (extra_env or {})
     try:
-        info, took = hubjobs_json(env, "up")
+        info, took = timed_json(env, "up")
         print(f"\nfirst hubjobs up took {took:.1f} s: {info}")
         yield OwnStack(home, env, info)
     finally:

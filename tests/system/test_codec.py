@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import re
-import subprocess
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support import toy_kind
 from tests.support.codec_keys import NEW_KEY_ID, OLD_KEY_ID, codec_env, with_codec
-from tests.support.helpers import assert_every_page_tagged_once
+from tests.support.helpers import assert_every_page_tagged_once, temporal_cli
 from tests.support.histories import record
 from tests.support.processes import api_process
 from tests.support.servers import running_worker, seed
@@ -53,15 +52,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PLAIN = data_converter(Settings(payload_codec=False))
 BASE64 = re.compile(r"^[A-Za-z0-9+/_-]{8,}={0,2}$")
-
-
-def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [embedded.venv_binary("temporal"), *args, "--address", address],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -339,13 +329,6 @@ async def test_the_codec_endpoint_decodes_for_an_authorised_caller_and_refuses_o
     # With the codec off, there is no codec endpoint.
     async with app_for(settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})) as http:
         assert (await http.post("/codec/decode", json=body, headers=bearer)).status_code == 404
-
-
-@pytest.fixture
-def chromium() -> Path:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"Chromium is required at {CHROMIUM} for the Temporal UI test; install it")
-    return CHROMIUM
 
 
 async def test_make_run_with_the_codec_on_shows_decoded_payloads_only_through_the_endpoint(

@@ -33,13 +33,13 @@ from tests.support.stacks import (
     accepts,
     held_ports,
     hubjobs,
-    hubjobs_json,
     kill_postgres,
     kill_temporal,
     own_stack,
     refuses_soon,
     server_pids,
     stack_env,
+    timed_json,
 )
 
 SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId", "JobScheduleId")
@@ -65,7 +65,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
     assert all(accepts(port) for port in taken), "the session stack holds the preferred ports"
     env = stack_env(home, embedded.StackPorts.of(stack))
     try:
-        first, first_took = await asyncio.to_thread(hubjobs_json, env, "up")
+        first, first_took = await asyncio.to_thread(timed_json, env, "up")
         print(f"\nfirst up took {first_took:.1f} s: {first}")
         assert set(first) == {
             "database_url",
@@ -88,7 +88,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         assert all(embedded.pid_alive(pid) for pid in pids)
 
         # Idempotent: the same servers found again, nothing started twice.
-        second, second_took = await asyncio.to_thread(hubjobs_json, env, "up")
+        second, second_took = await asyncio.to_thread(timed_json, env, "up")
         print(f"second up took {second_took:.1f} s")
         assert second == first
         assert second_took < 15
@@ -118,7 +118,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         # The UI answers.
         assert await asyncio.to_thread(http_status, first["ui_url"]) == 200
     finally:
-        stopped, down_took = await asyncio.to_thread(hubjobs_json, env, "down")
+        stopped, down_took = await asyncio.to_thread(timed_json, env, "down")
         print(f"down took {down_took:.1f} s")
         stack_file_left = (home / "stack.json").exists()
         # Only once the servers are down: their data goes with the folder.
@@ -165,7 +165,7 @@ def test_up_after_a_crash_comes_back_on_the_recorded_ports() -> None:
         assert accepts(temporal_port) and accepts(ui_port)
 
         # `down` keeps the record: the next `up` comes back on the same ports.
-        stopped, _ = hubjobs_json(own.env, "down")
+        stopped, _ = timed_json(own.env, "down")
         assert stopped == {"stopped": True}
         assert own.record.read_text() == record
         assert own.up() == own.info

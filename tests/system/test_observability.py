@@ -477,14 +477,6 @@ async def _shown(
     raise AssertionError(f"the Temporal UI keeps failing: {failed}")
 
 
-@pytest.fixture
-def chromium() -> Path:
-    """Debian's Chromium (CI installs it): without it the test fails, it is not skipped."""
-    if not CHROMIUM.is_file():
-        pytest.fail(f"Chromium is required at {CHROMIUM} for the Temporal UI test; install it")
-    return CHROMIUM
-
-
 async def test_the_temporal_ui_finds_the_job_by_workspace_and_shows_its_summary(
     chromium: Path,
     stack: embedded.StackInfo,

@@ -37,11 +37,17 @@ from temporalio.exceptions import ApplicationError
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.contract import FOLDER as CONTRACT
 from starter.client import HubJobsClient
-from tests.support.helpers import temporal_cli, until, workflow_closed
+from tests.support.helpers import (
+    final_row,
+    row_of,
+    running_row,
+    temporal_cli,
+    until,
+    workflow_closed,
+)
 from tests.support.servers import running_worker, seed
 
 TYPESCRIPT = Path(__file__).resolve().parents[1] / "support" / "typescript"
@@ -95,27 +101,6 @@ def slow_settings(settings: Settings) -> Settings:
 async def slow_worker(temporal: Client, slow_settings: Settings) -> AsyncIterator[None]:
     async with running_worker(temporal, slow_settings):
         yield
-
-
-async def row_of(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
-    async with engine.connect() as conn:
-        return await read_model.get_job(conn, job_id)
-
-
-async def final_row(engine: AsyncEngine, job_id: uuid.UUID, timeout: float = 60) -> JobView:
-    async def final() -> JobView | None:
-        job = await row_of(engine, job_id)
-        return job if job is not None and job.is_final else None
-
-    return await until(f"job {job_id} final", final, timeout)
-
-
-async def running_row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
-    async def under_way() -> JobView | None:
-        job = await row_of(engine, job_id)
-        return job if job is not None and job.processed > 0 and not job.is_final else None
-
-    return await until(f"job {job_id} under way", under_way)
 
 
 def direct_input(course: DemoCourse, **fields: Any) -> dict[str, Any]:

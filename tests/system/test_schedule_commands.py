@@ -9,9 +9,8 @@ import contextlib
 import io
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
 from starter.cli import run_cli
+from tests.support.helpers import until
 from tests.support.processes import hubjobs_env, hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, seed
 
@@ -49,17 +49,6 @@ SCHEDULE_KEYS = {
     "recent_runs",
     "created_at",
 }
-
-
-async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = await probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def schedule_ids(temporal: Client, workspace: uuid.UUID) -> set[str]:
