@@ -20,10 +20,15 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from hubjobs.errors import ConfigurationError
 
 STACK_FILE = "stack.json"
+# The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
+# when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
+PROFILE_FILE = "profile.json"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore")
+    # An empty variable (``HUBJOBS_LOG_JSON=``, as a compose file's ``${VAR:-}`` gives)
+    # means unset: the default, never a value that does not parse.
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default=Path(".hubjobs"), description="State folder of the embedded stack")
     database_url: str | None = None
@@ -158,6 +163,11 @@ class Settings(BaseSettings):
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
 
+    # The CLI's workspace and actor when a command is given neither flag (then the
+    # demo's profile in HUBJOBS_HOME is asked).
+    workspace: uuid.UUID | None = None
+    actor: uuid.UUID | None = None
+
     @field_validator(
         "api_jwks_url",
         "api_jwt_audience",
@@ -206,6 +216,14 @@ class Settings(BaseSettings):
     @cached_property
     def _stack(self) -> dict[str, str]:
         path = self.home / STACK_FILE
+        if not path.exists():
+            return {}
+        data: dict[str, str] = json.loads(path.read_text())
+        return data
+
+    def recorded_profile(self) -> dict[str, str]:
+        """The profile ``hubjobs demo`` wrote (empty when there is none)."""
+        path = self.home / PROFILE_FILE
         if not path.exists():
             return {}
         data: dict[str, str] = json.loads(path.read_text())

@@ -19,21 +19,42 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from hubjobs.domain.text import printable
 from hubjobs.temporal.process import run_and_exit
 from starter.cli import jobs, ops, schedules, stack
-from starter.cli.output import error_line
+from starter.cli.output import error_line, errors_as_json
 
 app = typer.Typer(
     name="hubjobs",
     help="Durable background jobs for the knowledge hub, on Temporal.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"hubjobs {version('hubjobs')}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Durable background jobs for the knowledge hub, on Temporal."""
 
 
 # One command line, the commands of each audience on it (in this order in --help).
@@ -71,6 +92,7 @@ def run_cli(args: Sequence[str] | None = None) -> int:
     code ``invalid_argument`` and exit code 2, its text made printable."""
     if args is None:
         args = sys.argv[1:]
+    errors_as_json("--json" in args)
     try:
         result = app_for(args)(args=args, prog_name="hubjobs", standalone_mode=False)
     except typer.TyperException as usage:  # typer's click exceptions

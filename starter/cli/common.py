@@ -26,7 +26,7 @@ from starter.client import HubJobsClient, WorkspaceJobs
 
 if TYPE_CHECKING:
     pass
-from starter.cli.output import error_line, exit_code_of
+from starter.cli.output import error_line, errors_as_json, exit_code_of
 
 log = logging.getLogger("hubjobs.cli")
 
@@ -36,10 +36,24 @@ R = TypeVar("R")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-WorkspaceOpt = Annotated[uuid.UUID, typer.Option("--workspace", help="Workspace id.")]
+WorkspaceOpt = Annotated[
+    uuid.UUID | None,
+    typer.Option(
+        "--workspace",
+        help="Workspace id (default: HUBJOBS_WORKSPACE, else the demo's profile).",
+        show_default=False,
+    ),
+]
 
 
-ActorOpt = Annotated[uuid.UUID, typer.Option("--actor", help="Acting user's id.")]
+ActorOpt = Annotated[
+    uuid.UUID | None,
+    typer.Option(
+        "--actor",
+        help="Acting user's id (default: HUBJOBS_ACTOR, else the demo's profile).",
+        show_default=False,
+    ),
+]
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -78,6 +92,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
         global _settings
+        errors_as_json(bool(kwargs.get("as_json")))
         try:
             settings = _settings = Settings()
         except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
@@ -110,6 +125,36 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
     return asyncio.run(coro)
 
 
-async def _scoped(workspace: uuid.UUID, actor: uuid.UUID) -> tuple[HubJobsClient, WorkspaceJobs]:
+def _default(flag: uuid.UUID | None, setting: uuid.UUID | None, key: str, what: str) -> uuid.UUID:
+    """A flag, else its setting, else the demo's profile; refused when none names one."""
+    value = flag or setting
+    if value is None:
+        recorded = settings_now().recorded_profile().get(key)
+        value = uuid.UUID(recorded) if recorded else None
+    if value is None:
+        raise InvalidInput(
+            f"no {what}: pass --{what}, set HUBJOBS_{what.upper()}, or run `hubjobs demo` "
+            "(it writes a profile with its own)",
+            code="invalid_argument",
+        )
+    return value
+
+
+def actor_of(actor: uuid.UUID | None) -> uuid.UUID:
+    return _default(actor, settings_now().actor, "actor_id", "actor")
+
+
+def scope_of(workspace: uuid.UUID | None, actor: uuid.UUID | None) -> tuple[uuid.UUID, uuid.UUID]:
+    """The workspace and actor a command acts as: flags override HUBJOBS_WORKSPACE /
+    HUBJOBS_ACTOR, which override the profile ``hubjobs demo`` wrote in HUBJOBS_HOME."""
+    return _default(workspace, settings_now().workspace, "workspace_id", "workspace"), actor_of(
+        actor
+    )
+
+
+async def _scoped(
+    workspace: uuid.UUID | None, actor: uuid.UUID | None
+) -> tuple[HubJobsClient, WorkspaceJobs]:
+    workspace_id, actor_id = scope_of(workspace, actor)
     client = await HubJobsClient.connect(settings_now())
-    return client, client.scope(workspace, actor)
+    return client, client.scope(workspace_id, actor_id)

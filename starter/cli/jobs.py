@@ -34,8 +34,8 @@ commands = typer.Typer()
 
 
 def start_job(
-    workspace: uuid.UUID,
-    actor: uuid.UUID,
+    workspace: uuid.UUID | None,
+    actor: uuid.UUID | None,
     start: Callable[[WorkspaceJobs], Awaitable[JobView]],
     *,
     wait: bool,
@@ -61,10 +61,10 @@ def start_job(
 @commands.command("tag-course")
 @command
 def tag_course(
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
     root_page: Annotated[uuid.UUID, typer.Option("--root-page", help="Root page of the course.")],
     tag: Annotated[str, typer.Option(help="The tag to add to every page.")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     correlation_id: Annotated[str | None, typer.Option(help="Carried into logs.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
@@ -88,8 +88,8 @@ def tag_course(
 @commands.command()
 @command
 def backup(
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
     as_json: JsonOpt = False,
@@ -107,8 +107,8 @@ def backup(
 @commands.command()
 @command
 def export(
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     root_page: Annotated[
         uuid.UUID | None,
         typer.Option("--root-page", help="Root page of a course; the whole workspace without."),
@@ -140,8 +140,8 @@ def export(
 @command
 def retry(
     job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the retry to finish.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -154,8 +154,8 @@ def retry(
 @command
 def status(
     job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job."""
@@ -171,8 +171,8 @@ def status(
 @commands.command("list")
 @command
 def list_jobs(
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
     schedule: Annotated[
@@ -219,8 +219,8 @@ def list_jobs(
 @command
 def items(
     job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     state: Annotated[
         str | None, typer.Option(help="Only items in this state (e.g. failed).")
     ] = None,
@@ -265,8 +265,8 @@ def items(
 @command
 def cancel(
     job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     reason: Annotated[str | None, typer.Option(help="Why, for the record.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -284,8 +284,8 @@ def cancel(
 @command
 def watch(
     job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Follow a job to its end: a progress bar, or one JSON line per change."""

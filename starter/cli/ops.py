@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
+    actor_of,
     command,
     run,
     settings_now,
@@ -70,14 +71,14 @@ def api() -> None:
 @commands.command()
 @command
 def token(
-    actor: ActorOpt,
+    actor: ActorOpt = None,
     ttl: Annotated[int, typer.Option(help="Seconds the token is valid.", min=1)] = 3600,
     as_json: JsonOpt = False,
 ) -> None:
     """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
     from starter.api.tokens import mint
 
-    value = mint(actor, settings_now(), ttl_seconds=ttl)
+    value = mint(actor_of(actor), settings_now(), ttl_seconds=ttl)
     if as_json:
         print_json({"token": value})
     else:

@@ -19,11 +19,19 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+# Off a terminal (piped, logged) nothing is cut to 80 columns: ids, links and paths are
+# pasted from there. Tables take the width their values need, not this one.
+UNBOUNDED_WIDTH = 100_000
+
+
 @functools.cache
 def _console(stderr: bool) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=UNBOUNDED_WIDTH)
+    return console
 
 
 def out() -> Console:
@@ -39,7 +47,19 @@ def err() -> Console:
 CALLER_CODES = frozenset({UnknownKind.code})
 
 
+_json_errors = False
+
+
+def errors_as_json(on: bool) -> None:
+    """With ``--json`` an error is ``{"error": {"code", "message"}}`` on stderr."""
+    global _json_errors
+    _json_errors = on
+
+
 def error_line(message: str, code: str) -> None:
+    if _json_errors:
+        sys.stderr.write(json.dumps({"error": {"code": code, "message": message}}) + "\n")
+        return
     err().print(
         f"error: {message} [{code}]",
         markup=False,

@@ -26,6 +26,7 @@ from starter.cli.common import (
     WorkspaceOpt,
     command,
     run,
+    scope_of,
 )
 from starter.cli.output import out, print_json
 
@@ -40,10 +41,11 @@ ScheduleArg = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedu
 
 
 async def _schedules(
-    workspace: uuid.UUID, actor: uuid.UUID
+    workspace: uuid.UUID | None, actor: uuid.UUID | None
 ) -> tuple[HubJobsClient, WorkspaceSchedules]:
+    workspace_id, actor_id = scope_of(workspace, actor)
     client = await HubJobsClient.connect(Settings())
-    return client, client.schedules(workspace, actor)
+    return client, client.schedules(workspace_id, actor_id)
 
 
 def schedule_json(view: ScheduleView) -> dict[str, Any]:
@@ -69,8 +71,8 @@ def print_schedule(view: ScheduleView, as_json: bool) -> None:
 
 
 def on_schedules(
-    workspace: uuid.UUID,
-    actor: uuid.UUID,
+    workspace: uuid.UUID | None,
+    actor: uuid.UUID | None,
     act: Callable[[WorkspaceSchedules], Awaitable[R]],
 ) -> R:
     async def go() -> R:
@@ -85,8 +87,8 @@ def on_schedules(
 @command
 def schedule_create(
     kind: Annotated[str, typer.Argument(metavar="KIND", help="The job kind (backup, …).")],
-    workspace: WorkspaceOpt,
-    actor: ActorOpt,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
     cron: Annotated[
         str | None,
         typer.Option(help='When, as a cron expression: "0 3 * * *" is 03:00 every day.'),
@@ -131,7 +133,9 @@ def schedule_create(
 
 @schedule_app.command("list")
 @command
-def schedule_list(workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False) -> None:
+def schedule_list(
+    workspace: WorkspaceOpt = None, actor: ActorOpt = None, as_json: JsonOpt = False
+) -> None:
     """List a workspace's schedules, newest first."""
     found = on_schedules(workspace, actor, lambda schedules: schedules.list())
     if as_json:
@@ -156,7 +160,10 @@ def schedule_list(workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = F
 @schedule_app.command("show")
 @command
 def schedule_show(
-    schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one schedule: its definition, next firings and recent runs' jobs."""
     print_schedule(on_schedules(workspace, actor, lambda s: s.get(schedule)), as_json)
@@ -165,7 +172,10 @@ def schedule_show(
 @schedule_app.command("pause")
 @command
 def schedule_pause(
-    schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Stop the firings until unpaused (a run under way goes on)."""
     print_schedule(on_schedules(workspace, actor, lambda s: s.pause(schedule)), as_json)
@@ -174,7 +184,10 @@ def schedule_pause(
 @schedule_app.command("unpause")
 @command
 def schedule_unpause(
-    schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Let a paused schedule fire again."""
     print_schedule(on_schedules(workspace, actor, lambda s: s.unpause(schedule)), as_json)
@@ -183,7 +196,10 @@ def schedule_unpause(
 @schedule_app.command("trigger")
 @command
 def schedule_trigger(
-    schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fire now (refused with schedule_running while a run of it is still going)."""
     print_schedule(on_schedules(workspace, actor, lambda s: s.trigger(schedule)), as_json)
@@ -192,7 +208,10 @@ def schedule_trigger(
 @schedule_app.command("delete")
 @command
 def schedule_delete(
-    schedule: ScheduleArg, workspace: WorkspaceOpt, actor: ActorOpt, as_json: JsonOpt = False
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove the schedule from Temporal; its jobs stay."""
     on_schedules(workspace, actor, lambda s: s.delete(schedule))
