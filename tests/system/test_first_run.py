@@ -1,0 +1,113 @@
+"""What a newcomer types after ``make run`` (``hubjobs up`` then ``hubjobs demo``), as
+real subprocesses on a stack of the test's own:
+
+- the demo prints its workspace, actor and root page, the UI link, the metrics URL and
+  the next commands; it leaves a background worker serving and a profile behind, so
+  ``hubjobs list`` needs no flags, the next job runs (it does not sit queued) and the
+  metrics URL answers; ``hubjobs down`` stops the worker;
+- flags override HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, which override the profile;
+- piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
+  stderr with the same exit codes; ``--version``; an empty setting means unset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+import uuid
+from pathlib import Path
+
+from hubjobs.devstack import embedded
+from tests.support.stacks import hubjobs, own_stack, timed_json, wait_gone
+
+
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+        return text
+
+
+async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> None:
+    metrics_port = embedded.choose_port(0)
+    extra = {"HUBJOBS_METRICS_PORT": str(metrics_port), "HUBJOBS_MAINTENANCE": "false"}
+    with own_stack(extra_env=extra) as stack:
+        env = stack.env
+        demo = await asyncio.to_thread(hubjobs, env, "demo", "--pages", "30", timeout=300)
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        profile = json.loads((stack.home / "profile.json").read_text())
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        for value in (
+            profile["workspace_id"],
+            profile["actor_id"],
+            profile["root_page_id"],
+            metrics_url,
+            f"{stack.info['ui_url']}/namespaces/default/workflows/course_tagging-",
+            "hubjobs list",
+            f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
+        ):
+            assert value in demo.stdout, f"{value} not in the demo's output:\n{demo.stdout}"
+        worker_pid = int((stack.home / "worker.pid").read_text())
+        assert embedded.pid_alive(worker_pid)
+
+        # No flags: the profile's workspace and actor. Piped, ids are whole.
+        listed = await asyncio.to_thread(hubjobs, env, "list")
+        assert listed.returncode == 0, listed.stderr
+        (demo_job,), _ = await asyncio.to_thread(timed_json, env, "list")
+        assert demo_job["id"] in listed.stdout and demo_job["status"] == "succeeded"
+
+        # The next job runs on the background worker, which also serves the metrics.
+        tagged, _ = await asyncio.to_thread(
+            timed_json,
+            env,
+            "tag-course",
+            "--root-page",
+            profile["root_page_id"],
+            "--tag",
+            "week-2",
+            "--wait",
+            timeout=300,
+        )
+        assert tagged["status"] == "succeeded" and tagged["succeeded"] == 30
+        assert "hubjobs_job_duration_seconds" in await asyncio.to_thread(metrics_text, metrics_url)
+
+        # An environment variable overrides the profile, a flag the variable.
+        elsewhere = str(uuid.uuid4())
+        env_scoped = env | {"HUBJOBS_WORKSPACE": elsewhere}
+        refused = await asyncio.to_thread(hubjobs, env_scoped, "list", "--json")
+        assert refused.returncode != 0 and refused.stdout == ""
+        error = json.loads(refused.stderr)["error"]
+        assert set(error) == {"code", "message"} and error["code"] != "invalid_argument"
+        flagged = await asyncio.to_thread(
+            hubjobs, env_scoped, "list", "--workspace", profile["workspace_id"], "--json"
+        )
+        assert flagged.returncode == 0 and len(json.loads(flagged.stdout)) == 2
+
+        # down stops the worker with the servers.
+        await asyncio.to_thread(timed_json, env, "down")
+        wait_gone(worker_pid, timeout=60)
+        assert not (stack.home / "worker.pid").exists()
+
+
+def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> None:
+    env = {
+        "HUBJOBS_HOME": str(tmp_path),
+        "HUBJOBS_LOG_JSON": "",  # empty: unset, not refused
+        "PATH": "/usr/bin:/bin",
+    }
+    version = hubjobs(env, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("hubjobs ")
+
+    # No workspace anywhere: a caller's error (2), as one JSON object or one line.
+    as_json = hubjobs(env, "list", "--json")
+    assert as_json.returncode == 2 and as_json.stdout == ""
+    assert json.loads(as_json.stderr)["error"]["code"] == "invalid_argument"
+    as_text = hubjobs(env, "list")
+    assert as_text.returncode == 2
+    assert as_text.stderr.strip().endswith("[invalid_argument]")
+    assert "HUBJOBS_WORKSPACE" in as_text.stderr and len(as_text.stderr.splitlines()) == 1
+
+    # A usage error with --json: JSON too, exit code 2.
+    usage = hubjobs(env, "list", "--bogus", "--json")
+    assert usage.returncode == 2
+    assert json.loads(usage.stderr)["error"]["code"] == "invalid_argument"
