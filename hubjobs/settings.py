@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
@@ -23,6 +23,9 @@ STACK_FILE = "stack.json"
 # The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
 # when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
 PROFILE_FILE = "profile.json"
+# The embedded stack's token secret (`hubjobs up` writes it): `hubjobs token` and
+# `hubjobs api` use it only while no token key of any kind is configured.
+DEV_SECRET_FILE = "dev-token-secret"
 
 
 class Settings(BaseSettings):
@@ -192,6 +195,17 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _dev_token_secret(self) -> Settings:
+        """The embedded stack's development secret, when no production key (a JWKS URL,
+        a public key or a secret) is configured and ``hubjobs up`` wrote one here."""
+        if self.api_jwt_secret or self.api_jwt_public_key or self.api_jwks_url:
+            return self
+        path = self.home / DEV_SECRET_FILE
+        if path.is_file():
+            self.api_jwt_secret = SecretStr(path.read_text().strip())
+        return self
 
     @property
     def tracing_on(self) -> bool:

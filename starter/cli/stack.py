@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -15,7 +17,7 @@ import typer
 from hubjobs.errors import Unavailable
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
-from hubjobs.settings import PROFILE_FILE, Settings
+from hubjobs.settings import DEV_SECRET_FILE, PROFILE_FILE, Settings
 from starter.client import HubJobsClient
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ def up(
     )
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
     metrics_url = metrics_url_of(s)
+    write_dev_secret(s)
     if worker:
         from hubjobs.devstack.background_worker import start_worker
 
@@ -85,6 +88,18 @@ def up(
             markup=False,
             highlight=False,
         )
+
+
+def write_dev_secret(settings: Settings) -> None:
+    """A token secret for the embedded stack (HUBJOBS_HOME/dev-token-secret, readable by
+    its owner only), so `hubjobs token` and `hubjobs api` work as they are; never
+    written, nor read, while a token key is configured."""
+    if settings.api_jwt_secret or settings.api_jwt_public_key or settings.api_jwks_url:
+        return
+    path = settings.home / DEV_SECRET_FILE
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
 
 
 def metrics_url_of(settings: Settings) -> str | None:

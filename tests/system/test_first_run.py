@@ -7,7 +7,9 @@ real subprocesses on a stack of the test's own:
   metrics URL answers; ``hubjobs down`` stops the worker;
 - flags override HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, which override the profile;
 - piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
-  stderr with the same exit codes; ``--version``; an empty setting means unset.
+  stderr with the same exit codes; ``--version``; an empty setting means unset;
+- ``hubjobs token`` and ``hubjobs api`` work on the stack as they are (``up`` wrote a
+  development token secret); ``up`` without the [embedded] extra names it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ import json
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 from hubjobs.devstack import embedded
+from tests.support.processes import api_process
 from tests.support.stacks import hubjobs, own_stack, timed_json, wait_gone
+
+
+def get_json(url: str, token: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
 
 
 def metrics_text(url: str) -> str:
@@ -82,6 +92,20 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             hubjobs, env_scoped, "list", "--workspace", profile["workspace_id"], "--json"
         )
         assert flagged.returncode == 0 and len(json.loads(flagged.stdout)) == 2
+
+        # `hubjobs token` and `hubjobs api` as they are: the development secret `up` wrote.
+        secret = stack.home / "dev-token-secret"
+        assert secret.stat().st_mode & 0o777 == 0o600
+        api_env = env | {"HUBJOBS_API_PORT": str(embedded.choose_port(0))}
+        minted, _ = await asyncio.to_thread(timed_json, api_env, "token")
+        with api_process(api_env, stack.home / "api-test.log"):
+            answer = await asyncio.to_thread(
+                get_json,
+                f"http://127.0.0.1:{api_env['HUBJOBS_API_PORT']}"
+                f"/workspaces/{profile['workspace_id']}/jobs",
+                minted["token"],
+            )
+        assert {job["id"] for job in answer} == {demo_job["id"], tagged["id"]}
 
         # down stops the worker with the servers.
         await asyncio.to_thread(timed_json, env, "down")
