@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -19,7 +20,7 @@ from hubjobs.readmodel.views import ItemPage, JobView
 from starter.client import WorkspaceJobs
 
 if TYPE_CHECKING:
-    pass
+    from rich.table import Table
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
@@ -168,38 +169,7 @@ def status(
     print_job(run(go()), as_json)
 
 
-@commands.command("list")
-@command
-def list_jobs(
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
-    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
-    schedule: Annotated[
-        str | None, typer.Option("--schedule", help="Only the runs of this schedule.")
-    ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
-    as_json: JsonOpt = False,
-) -> None:
-    """List a workspace's jobs, newest first."""
-    statuses = [s.value for s in JobStatus]
-    if status is not None and status not in statuses:
-        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
-
-    async def go() -> list[JobView]:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await jobs.list(
-                status=None if status is None else JobStatus(status),
-                kind=kind,
-                schedule_id=schedule,
-                limit=limit,
-            )
-
-    found = run(go())
-    if as_json:
-        print_json([job_json(job) for job in found])
-        return
+def jobs_table(found: list[JobView]) -> Table:
     from rich.table import Table
 
     table = Table("id", "kind", "status", "done", "created", "summary")
@@ -212,7 +182,83 @@ def list_jobs(
             job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             job.summary or "",
         )
-    out().print(table)
+    return table
+
+
+async def watch_list(
+    read: Callable[[], Awaitable[list[JobView]]], interval: float, as_json: bool
+) -> None:
+    """Reads the list every ``interval`` seconds until interrupted: a live table on a
+    terminal, else the list again (a JSON array a line with ``--json``) when it changed."""
+    if not as_json and out().is_terminal:
+        from rich.live import Live
+
+        with Live(jobs_table(await read()), console=out(), auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval)
+                live.update(jobs_table(await read()), refresh=True)
+    last: list[dict[str, object]] | None = None
+    while True:
+        views = await read()
+        found = [job_json(job) for job in views]
+        if found != last:
+            if as_json:
+                sys.stdout.write(json.dumps(found) + "\n")
+            else:
+                out().print(jobs_table(views))
+            sys.stdout.flush()
+            last = found
+        await asyncio.sleep(interval)
+
+
+@commands.command("list")
+@command
+def list_jobs(
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    schedule: Annotated[
+        str | None, typer.Option("--schedule", help="Only the runs of this schedule.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Keep the list up to date until interrupted.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between reads with --watch.")
+    ] = 2.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a workspace's jobs, newest first."""
+    statuses = [s.value for s in JobStatus]
+    if status is not None and status not in statuses:
+        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
+
+    async def go() -> list[JobView]:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+
+            async def read() -> list[JobView]:
+                return await jobs.list(
+                    status=None if status is None else JobStatus(status),
+                    kind=kind,
+                    schedule_id=schedule,
+                    limit=limit,
+                )
+
+            if watch:
+                await watch_list(read, interval, as_json)
+            return await read()
+
+    try:
+        found = run(go())
+    except KeyboardInterrupt:  # the end of --watch
+        return
+    if as_json:
+        print_json([job_json(job) for job in found])
+    else:
+        out().print(jobs_table(found))
 
 
 @commands.command()

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
@@ -23,13 +25,39 @@ from typing import Any
 
 from hubjobs.devstack import embedded
 from tests.support.processes import api_process
-from tests.support.stacks import hubjobs, own_stack, timed_json, wait_gone
+from tests.support.stacks import HUBJOBS, hubjobs, own_stack, timed_json, wait_gone
 
 
 def get_json(url: str, token: str) -> Any:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
+
+
+def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str) -> str:
+    """``hubjobs list --watch --json`` prints ``listed``, then, once a backup starts, a
+    list with it; SIGINT ends it with exit code 0. Returns the backup's id."""
+    watching = subprocess.Popen(
+        [HUBJOBS, "list", "--watch", "--interval", "0.2", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watching.stdout is not None
+        assert [job["id"] for job in json.loads(watching.stdout.readline())] == listed
+        backup, _ = timed_json(env, "backup", "--workspace", workspace)
+        seen: list[str] = []
+        while backup["id"] not in seen:
+            line = watching.stdout.readline()
+            assert line, "--watch ended early"
+            seen = [job["id"] for job in json.loads(line)]
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(30) == 0
+        return str(backup["id"])
+    finally:
+        watching.kill()
 
 
 def metrics_text(url: str) -> str:
@@ -93,6 +121,11 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         )
         assert flagged.returncode == 0 and len(json.loads(flagged.stdout)) == 2
 
+        # list --watch: the list again whenever it changes, until interrupted.
+        third_id = await asyncio.to_thread(
+            watch_sees_a_new_job, env, [tagged["id"], demo_job["id"]], profile["workspace_id"]
+        )
+
         # `hubjobs token` and `hubjobs api` as they are: the development secret `up` wrote.
         secret = stack.home / "dev-token-secret"
         assert secret.stat().st_mode & 0o777 == 0o600
@@ -105,7 +138,7 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
                 f"/workspaces/{profile['workspace_id']}/jobs",
                 minted["token"],
             )
-        assert {job["id"] for job in answer} == {demo_job["id"], tagged["id"]}
+        assert {job["id"] for job in answer} == {demo_job["id"], tagged["id"], third_id}
 
         # down stops the worker with the servers.
         await asyncio.to_thread(timed_json, env, "down")
