@@ -60,6 +60,7 @@ from tests.support.archive_helpers import (
     snapshot_archive,
     tables_of,
 )
+from tests.support.cli_errors import refusal_code
 from tests.support.helpers import edit, run_endings, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import WorkerProcess, hubjobs_env
@@ -164,7 +165,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess[str], code: str) -> 
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error:") and lines[0].endswith(f"[{code}]"), lines[0]
+    assert refusal_code(lines[0]) == code
 
 
 # --- 1. round trip --------------------------------------------------------------------

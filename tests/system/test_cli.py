@@ -10,6 +10,7 @@ from pathlib import Path
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.readmodel.views import CLI_JOB_FIELDS
 from hubjobs.settings import Settings
+from tests.support.cli_errors import refusal_code
 from tests.support.processes import hubjobs_json, run_hubjobs
 
 JOB_KEYS = set(CLI_JOB_FIELDS)
@@ -24,7 +25,8 @@ def _assert_one_error_line(done: subprocess.CompletedProcess[str], code: str) ->
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error:") and lines[0].endswith(f"[{code}]")
+    assert refusal_code(lines[0]) == code
+    assert lines[0].startswith("{") == ("--json" in done.args), lines[0]
 
 
 async def test_seed_tag_status_list_cancel(

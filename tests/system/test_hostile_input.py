@@ -40,6 +40,7 @@ from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW, workspace_que
 from hubjobs.settings import Settings
 from starter.api.tokens import mint
 from starter.cli import run_cli
+from tests.support.cli_errors import refusal_code
 from tests.support.hostile import CANONICAL, hostile_text, invalid_utf8
 from tests.support.processes import hubjobs_env
 from tests.support.servers import API_SECRET, bearer
@@ -431,8 +432,7 @@ def _assert_clean_cli_answer(code: int, out: str, err: str, what: object) -> str
         return None
     lines = err.splitlines()
     assert code in (1, 2) and len(lines) == 1, (what, code, err[-500:])
-    assert lines[0].startswith("error: ") and lines[0].endswith("]"), (what, lines)
-    refusal = lines[0].rsplit("[", 1)[1][:-1]
+    refusal = refusal_code(lines[0])
     assert refusal in CLI_CODES, (what, lines)
     assert code == (2 if refusal.startswith("invalid") or refusal == "unknown_kind" else 1)
     return refusal

@@ -26,6 +26,7 @@ from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
 from starter.cli import run_cli
+from tests.support.cli_errors import refusal_code
 from tests.support.helpers import until
 from tests.support.processes import hubjobs_env, hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, seed
@@ -85,7 +86,7 @@ def _refused(done: subprocess.CompletedProcess[str], code: str, exit_code: int) 
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error:") and lines[0].endswith(f"[{code}]"), lines[0]
+    assert refusal_code(lines[0]) == code
     assert done.returncode == exit_code and done.stdout == ""
 
 
