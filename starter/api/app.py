@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from hubjobs.settings import Settings
 from starter.api import contract, health, items, jobs, schedules
 from starter.api.codec import CodecCors, codec_router
+from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
 from starter.api.tokens import TokenVerifier
@@ -45,6 +46,8 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         summary="Durable background jobs for the knowledge hub (FHIR bulk-data style).",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # served offline instead (install_docs)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.verifier = TokenVerifier(settings)
@@ -57,6 +60,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         codec, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
+    install_docs(app)
     app.add_middleware(RequestGuard)
     install_error_handlers(app)
     return app
