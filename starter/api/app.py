@@ -15,6 +15,7 @@ from starter.api.codec import CodecCors, codec_router
 from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
+from starter.api.kind_schemas import install_kind_schemas
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient
 
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
     install_docs(app)
+    install_kind_schemas(app)
     app.add_middleware(RequestGuard)
     install_error_handlers(app)
     return app

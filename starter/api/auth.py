@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from hubjobs.schedules.definition import (
@@ -17,11 +18,29 @@ from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient, WorkspaceJobs
 from starter.schedules import WorkspaceSchedules
 
+# The OpenAPI security scheme (HTTP bearer, a JWT): a generated client sends the header.
+# auto_error off: the token is checked by the verifier, with the API's own codes and
+# messages (401 unauthorized, "a bearer token is required"), not FastAPI's 403.
+BEARER = HTTPBearer(
+    auto_error=False, bearerFormat="JWT", description="A JWT whose `sub` is the actor's id"
+)
+
+
+def bearer_header(
+    request: Request,
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+) -> str | None:
+    """The Authorization header as sent (the verifier reads its scheme and token)."""
+    return request.headers.get("authorization")
+
+
+BearerHeader = Annotated[str | None, Depends(bearer_header)]
+
 
 async def jobs_for(
     request: Request,
     workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
-    authorization: Annotated[str | None, Header(description="Bearer <JWT>")] = None,
+    authorization: BearerHeader,
 ) -> WorkspaceJobs:
     """The workspace's jobs as the token's actor sees them. A token checked against a
     configured key is checked here, on the loop (microseconds of CPU); one that may need

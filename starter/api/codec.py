@@ -19,9 +19,9 @@ import binascii
 import ipaddress
 import logging
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -30,6 +30,7 @@ from temporalio.api.common.v1 import Payload
 from hubjobs.errors import ConfigurationError, Forbidden, InvalidInput
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
+from starter.api.auth import BearerHeader
 from starter.api.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
@@ -152,9 +153,6 @@ class CodecGate:
         return actor
 
 
-Authorization = Annotated[str | None, Header(description="Bearer <JWT>")]
-
-
 def codec_router(
     settings: Settings, verifier: TokenVerifier, responses: dict[int | str, dict[str, Any]]
 ) -> tuple[APIRouter, list[str]]:
@@ -164,7 +162,7 @@ def codec_router(
     origins = allowed_origins(settings)
     gate = CodecGate(settings, verifier, origins)
 
-    def caller(request: Request, authorization: Authorization = None) -> uuid.UUID | None:
+    def caller(request: Request, authorization: BearerHeader) -> uuid.UUID | None:
         """(A plain function: FastAPI runs it in a thread, where fetching an identity
         provider's keys may block.)"""
         return gate.check(authorization, request.headers.get("origin"))

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hubjobs.domain.text import (
@@ -39,8 +39,82 @@ MAX_BODY_BYTES = 1024 * 1024
 INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 
 
+# Every code an error may carry (the stable part of an answer; the message is for
+# people), published as the schema's enum so that a generated client can switch on it.
+# tests/unit/test_error_codes.py holds it to every code the code base names.
+ERROR_CODES: tuple[str, ...] = (
+    "actor_not_administrator",
+    "archive_corrupt",
+    "archive_path_invalid",
+    "archive_too_large",
+    "archive_unreadable",
+    "attachment_corrupt",
+    "attachment_missing",
+    "attachments_incomplete",
+    "attachments_no_space",
+    "attachments_not_empty",
+    "attachments_unwritable",
+    "codec_not_allowed",
+    "concurrency_conflict",
+    "contract_file_not_found",
+    "database_failed",
+    "database_not_empty",
+    "database_unavailable",
+    "forbidden",
+    "http_error",
+    "internal_error",
+    "invalid_argument",
+    "invalid_correlation_id",
+    "invalid_cron",
+    "invalid_cursor",
+    "invalid_data",
+    "invalid_database_url",
+    "invalid_encoding",
+    "invalid_idempotency_key",
+    "invalid_input",
+    "invalid_interval",
+    "invalid_keep",
+    "invalid_key_id",
+    "invalid_limit",
+    "invalid_payload",
+    "invalid_reason",
+    "invalid_request",
+    "invalid_schedule",
+    "invalid_schedule_id",
+    "invalid_state",
+    "invalid_status",
+    "invalid_tag",
+    "invalid_time_zone",
+    "job_cancelled",
+    "job_failed",
+    "job_id_conflict",
+    "job_not_finished",
+    "job_not_found",
+    "method_not_allowed",
+    "missing_extra",
+    "not_configured",
+    "not_found",
+    "not_retryable",
+    "nothing_to_retry",
+    "page_not_found",
+    "page_trashed",
+    "payload_too_large",
+    "port_taken",
+    "schedule_not_found",
+    "schedule_running",
+    "schema_unsupported",
+    "tag_limit",
+    "unauthorized",
+    "unavailable",
+    "undecodable_payload",
+    "unknown_kind",
+    "wait_timeout",
+    "workspace_not_found",
+)
+
+
 class ErrorDetail(BaseModel):
-    code: str
+    code: str = Field(json_schema_extra={"enum": list(ERROR_CODES)})
     message: str
 
 
