@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -414,8 +414,11 @@ class WorkspaceJobs:
         kind: str | None = None,
         schedule_id: str | None = None,
         limit: int = 50,
+        before: tuple[datetime, uuid.UUID] | None = None,
     ) -> list[JobView]:
-        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs."""
+        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs;
+        with ``before`` (the created_at and id of a previous page's last job), the next
+        page."""
         if kind is not None and not is_kind_name(kind):
             raise UnknownKind()
         if schedule_id is not None:
@@ -434,6 +437,7 @@ class WorkspaceJobs:
                 kind=kind,
                 schedule_id=schedule_id,
                 limit=limit,
+                before=before,
             )
 
         role, jobs = await self.client.read(read)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -36,29 +37,33 @@ GET_JOB = (
 )
 
 
-def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool) -> str:
+def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool, paged: bool) -> str:
     """Only the filters given, so that each shape gets the plan of its own index
-    (ix_jobs_workspace_status_created with a status, ix_jobs_workspace_created without)."""
+    (ix_jobs_workspace_status_created with a status, ix_jobs_workspace_created without).
+    A page after the first starts below the last job of the one before (keyset paging on
+    created_at, id: both descending, so the row comparison matches the order)."""
     filters = (
         (" AND status = %(status)s" if by_status else "")
         + (" AND kind = %(kind)s" if by_kind else "")
         + (" AND schedule_id = %(schedule)s" if by_schedule else "")
+        + (" AND (created_at, id) < (%(before_at)s, %(before_id)s)" if paged else "")
     )
     return (
         f"SELECT m.role, {_J_COLUMNS} {_MEMBER}"
         f"LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = %(workspace)s"
-        f"{filters} ORDER BY created_at DESC, id LIMIT %(limit)s) j ON true "
-        f"{_AS_MEMBER} ORDER BY j.created_at DESC, j.id"
+        f"{filters} ORDER BY created_at DESC, id DESC LIMIT %(limit)s) j ON true "
+        f"{_AS_MEMBER} ORDER BY j.created_at DESC, j.id DESC"
     )
 
 
 LIST_JOBS = {
-    (by_status, by_kind, by_schedule): _list_sql(
-        by_status=by_status, by_kind=by_kind, by_schedule=by_schedule
+    (by_status, by_kind, by_schedule, paged): _list_sql(
+        by_status=by_status, by_kind=by_kind, by_schedule=by_schedule, paged=paged
     )
     for by_status in (False, True)
     for by_kind in (False, True)
     for by_schedule in (False, True)
+    for paged in (False, True)
 }
 
 
@@ -90,11 +95,14 @@ async def jobs_as_member(
     kind: str | None = None,
     schedule_id: str | None = None,
     limit: int = 50,
+    before: tuple[datetime, uuid.UUID] | None = None,
 ) -> tuple[str | None, list[JobView]]:
     """The actor's role in the workspace (as ``job_as_member``) and up to ``limit`` of
-    its jobs, newest first, with the status, kind and schedule given."""
+    its jobs, newest first, with the status, kind and schedule given; with ``before``
+    (a job's created_at and id), only those after it in that order."""
+    shape = (status is not None, kind is not None, schedule_id is not None, before is not None)
     cursor = await conn.execute(
-        LIST_JOBS[(status is not None, kind is not None, schedule_id is not None)],
+        LIST_JOBS[shape],
         {
             "workspace": workspace_id,
             "actor": actor_id,
@@ -102,6 +110,8 @@ async def jobs_as_member(
             "kind": kind,
             "schedule": schedule_id,
             "limit": limit,
+            "before_at": None if before is None else before[0],
+            "before_id": None if before is None else before[1],
         },
         binary=True,
     )

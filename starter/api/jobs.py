@@ -26,7 +26,14 @@ from hubjobs.schedules.definition import (
 )
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS, error
-from starter.api.resources import JobResource, JobResourceFields, status_url
+from starter.api.resources import (
+    JobPage,
+    JobResource,
+    JobResourceFields,
+    job_cursor,
+    read_job_cursor,
+    status_url,
+)
 
 RETRY_AFTER_SECONDS = 2
 router = APIRouter(tags=["jobs"])
@@ -76,9 +83,10 @@ async def start_job(
 
 @router.get(
     "/workspaces/{workspace_id}/jobs",
-    response_model=list[JobResource],
+    response_model=JobPage,
     responses={**ERRORS},
-    summary="The workspace's jobs, newest first",
+    summary="The workspace's jobs, newest first, keyset-paged: pass `next` as `before` "
+    "for the following page",
 )
 async def list_jobs(
     jobs: Jobs,
@@ -92,9 +100,21 @@ async def list_jobs(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> list[JobResourceFields]:
-    found = await jobs.list(status=status, schedule_id=schedule_id, limit=limit)
-    return [JobResource.of(job) for job in found]
+    before: Annotated[
+        str | None,
+        Query(description="A previous page's `next`: the jobs after it", max_length=200),
+    ] = None,
+) -> JobPage:
+    found = await jobs.list(
+        status=status,
+        schedule_id=schedule_id,
+        limit=limit,
+        before=None if before is None else read_job_cursor(before),
+    )
+    return JobPage(
+        jobs=[JobResource.of(job) for job in found],
+        next=job_cursor(found[-1]) if len(found) == limit else None,
+    )
 
 
 @router.get(

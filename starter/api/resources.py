@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
 from hubjobs.schedules.definition import (
     ScheduleView,
@@ -33,6 +35,35 @@ JobResource = create_model(
     **{name: (JobView.model_fields[name].annotation, ...) for name in API_JOB_FIELDS},  # type: ignore[call-overload]
     status_url=(str, ...),
 )
+
+
+class JobPage(BaseModel):
+    """A page of a workspace's jobs, newest first; ``next`` (None on the last page) is
+    the ``before`` of the page that follows."""
+
+    jobs: list[JobResource]
+    next: str | None = Field(description="Pass as `before` for the following page")
+
+
+def job_cursor(job: JobView) -> str:
+    """The keyset cursor after ``job``: its created_at and id, opaque to callers."""
+    text = f"{job.created_at.isoformat()}|{job.id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def read_job_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The created_at and id a cursor names, or ``invalid_cursor``."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, _, job_id = text.partition("|")
+        created_at = datetime.fromisoformat(at)
+        if created_at.tzinfo is None:
+            raise ValueError("a naive time")
+        return created_at, uuid.UUID(job_id)
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise InvalidInput(
+            "before is not a cursor this API gave (a page's next)", code="invalid_cursor"
+        ) from None
 
 
 class ScheduleRequest(BaseModel):

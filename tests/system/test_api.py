@@ -87,7 +87,40 @@ async def test_the_asynchronous_request_pattern_end_to_end(
         "failed": 0,
     }
     listed = await http.get(base, headers=auth)
-    assert listed.status_code == 200 and [j["id"] for j in listed.json()] == [job["id"]]
+    assert listed.status_code == 200 and [j["id"] for j in listed.json()["jobs"]] == [job["id"]]
+    assert listed.json()["next"] is None
+
+
+async def test_the_job_list_is_keyset_paged_newest_first(
+    http: httpx.AsyncClient, api_settings: Settings, engine: AsyncEngine
+) -> None:
+    """Five jobs (no worker: they stay queued), two a page: the pages follow each other
+    by `next` without a gap or a repeat, newest first; a cursor not given is refused."""
+    course = await seed(engine, 3)
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/jobs"
+    started = []
+    for n in range(5):
+        answer = await http.post(
+            f"{base}/course_tagging",
+            json={"root_page_id": str(course.root_page_id), "tag": f"page-{n}"},
+            headers=auth,
+        )
+        assert answer.status_code == 202
+        started.append(answer.json()["id"])
+    pages: list[list[str]] = []
+    query: dict[str, str | int] = {"limit": 2}
+    while True:
+        page = (await http.get(base, params=query, headers=auth)).json()
+        pages.append([job["id"] for job in page["jobs"]])
+        if page["next"] is None:
+            break
+        query = {"limit": 2, "before": page["next"]}
+    # The last full page may be followed by an empty one: its `next` cannot know.
+    assert [len(p) for p in pages][:3] == [2, 2, 1]
+    assert [job for p in pages for job in p] == started[::-1]
+    refused = await http.get(base, params={"before": "not-a-cursor"}, headers=auth)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_cursor"
 
 
 async def test_delete_cancels_then_the_job_is_gone(
@@ -181,7 +214,7 @@ async def test_authentication_and_workspace_isolation(
     assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "job_not_found"
     assert (await http.delete(foreign, headers=outsider)).status_code == 404
     listed = await http.get(f"/workspaces/{other.workspace_id}/jobs", headers=outsider)
-    assert listed.status_code == 200 and listed.json() == []
+    assert listed.status_code == 200 and listed.json() == {"jobs": [], "next": None}
 
     async with engine.begin() as conn:
         reader = await create_account(conn, course.workspace_id, role="reader", name="Rita")

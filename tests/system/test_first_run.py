@@ -138,7 +138,7 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
                 f"/workspaces/{profile['workspace_id']}/jobs",
                 minted["token"],
             )
-        assert {job["id"] for job in answer} == {demo_job["id"], tagged["id"], third_id}
+        assert {job["id"] for job in answer["jobs"]} == {demo_job["id"], tagged["id"], third_id}
 
         # down stops the worker with the servers.
         await asyncio.to_thread(timed_json, env, "down")
