@@ -62,11 +62,12 @@ docs: install-dev
 docs-serve: install-dev
 	$(BIN)/mkdocs serve
 
-# Debian packages the tests use: Chromium (the Temporal UI browser test) and
-# docker-compose (validating docker-compose.yml; no Docker engine is needed for that).
+# Debian packages the tests use: Chromium (the Temporal UI browser test),
+# docker-compose (validating docker-compose.yml; no Docker engine is needed for that)
+# and prometheus (its promtool lints the metrics endpoint).
 system-deps:
-	@command -v chromium >/dev/null && command -v docker-compose >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium docker-compose >/dev/null; }
+	@command -v chromium >/dev/null && command -v docker-compose >/dev/null && command -v promtool >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium docker-compose prometheus >/dev/null; }
 
 # The compose file, and the Temporal dynamic config it mounts (which `config` does not
 # read): every key a list of values, each a `value` and optional `constraints`. Debian's

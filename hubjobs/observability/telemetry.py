@@ -23,6 +23,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from hubjobs.db.errors import is_outage
+from hubjobs.observability.core_logs import core_logging, forwarding_runtime
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import QueueState
@@ -33,23 +34,34 @@ QUEUE_REFRESH_SECONDS = 10.0
 _tracing_configured = False
 
 
-def metrics_runtime(settings: Settings) -> Runtime | None:
-    """A runtime serving Prometheus metrics, or None when turned off or the port is taken."""
-    if not settings.metrics_port:
-        return None
-    try:
-        return Runtime(
-            telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(
-                    bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
-                    counters_total_suffix=True,
-                    durations_as_seconds=True,
+# A job's duration, seconds to hours (jobs run minutes; the SDK's default buckets stop
+# at 10 s): the le values of hubjobs_job_duration_seconds.
+DURATION_BUCKETS: tuple[float, ...] = (
+    1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400,
+)  # fmt: skip
+DURATION_METRIC = "hubjobs_job_duration_seconds"
+
+
+def metrics_runtime(settings: Settings) -> Runtime:
+    """The worker's runtime: the core's log lines forwarded into Python logging, and a
+    Prometheus endpoint unless turned off or its port is taken (then none: logged). No
+    ``service_name`` label on every series: the scrape target names the process."""
+    if settings.metrics_port:
+        metrics = PrometheusConfig(
+            bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
+            counters_total_suffix=True,
+            durations_as_seconds=True,
+            histogram_bucket_overrides={DURATION_METRIC: DURATION_BUCKETS},
+        )
+        try:
+            return Runtime(
+                telemetry=TelemetryConfig(
+                    logging=core_logging(), metrics=metrics, attach_service_name=False
                 )
             )
-        )
-    except Exception as err:  # the SDK reports a taken port as a generic error
-        log.warning("metrics endpoint not started on port %s: %s", settings.metrics_port, err)
-        return None
+        except Exception as err:  # the SDK reports a taken port as a generic error
+            log.warning("metrics endpoint not started on port %s: %s", settings.metrics_port, err)
+    return forwarding_runtime()
 
 
 class JobMetrics:
@@ -57,7 +69,7 @@ class JobMetrics:
 
     def __init__(self, meter: MetricMeter) -> None:
         self.duration = meter.create_histogram_float(
-            "hubjobs_job_duration_seconds", "Time from a job's start to its end", "s"
+            DURATION_METRIC, "Time from a job's start to its end", "s"
         )
         self.finished = meter.create_counter("hubjobs_jobs_finished", "Jobs finished, by outcome")
         self.items = meter.create_counter("hubjobs_items_processed", "Items processed, by outcome")

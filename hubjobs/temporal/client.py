@@ -15,6 +15,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from hubjobs.errors import Unavailable
+from hubjobs.observability.core_logs import forwarding_runtime
 from hubjobs.observability.telemetry import interceptors
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
@@ -53,7 +54,8 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
             data_converter=converter,
             header_codec_behavior=header_codec(settings),
             interceptors=interceptors(tracing=settings.tracing_on),
-            runtime=runtime,
+            # The core's log lines go through Python logging (core_logs.py) either way.
+            runtime=runtime or forwarding_runtime(),
         )
     except (RPCError, RuntimeError, OSError) as err:
         log.warning("cannot reach Temporal at %s: %s", address, err)

@@ -20,7 +20,7 @@ from hubjobs.errors import (
     InvalidInput,
     describe_validation_errors,
 )
-from hubjobs.observability.logs import log_failure
+from hubjobs.observability.logs import handler_for, log_failure
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 
@@ -57,11 +57,12 @@ ActorOpt = Annotated[
 
 
 def _setup_logging(settings: Settings) -> None:
+    """The command's log lines go to HUBJOBS_HOME/hubjobs.log, one JSON object a line
+    with HUBJOBS_LOG_JSON (as a worker's and the API's)."""
     settings.home.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(settings.home / "hubjobs.log")
     logging.basicConfig(
-        filename=settings.home / "hubjobs.log",
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        level=logging.INFO, handlers=[handler_for(handler, json_lines=settings.log_json)]
     )
 
 

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import re
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -49,6 +50,7 @@ from tests.support.servers import running_worker, seed
 
 TAG = "Zephyrine"  # a word found nowhere else, to see whether it leaks into the logs
 CHROMIUM = Path("/usr/bin/chromium")
+PROMTOOL = Path("/usr/bin/promtool")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 BAGGAGE_KEY = "hubjobs.correlation_id"
 TAG_COURSE = CourseTaggingActivities.tag_course.__name__
@@ -122,6 +124,25 @@ def one_value(samples: list[Sample], name: str, **labels: str) -> float | None:
     found = select(samples, name, **labels)
     assert len(found) <= 1, f"several {name} series match {labels}: {found}"
     return found[0].value if found else None
+
+
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def promtool_problems(port: int) -> str:
+    """What ``promtool check metrics`` says of the endpoint's text ("" when clean)."""
+    assert PROMTOOL.is_file(), f"promtool is required at {PROMTOOL}: apt-get install prometheus"
+    checked = subprocess.run(
+        [str(PROMTOOL), "check", "metrics"],
+        input=metrics_text(port),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return "" if checked.returncode == 0 else checked.stdout + checked.stderr
 
 
 async def scrape(port: int) -> list[Sample]:
@@ -241,6 +262,13 @@ async def test_the_metrics_endpoint_agrees_with_the_read_model(
     assert recorded is not None and abs(recorded - took) < 0.01
     buckets = select(samples, "hubjobs_job_duration_seconds_bucket", **finished)
     assert buckets and max(b.value for b in buckets) == 1
+    # Seconds to hours: the buckets of telemetry.DURATION_BUCKETS, then +Inf.
+    bounds = [float(b.labels["le"]) for b in buckets]
+    assert bounds == [*map(float, telemetry.DURATION_BUCKETS), float("inf")]
+    # No label the SDK adds to every series by itself.
+    assert not [s for s in samples if "service_name" in s.labels]
+    # Prometheus' own linter finds nothing (Debian's prometheus package: `make test`).
+    assert await asyncio.to_thread(promtool_problems, port) == ""
 
     # The SDK's own metrics come out of the same endpoint.
     names = {s.name for s in samples}
