@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.pages import COURSE, course_root
+from hubjobs.domain.pages import COURSE, WORKSPACE, course_root
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
@@ -118,9 +118,11 @@ COURSE_PAGES = f"""{COURSE}
            {FROZEN}
       FROM course c JOIN pages p ON p.id = c.id
 """
-WORKSPACE_PAGES = f"""
+# The whole workspace: every page out of the trash by the course's own rule (a page
+# under a trashed parent is in the trash with it), in id order.
+WORKSPACE_PAGES = f"""{WORKSPACE}
     SELECT row_number() OVER (ORDER BY p.id)::int, p.id, p.title, false, {FROZEN}
-      FROM pages p WHERE p.workspace_id = :workspace AND NOT p.trashed
+      FROM course c JOIN pages p ON p.id = c.id
 """
 
 
