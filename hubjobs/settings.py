@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     api_jwt_issuer: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # The API's public base URL (e.g. https://hub.example/jobs-api), when it knows it:
+    # an export's manifest then lists absolute URLs under it (FHIR bulk data's shape);
+    # unset, URLs relative to the API's root.
+    api_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
 
     # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
     # version, its deployment name and build id; a job workflow stays on the build that

@@ -159,6 +159,24 @@ def build_result(
     )
 
 
+def absolute_manifest(manifest: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """The manifest with its URLs (the request's, each file's) absolute under the API's
+    base URL (HUBJOBS_API_BASE_URL); the stored manifest stays relative."""
+    base = base_url.rstrip("/")
+
+    def absolute(url: str) -> str:
+        return f"{base}{url}" if url.startswith("/") else url
+
+    return {
+        **manifest,
+        "request": absolute(manifest["request"]),
+        **{
+            key: [{**entry, "url": absolute(entry["url"])} for entry in manifest.get(key, [])]
+            for key in ("output", "error")
+        },
+    }
+
+
 async def expire(job: JobView, settings: Settings) -> None:
     """Removes the files of an export: when it expires, whatever it ended as, and at
     once when it ends cancelled."""

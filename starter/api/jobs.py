@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from hubjobs.domain.text import (
@@ -19,6 +19,7 @@ from hubjobs.errors import (
     JobFailed,
     NotFound,
 )
+from hubjobs.kinds.page_export import PAGE_EXPORT, absolute_manifest
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.schedules.definition import (
     SCHEDULE_ID_MAX_LENGTH,
@@ -137,7 +138,7 @@ async def list_jobs(
     response_class=Response,
     summary="The job's status: 202 while it runs, its result when done",
 )
-async def job_status(jobs: Jobs, job_id: uuid.UUID) -> Response:
+async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Response:
     job = await jobs.get(job_id)
     if not job.is_final:
         progress = f"{job.processed}/{job.total}"
@@ -152,8 +153,12 @@ async def job_status(jobs: Jobs, job_id: uuid.UUID) -> Response:
         return error(404, "job_cancelled", "the job was cancelled")
     if job.status == JobStatus.failed:
         return error(422, job.error_code or JobFailed.code, job.error_message or "the job failed")
+    result = job.result or {}
+    base_url = request.app.state.settings.api_base_url
+    if job.kind == PAGE_EXPORT.name and base_url and result:
+        result = absolute_manifest(result, base_url)
     return Response(
-        json.dumps(job.result or {}),
+        json.dumps(result),
         status_code=200,
         media_type=job.result_content_type or "application/json",
     )

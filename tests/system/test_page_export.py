@@ -30,6 +30,7 @@ from hubjobs.kinds.page_export import export_folder
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import SweepResult
+from starter.api import create_app
 from starter.client import HubJobsClient
 from tests.support.helpers import edit, processed_of, wait_until_final, wait_until_processed
 from tests.support.processes import WorkerProcess, hubjobs_env, hubjobs_json
@@ -423,6 +424,28 @@ async def test_files_are_downloaded_through_the_api_and_only_by_their_workspace(
         downloaded[name] = parse_ndjson(got.content)
         assert len(downloaded[name]) == entry["count"]
     assert_every_page_once(downloaded, snapshot)
+
+    # An API that knows its public base URL (behind a proxy that strips the prefix)
+    # lists the same files at absolute URLs (FHIR bulk data's shape).
+    public = "http://hubjobs/public-api"
+    absolute_app = create_app(
+        api_settings.model_copy(update={"api_base_url": public}),
+        client=HubJobsClient(temporal, engine, api_settings),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=absolute_app), base_url="http://hubjobs"
+    ) as absolute_http:
+        answer = await absolute_http.get(location, headers=auth)
+        assert answer.status_code == 200, answer.text
+        absolute = answer.json()
+        assert absolute["request"] == f"{public}{manifest['request']}"
+        assert [e["url"] for e in absolute["output"]] == [
+            f"{public}{e['url']}" for e in manifest["output"]
+        ]
+        got = await absolute_http.get(
+            absolute["output"][0]["url"].removeprefix(public), headers=auth
+        )
+        assert got.status_code == 200 and got.content
 
     first = manifest["output"][0]["url"]
     # The same bearer token as every call: none, or a bad one, is 401.
