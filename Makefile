@@ -28,8 +28,10 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 	$(BIN)/pip install --quiet -e ".[bench]"
 	touch $@
 
-# Bring up the embedded stack, seed a demo course, tag it with a worker and a progress
-# bar, print where to see it in the Temporal UI. The stack stays up: `make down`.
+# Bring up the embedded stack, seed a demo course (its workspace and actor become the
+# CLI's defaults), start a background worker and tag the course with it behind a
+# progress bar, print the ids, the UI link, the metrics URL and the next commands. The
+# stack and its worker stay up: `make down`.
 run: install
 	$(BIN)/hubjobs up
 	$(BIN)/hubjobs demo --pages 20000
