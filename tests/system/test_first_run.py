@@ -145,6 +145,22 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         wait_gone(worker_pid, timeout=60)
         assert not (stack.home / "worker.pid").exists()
 
+        # `up --worker` brings the stack back with a worker, which serves the next job.
+        await asyncio.to_thread(timed_json, env, "up", "--worker")
+        assert embedded.pid_alive(int((stack.home / "worker.pid").read_text()))
+        again, _ = await asyncio.to_thread(
+            timed_json,
+            env,
+            "tag-course",
+            "--root-page",
+            profile["root_page_id"],
+            "--tag",
+            "week-3",
+            "--wait",
+            timeout=300,
+        )
+        assert again["status"] == "succeeded"
+
 
 def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> None:
     env = {

@@ -470,11 +470,11 @@ async def test_log_lines_are_json_with_the_jobs_ids_and_none_of_its_content(
     assert from_activity, "no log line from the tagging activity"
     for record in from_activity:
         assert {k: record.get(k) for k in expected} == expected, record
-        assert record.get("attempt") == "1", record
+        assert record.get("attempt") == 1, record  # a number, not its text
     finished = [r for r in records if r["message"].startswith("job finished: failed")]
     assert len(finished) == 1, finished
     assert {k: finished[0].get(k) for k in expected} == expected, finished
-    assert finished[0].get("activity") == "finish_job" and finished[0].get("attempt") == "1"
+    assert finished[0].get("activity") == "finish_job" and finished[0].get("attempt") == 1
     assert any(
         r["message"].startswith("job failed: actor_unavailable")
         and r.get("job_id") == str(job.id)
