@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     api_jwt_issuer: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # GET …/jobs/{id}/events: a comment this often keeps proxies from closing a quiet
+    # stream.
+    api_events_heartbeat_seconds: float = Field(default=15.0, gt=0)
 
     # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
     # version, its deployment name and build id; a job workflow stays on the build that
