@@ -63,6 +63,10 @@ class JobFeeds:
         # Rows read by the pumps: what a bench compares with polling.
         self.reads = 0
 
+    @property
+    def changes(self) -> JobChanges:
+        return self._changes
+
     async def follow(self, job_id: uuid.UUID) -> AsyncIterator[JobView]:
         """The job's row now, then each time it changes, until it is final (or gone)."""
         feed = self._feeds.get(job_id)
@@ -123,3 +127,4 @@ class JobFeeds:
                 with contextlib.suppress(asyncio.CancelledError):
                     await feed.task
         self._feeds.clear()
+        await self._changes.close()
