@@ -100,9 +100,11 @@ class JobFeeds:
         return await self._pool.run(read)
 
     async def _pump(self, job_id: uuid.UUID, feed: _Feed) -> None:
+        loop = asyncio.get_running_loop()
         with self._changes.subscribe(job_id) as changed:
             while True:
                 changed.clear()
+                last_read = loop.time()
                 try:
                     job = await self._read(job_id)
                 except Exception as err:
@@ -118,7 +120,9 @@ class JobFeeds:
                 if job is None or job.is_final:
                     return
                 await changed.wait()
-                await asyncio.sleep(self._coalesce)
+                # At most one read per ``coalesce_seconds``: a change after a quiet spell
+                # is read at once, a burst of them once.
+                await asyncio.sleep(max(0.0, last_read + self._coalesce - loop.time()))
 
     async def close(self) -> None:
         for feed in list(self._feeds.values()):
