@@ -56,6 +56,14 @@ class Run:
     commits: int = 0
     lags: list[float] = field(default_factory=list)
     events: int = 0
+    errors: int = 0
+
+    def describe(self) -> str:
+        lag = max(self.lags, default=float("nan"))
+        return (
+            f"{self.seconds:.1f} s, API CPU {self.cpu:.2f} s, {self.commits} commits, "
+            f"{self.events} events or answers, {self.errors} retried, final lag max {lag:.3f} s"
+        )
 
 
 def commits(url: str) -> int:
@@ -98,7 +106,13 @@ async def poll_until_final(
     """GETs the job once a second until it is final: when it knew (wall clock)."""
     opened.set()
     while True:
-        answer = await client.get(url, headers=headers)
+        try:
+            answer = await client.get(url, headers=headers)
+        except httpx.TransportError:
+            # The server closed an idle keep-alive connection as this poll went out:
+            # a poller tries again, as any would.
+            run.errors += 1
+            continue
         run.events += 1
         if answer.status_code != 202:
             return time.time()
@@ -251,8 +265,10 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     api = await api_process(stack, hub, courses[0].actor_id)
     say(f"events: {args.streams} streams over {args.jobs} jobs")
     streams = await follow(hub, api, courses, args, stream_until_final, "sse")
+    say(f"events: streams {streams.describe()}")
     say(f"events: {args.streams} clients polling over {args.jobs} jobs")
     polling = await follow(hub, api, courses, args, poll_until_final, "poll")
+    say(f"events: polling {polling.describe()}")
     figures = figures_of(streams, polling, args)
     extra = {
         "streams": {
