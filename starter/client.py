@@ -116,8 +116,14 @@ class HubJobsClient:
             from hubjobs.readmodel.changes import JobChanges
             from hubjobs.readmodel.feeds import JobFeeds
 
-            self._feeds = JobFeeds(JobChanges(self.reads.url), self.reads)
+            self._feeds = JobFeeds(JobChanges(self.reads.url), self._job_by_id)
         return self._feeds
+
+    async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
+        async def read(conn: Connection) -> JobView | None:
+            return await reads.job_by_id(conn, job_id)
+
+        return await self.read(read)
 
     async def temporal_client(self) -> Client:
         """The Temporal client, connected on first use (``unavailable`` when the server

@@ -4,48 +4,49 @@ A thousand streams on twenty jobs must not be a thousand reads per change: each 
 followed has one pump that reads its row when ``JobChanges`` wakes it (at most once per
 ``coalesce_seconds``) and hands the row to each follower, who keeps only the newest (a
 slow follower skips states, never the final one). Followers are authorised before they
-follow (a GET's check); the pump reads the row by id alone.
+follow (a GET's check); the pump reads the row by id alone. A read that fails ends the
+feed: each follower raises its error (as a GET would have), and whoever follows next
+starts a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from hubjobs.db.pool import Connection, ReadPool
-from hubjobs.readmodel import reads
 from hubjobs.readmodel.changes import JobChanges
 from hubjobs.readmodel.views import JobView
 
-log = logging.getLogger(__name__)
-# A read that failed (the database away) is tried again after this long.
-RETRY_SECONDS = 1.0
+# Reads a job by id (None: no such row); errors as the caller's reads raise them.
+ReadJob = Callable[[uuid.UUID], Awaitable[JobView | None]]
 
 
 class _Latest:
-    """The newest row handed to one follower; None: the row is gone."""
+    """The newest row handed to one follower; None: the row is gone; an exception: the
+    read failed."""
 
     def __init__(self) -> None:
-        self.value: JobView | None = None
+        self.value: JobView | Exception | None = None
         self.ready = asyncio.Event()
 
-    def put(self, value: JobView | None) -> None:
+    def put(self, value: JobView | Exception | None) -> None:
         self.value = value
         self.ready.set()
 
     async def take(self) -> JobView | None:
         await self.ready.wait()
         self.ready.clear()
+        if isinstance(self.value, Exception):
+            raise self.value
         return self.value
 
 
 class _Feed:
     def __init__(self) -> None:
         self.followers: set[_Latest] = set()
-        self.last: JobView | None = None
+        self.last: JobView | Exception | None = None
         self.read_once = False
         self.task: asyncio.Task[None] | None = None
 
@@ -54,10 +55,10 @@ class JobFeeds:
     """The process's feeds, one per job followed."""
 
     def __init__(
-        self, changes: JobChanges, pool: ReadPool, *, coalesce_seconds: float = 0.2
+        self, changes: JobChanges, read: ReadJob, *, coalesce_seconds: float = 0.2
     ) -> None:
         self._changes = changes
-        self._pool = pool
+        self._read_job = read
         self._coalesce = coalesce_seconds
         self._feeds: dict[uuid.UUID, _Feed] = {}
         # Rows read by the pumps: what a bench compares with polling.
@@ -67,7 +68,7 @@ class JobFeeds:
     def changes(self) -> JobChanges:
         return self._changes
 
-    async def follow(self, job_id: uuid.UUID) -> AsyncIterator[JobView]:
+    async def follow(self, job_id: uuid.UUID) -> AsyncGenerator[JobView]:
         """The job's row now, then each time it changes, until it is final (or gone)."""
         feed = self._feeds.get(job_id)
         if feed is None:
@@ -92,12 +93,12 @@ class JobFeeds:
                 if feed.task is not None:
                     feed.task.cancel()
 
-    async def _read(self, job_id: uuid.UUID) -> JobView | None:
-        async def read(conn: Connection) -> JobView | None:
-            return await reads.job_by_id(conn, job_id)
-
+    async def _read(self, job_id: uuid.UUID) -> JobView | Exception | None:
         self.reads += 1
-        return await self._pool.run(read)
+        try:
+            return await self._read_job(job_id)
+        except Exception as err:
+            return err
 
     async def _pump(self, job_id: uuid.UUID, feed: _Feed) -> None:
         loop = asyncio.get_running_loop()
@@ -105,19 +106,14 @@ class JobFeeds:
             while True:
                 changed.clear()
                 last_read = loop.time()
-                try:
-                    job = await self._read(job_id)
-                except Exception as err:
-                    log.warning(
-                        "reading job %s for its feed failed: %s", job_id, type(err).__name__
-                    )
-                    await asyncio.sleep(RETRY_SECONDS)
-                    continue
+                job = await self._read(job_id)
+                if isinstance(job, Exception) and self._feeds.get(job_id) is feed:
+                    del self._feeds[job_id]  # the next follower starts afresh
                 if not feed.read_once or job != feed.last:
                     feed.read_once, feed.last = True, job
                     for latest in feed.followers:
                         latest.put(job)
-                if job is None or job.is_final:
+                if not isinstance(job, JobView) or job.is_final:
                     return
                 await changed.wait()
                 # At most one read per ``coalesce_seconds``: a change after a quiet spell

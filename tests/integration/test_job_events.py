@@ -19,9 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.errors import Unavailable
 from hubjobs.readmodel import store
+from hubjobs.readmodel.changes import JobChanges
+from hubjobs.readmodel.feeds import JobFeeds
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import Counters
+from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.events import event_id
@@ -267,3 +270,26 @@ async def test_wait_times_out_on_a_job_that_does_not_move(
         await jobs.wait(job_id, timeout=0.5)
     assert getattr(raised.value, "code", None) == "wait_timeout"
     await hub.close()
+
+
+async def test_a_failed_read_ends_the_feed_with_its_error_and_the_next_follower_reads_again(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    job_id = await new_job(engine, course)
+    failures = [Unavailable("the job database does not answer")]
+
+    async def read(wanted: uuid.UUID) -> JobView | None:
+        if failures:
+            raise failures.pop()
+        return await hub.scope(course.workspace_id, course.actor_id).get(wanted)
+
+    feeds = JobFeeds(JobChanges(hub.reads.url), read)
+    try:
+        with pytest.raises(Unavailable):
+            await anext(feeds.follow(job_id))
+        again = feeds.follow(job_id)
+        assert (await asyncio.wait_for(anext(again), timeout=30)).id == job_id
+        await again.aclose()
+    finally:
+        await feeds.close()
+        await hub.close()
