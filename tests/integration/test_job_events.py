@@ -30,7 +30,7 @@ from starter.api import create_app
 from starter.api.events import event_id
 from starter.client import HubJobsClient
 from tests.support.helpers import until
-from tests.support.servers import API_SECRET, bearer, seed
+from tests.support.servers import API_SECRET, bearer, running_worker, seed
 from tests.support.sse import Event, Stream, opened, serving
 
 
@@ -293,3 +293,38 @@ async def test_a_failed_read_ends_the_feed_with_its_error_and_the_next_follower_
     finally:
         await feeds.close()
         await hub.close()
+
+
+async def test_a_tagging_jobs_stream_follows_its_batches_to_the_final_event(
+    api: tuple[httpx.AsyncClient, HubJobsClient],
+    api_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+) -> None:
+    client, _ = api
+    course = await seed(engine, 40)
+    # Slow enough to be seen between batches on any machine: 4 batches, paused between.
+    slow = api_settings.model_copy(
+        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.5}
+    )
+    auth = bearer(course.actor_id, api_settings)
+    started = await client.post(
+        f"/workspaces/{course.workspace_id}/jobs/course_tagging",
+        json={"root_page_id": str(course.root_page_id), "tag": "streamed"},
+        headers=auth,
+    )
+    assert started.status_code == 202
+    job_id = uuid.UUID(started.json()["id"])
+    async with (
+        opened(client, events_url(course, job_id), auth) as stream,
+        running_worker(temporal, slow),
+    ):
+        seen: list[Event] = []
+        while (event := await asyncio.wait_for(stream.next(), timeout=60)) is not None:
+            seen.append(event)
+    processed = [event.job["processed"] for event in seen]
+    assert processed == sorted(processed)
+    assert [event.event for event in seen][-1] == "final"
+    assert seen[-1].job["status"] == "succeeded" and processed[-1] == 40
+    assert any(0 < done < 40 for done in processed), processed
+    assert all(event.event == "progress" for event in seen[:-1])
