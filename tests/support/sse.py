@@ -75,7 +75,8 @@ class Stream:
 
 @contextlib.asynccontextmanager
 async def serving(app: FastAPI) -> AsyncIterator[str]:
-    """The app on a free loopback port, for as long as the block runs: its base URL."""
+    """The app (the API, or a test's webhook receiver) on a free loopback port, for as
+    long as the block runs: its base URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
