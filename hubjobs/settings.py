@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # an export's manifest then lists absolute URLs under it (FHIR bulk data's shape);
     # unset, URLs relative to the API's root.
     api_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    # GET …/jobs/{id}/events: a comment this often keeps proxies from closing a quiet
+    # stream.
+    api_events_heartbeat_seconds: float = Field(default=15.0, gt=0)
 
     # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
     # version, its deployment name and build id; a job workflow stays on the build that

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from hubjobs.kinds.job_rows import CreatedJob
+    from hubjobs.readmodel.feeds import JobFeeds
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class HubJobsClient:
         self._temporal = temporal
         self._engine = engine
         self._reads: ReadPool | None = None
+        self._feeds: JobFeeds | None = None
         self._connecting = asyncio.Lock()
 
     @classmethod
@@ -107,6 +108,23 @@ class HubJobsClient:
             self._reads = ReadPool(plain_url(url), size=5)
         return self._reads
 
+    @property
+    def feeds(self) -> JobFeeds:
+        """The process's job feeds: one listening connection for the read model's change
+        notifications, one read per change of a followed job (made on first use)."""
+        if self._feeds is None:
+            from hubjobs.readmodel.changes import JobChanges
+            from hubjobs.readmodel.feeds import JobFeeds
+
+            self._feeds = JobFeeds(JobChanges(self.reads.url), self._job_by_id)
+        return self._feeds
+
+    async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
+        async def read(conn: Connection) -> JobView | None:
+            return await reads.job_by_id(conn, job_id)
+
+        return await self.read(read)
+
     async def temporal_client(self) -> Client:
         """The Temporal client, connected on first use (``unavailable`` when the server
         does not answer; the next call tries again)."""
@@ -126,6 +144,8 @@ class HubJobsClient:
         return self._temporal
 
     async def close(self) -> None:
+        if self._feeds is not None:
+            await self._feeds.close()
         if self._reads is not None:
             await self._reads.close()
         if self._engine is not None:
@@ -545,25 +565,33 @@ class WorkspaceJobs:
     # --- waiting ------------------------------------------------------------------------
 
     async def watch(self, job_id: uuid.UUID, *, interval: float = 0.5) -> AsyncIterator[JobView]:
-        """Yields the job each time it changes, until it is finished."""
-        last: JobView | None = None
-        while True:
-            job = await self.get(job_id)
-            if last is None or job != last:
-                yield job
-                last = job
-            if job.is_final:
-                return
-            await asyncio.sleep(interval)
+        """Yields the job each time it changes, until it is finished, at most one change
+        per ``interval`` (the newest). Not by polling: the read model notifies each
+        change (``client.feeds``: one listening connection per client, one read per
+        change, whoever follows). The database, not the API: this client reads the
+        database already, and needs neither an API process nor a token."""
+        job = await self.get(job_id)  # the authorisation, and the job as it is now
+        yield job
+        if job.is_final:
+            return
+        last = job
+        async for current in self.client.feeds.follow(job_id):
+            if current == last:
+                continue
+            yield current
+            last = current
+            if not current.is_final:
+                await asyncio.sleep(interval)
 
     async def wait(
         self, job_id: uuid.UUID, *, timeout: float | None = None, interval: float = 0.5
     ) -> JobView:
         """The finished job; ``HubJobsError(code='wait_timeout')`` if it is not by then."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        async for job in self.watch(job_id, interval=interval):
-            if job.is_final:
-                return job
-            if deadline is not None and time.monotonic() > deadline:
-                raise HubJobsError("the job did not finish in time", code="wait_timeout")
+        try:
+            async with asyncio.timeout(timeout):
+                async for job in self.watch(job_id, interval=interval):
+                    if job.is_final:
+                        return job
+        except TimeoutError:
+            raise HubJobsError("the job did not finish in time", code="wait_timeout") from None
         raise AssertionError("watch ended before the job finished")

@@ -47,6 +47,10 @@ class ReadPool:
         self._closed = False
         weakref.finalize(self, _finish, self._idle)
 
+    @property
+    def url(self) -> str:
+        return self._url
+
     async def _connect(self) -> Connection:
         return await psycopg.AsyncConnection.connect(self._url, autocommit=True)
 

@@ -119,3 +119,14 @@ async def jobs_as_member(
     if not rows:
         return None, []
     return str(rows[0][0]), [job_view(row[1:]) for row in rows if row[1] is not None]
+
+
+JOB_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %(job)s"
+
+
+async def job_by_id(conn: AsyncConnection[Any], job_id: uuid.UUID) -> JobView | None:
+    """The job, whoever asks: for a feed whose followers were authorised when they
+    began following (``hubjobs.readmodel.feeds``)."""
+    cursor = await conn.execute(JOB_BY_ID, {"job": job_id}, binary=True)
+    row = await cursor.fetchone()
+    return None if row is None else job_view(row)

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array
+from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
@@ -29,6 +30,10 @@ FAILED_WINDOW = timedelta(hours=1)
 # The transaction-scoped advisory lock a retention batch holds ("hjsweep1"): one sweep at
 # a time, without locking (and so writing) each row it is about to delete anyway.
 RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
+# In the statement of every write of a job's status, counters or message: the change
+# reaches its streams at commit, with no round trip of its own (readmodel/changes.py).
+NOTIFY = notify_column("id")
+NOTIFY_J = notify_column("j.id")
 
 
 SAME_WORKFLOW = "(CAST(:workflow_id AS text) IS NULL OR workflow_id = :workflow_id)"
@@ -131,7 +136,7 @@ async def set_prepared(
         await conn.execute(
             text(
                 "UPDATE jobs SET total = :total, summary = :summary, updated_at = now() "
-                f"WHERE id = :id RETURNING {JOB_COLUMNS}"
+                f"WHERE id = :id RETURNING {JOB_COLUMNS}, {NOTIFY}"
             ),
             {"id": job_id, "total": total, "summary": summary},
         )
@@ -376,7 +381,7 @@ async def request_cancel(
         text(
             "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
             "updated_at = now() WHERE id = :id AND cancel_requested_at IS NULL "
-            f"AND status IN {UNFINISHED}"
+            f"AND status IN {UNFINISHED} RETURNING {NOTIFY}"
         ),
         {"id": job_id, "actor": actor_id},
     )
@@ -406,9 +411,9 @@ async def open_job(
                            attempts_failed = GREATEST(attempts_failed, :failed),
                            updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
-                 RETURNING {JOB_COLUMNS}
+                 RETURNING {JOB_COLUMNS}, {NOTIFY}
                 )
-                SELECT * FROM opened
+                SELECT {JOB_COLUMNS} FROM opened
                 UNION ALL
                 SELECT {JOB_COLUMNS} FROM jobs
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
@@ -487,7 +492,7 @@ async def record_outcomes(
                   FROM counted c
                  WHERE j.id = :job
              RETURNING j.total, j.processed, j.succeeded, j.skipped, j.failed, c.n AS recorded,
-                       j.cancel_requested_at IS NOT NULL AS cancel_requested
+                       j.cancel_requested_at IS NOT NULL AS cancel_requested, {NOTIFY_J}
                 """
             ),
             {
@@ -520,7 +525,7 @@ async def set_progress(
                 "UPDATE jobs SET total = :total, processed = :processed, "
                 "succeeded = :succeeded, skipped = :skipped, failed = :failed, "
                 "progress_message = :message, updated_at = now() WHERE id = :id "
-                "RETURNING cancel_requested_at IS NOT NULL"
+                f"RETURNING cancel_requested_at IS NOT NULL, {NOTIFY}"
             ),
             {"id": job_id, "message": message, **counters.model_dump()},
         )
@@ -569,9 +574,9 @@ async def finish(
                            attempts_failed = GREATEST(attempts_failed, :failed),
                            stuck_since = NULL, stuck_reason = NULL, updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED}
-                 RETURNING {JOB_COLUMNS}
+                 RETURNING {JOB_COLUMNS}, {NOTIFY}
                 )
-                SELECT *, true AS changed FROM finished
+                SELECT {JOB_COLUMNS}, true AS changed FROM finished
                 UNION ALL
                 SELECT {JOB_COLUMNS}, false FROM jobs
                  WHERE id = :id AND NOT EXISTS (SELECT 1 FROM finished)

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from hubjobs.settings import Settings
-from starter.api import contract, health, items, jobs, schedules
+from starter.api import contract, events, health, items, jobs, schedules
 from starter.api.codec import CodecCors, codec_router
 from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
@@ -54,7 +54,14 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     app.state.verifier = TokenVerifier(settings)
     if client is not None:
         app.state.client = client
-    for router in (jobs.router, items.router, schedules.router, health.router, contract.router):
+    for router in (
+        jobs.router,
+        events.router,
+        items.router,
+        schedules.router,
+        health.router,
+        contract.router,
+    ):
         app.include_router(router)
     if settings.payload_codec:
         # Temporal's codec endpoint, for the UI and the CLI (see starter/api/codec.py).

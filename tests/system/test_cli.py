@@ -3,6 +3,7 @@ against the real servers, with an in-process worker doing the work."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -136,3 +137,29 @@ async def test_the_same_idempotency_key_gives_the_same_job(
     other = await hubjobs_json(settings, tmp_path, *args[:-1], "another-key", "--wait")
     assert other["id"] != first["id"]
     assert (other["status"], other["skipped"], other["succeeded"]) == ("succeeded", 30, 0)
+
+
+async def test_watch_prints_each_change_to_the_final_one(
+    settings: Settings, tmp_path: Path, worker: None
+) -> None:
+    """`hubjobs watch --json` follows the read model's change notifications: a line per
+    change, the counters never going back, the last line the finished job."""
+    seeded = await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "40")
+    scope = _scope(seeded["workspace_id"], seeded["actor_id"])
+    job = await hubjobs_json(
+        settings,
+        tmp_path,
+        "tag-course",
+        *scope,
+        "--root-page",
+        seeded["root_page_id"],
+        "--tag",
+        "watched",
+    )
+    done = await run_hubjobs(settings, tmp_path, "watch", job["id"], *scope, "--json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    processed = [line["processed"] for line in lines]
+    assert processed == sorted(processed)
+    assert lines[-1]["status"] == "succeeded" and processed[-1] == 40
+    assert all(line["id"] == job["id"] for line in lines)
