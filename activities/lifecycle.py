@@ -1,7 +1,11 @@
 """The lifecycle's local activities, run by the workflow on its own worker (no task
 queue round trip): finish a job whose work could not (it failed, or the workflow was
 cancelled), and record a cancellation request that came as a bare signal. Both retry
-until they land, so that the read model ends agreeing with Temporal."""
+until they land, so that the read model ends agreeing with Temporal.
+
+A worker that cannot reach the database gives up on a step after
+HUBJOBS_OUTAGE_HANDOVER_SECONDS (``handing_over``); the workflow then hands the step to
+any worker as an ordinary activity (workflows/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import Deps, finish, job_not_found, with_outage_retry
+from activities.base import Deps, finish, handing_over, job_not_found, with_outage_retry
 from hubjobs.kinds import REGISTRY
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store
@@ -30,19 +34,20 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, request.job_id)
 
-        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
-        if job is None:
-            raise job_not_found()
-        bind_job(job)
-        return await finish(
-            self.deps,
-            job,
-            request.status,
-            error_code=request.error_code,
-            error_message=request.error_message,
-            attempts=request.attempts,
-            attempts_failed=request.attempts_failed,
-        )
+        with handing_over():
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+            if job is None:
+                raise job_not_found()
+            bind_job(job)
+            return await finish(
+                self.deps,
+                job,
+                request.status,
+                error_code=request.error_code,
+                error_message=request.error_message,
+                attempts=request.attempts,
+                attempts_failed=request.attempts_failed,
+            )
 
     @activity.defn
     async def durable_progress(self, job_id: uuid.UUID) -> int:
@@ -52,7 +57,8 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, job_id)
 
-        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        with handing_over():
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
         if job is None:
             raise job_not_found()
         kind = REGISTRY.find(job.kind)
@@ -63,4 +69,5 @@ class LifecycleActivities:
         async def record(conn: AsyncConnection) -> None:
             await store.request_cancel(conn, job_id, request.actor_id)
 
-        await with_outage_retry(self.deps.engine, self.deps.settings, record)
+        with handing_over():
+            await with_outage_retry(self.deps.engine, self.deps.settings, record)

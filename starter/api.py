@@ -32,6 +32,11 @@ path as sent, its query or its headers), and for a failure its code, or the erro
 type and frames (``describe_failure``): never a payload, a key or a message that could
 quote one. A workspace the actor is not an enabled member of answers exactly as one
 that does not exist (404 ``workspace_not_found``).
+
+Every request has a budget (HUBJOBS_API_REQUEST_TIMEOUT_SECONDS) to the start of its
+answer: past it, 503 ``unavailable`` at once, whatever it waits on. Each call inside has
+a shorter deadline of its own (the database's by purpose, Temporal's), which normally
+answers first.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
@@ -57,6 +62,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hubjobs.db.deadline import deadline
 from hubjobs.domain.text import (
     KEY_MAX_LENGTH,
     KEY_PATTERN,
@@ -70,6 +76,7 @@ from hubjobs.errors import (
     Forbidden,
     HubJobsError,
     InvalidInput,
+    InvalidPayload,
     JobFailed,
     JobNotFound,
     NotFound,
@@ -293,14 +300,17 @@ class RequestGuard:
     """The outermost layer of every request, below Starlette's own error middleware:
 
     - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
+    - a request that has not started its answer within ``budget`` seconds is answered
+      503 ``unavailable`` at once, and what it waited on is cancelled (0: no budget);
     - an exception nothing else handled becomes 500 ``internal_error`` here, logged
       with ``describe_failure`` (type and frames, no message): it never goes further
       up, where the server would log it with its message;
     - one access line a request: method, the route's template, status, duration.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, budget: float = 0.0) -> None:
         self.app = app
+        self.budget = budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -321,7 +331,7 @@ class RequestGuard:
                 too_large = error(413, "payload_too_large", "the request body is too large")
                 await too_large(scope, receive, sending)
             else:
-                await self.app(scope, replay, sending)
+                await self._within_budget(scope, replay, sending)
         except Exception as err:
             log_failure(log, "API call failed", err)
             if status == 0:
@@ -335,6 +345,41 @@ class RequestGuard:
                 status,
                 (time.monotonic() - started) * 1000,
             )
+
+    async def _within_budget(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Runs the request; past the budget with no answer started, answers 503 and
+        leaves the request to its cancellation (what it sends then goes nowhere). Once
+        the answer has started (a file streaming) the budget is over."""
+        if self.budget <= 0:
+            await self.app(scope, receive, send)
+            return
+        started = asyncio.Event()
+        cut = False
+
+        async def sending(message: Message) -> None:
+            if cut:
+                return
+            if message["type"] == "http.response.start":
+                started.set()
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, sending))
+        answering = asyncio.ensure_future(started.wait())
+        try:
+            await asyncio.wait(
+                {task, answering}, timeout=self.budget, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            answering.cancel()
+        if task.done() or started.is_set():
+            await task
+            return
+        cut = True
+        task.cancel()
+        task.add_done_callback(_consume_outcome)
+        log.warning("API call past its budget of %.1f s: answered 503", self.budget)
+        unavailable = error(503, Unavailable.code, "the service did not answer in time; try again")
+        await unavailable(scope, receive, send)
 
     @staticmethod
     async def _read_body(scope: Scope, receive: Receive) -> Receive | None:
@@ -369,6 +414,34 @@ class RequestGuard:
             return await receive()
 
         return replay
+
+
+def _consume_outcome(task: asyncio.Future[None]) -> None:
+    """A request cut at its budget ends in the background: its outcome is not news."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("API call ended after its budget: %s", type(task.exception()).__name__)
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: a key twice in one object is refused (JSON leaves it
+    undefined; Python would silently keep the last)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidPayload("the payload holds a key twice in one object")
+        found[key] = value
+    return found
+
+
+async def no_duplicate_keys(request: Request) -> None:
+    """The body's JSON objects name each key once (else 422 ``invalid_payload``)."""
+    body = await request.body()
+    if not body:
+        return
+    try:
+        json.loads(body, object_pairs_hook=_refuse_duplicates)
+    except ValueError:
+        return  # not JSON: FastAPI's own parsing refuses it
 
 
 async def jobs_for(
@@ -437,7 +510,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         router, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(router)
         app.add_middleware(CodecCors, origins=origins)
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     if client is not None:
         app.state.client = client
 
@@ -480,6 +553,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         response_model=JobResource,
         responses={**ERRORS},
         summary="Start a job of a kind (course_tagging, backup, …)",
+        dependencies=[Depends(no_duplicate_keys)],
     )
     async def start_job(
         jobs: Jobs,
@@ -601,6 +675,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         response_model=ScheduleResource,
         responses={**ERRORS},
         summary="Create a schedule of jobs of a kind (cron or interval)",
+        dependencies=[Depends(no_duplicate_keys)],
     )
     async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONResponse:
         view = await schedules.create(
@@ -784,22 +859,32 @@ async def stream_file(path: FilePath, name: str) -> StreamingResponse:
 
 
 async def check_health(hub: HubJobsClient) -> Health:
+    """Both servers, asked at once, each within its deadline (the database's read budget,
+    Temporal's connect and call timeouts): a server that hangs is ``unavailable``."""
 
-    database = temporal = "ok"
-    try:
-        async with hub.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception as err:
-        log.warning("health: database unreachable: %s", type(err).__name__)
-        database = "unavailable"
-    try:
-        client = await hub.temporal_client()
-        await client.service_client.check_health()
-    except Exception as err:
-        log.warning("health: Temporal unreachable: %s", type(err).__name__)
-        temporal = "unavailable"
+    async def database() -> str:
+        try:
+            with deadline(hub.settings.db_read_timeout_seconds):
+                async with hub.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception as err:
+            log.warning("health: database unreachable: %s", type(err).__name__)
+            return "unavailable"
+        return "ok"
+
+    async def temporal() -> str:
+        try:
+            client = await hub.temporal_client()
+            timeout = timedelta(seconds=hub.settings.temporal_rpc_timeout_seconds)
+            await client.service_client.check_health(timeout=timeout)
+        except Exception as err:
+            log.warning("health: Temporal unreachable: %s", type(err).__name__)
+            return "unavailable"
+        return "ok"
+
+    db_state, temporal_state = await asyncio.gather(database(), temporal())
     return Health(
-        status="ok" if database == temporal == "ok" else "unavailable",
-        database=database,
-        temporal=temporal,
+        status="ok" if db_state == temporal_state == "ok" else "unavailable",
+        database=db_state,
+        temporal=temporal_state,
     )

@@ -483,6 +483,29 @@ async def finish(
     return Finished(JobView.model_validate(values), changed)
 
 
+async def withdraw(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    code: str,
+    message: str,
+    retention: timedelta,
+) -> bool:
+    """A job whose start did not get through Temporal, made final (failed) while it is
+    still queued, so that nothing ever runs it: a workflow that starts after all (a
+    request the server took late) opens a final row and ends at once. False when the
+    row is no longer queued: its workflow did start and opened it."""
+    result = await conn.execute(
+        text(
+            "UPDATE jobs SET status = 'failed', error_code = :code, error_message = :message, "
+            "finished_at = now(), expires_at = now() + :retention, updated_at = now() "
+            "WHERE id = :id AND status = 'queued'"
+        ),
+        {"id": job_id, "code": code, "message": message, "retention": retention},
+    )
+    return bool(result.rowcount == 1)
+
+
 # --- retention --------------------------------------------------------------------------
 
 

@@ -27,6 +27,12 @@ class JobOptions(BaseModel):
     retry_initial_seconds: float = 2.0
     retry_coefficient: float = 5.0
     retry_max_seconds: float = 30.0
+    # After an attempt handed over because its worker could not reach the database: the
+    # pause before the next attempt (a worker that keeps handing over cannot spin the
+    # history), and how long a lifecycle step may run as a local activity (on the
+    # workflow's worker) before it goes to any worker.
+    handover_pause_seconds: float = 2.0
+    lifecycle_local_seconds: float = 30.0
 
 
 class Checkpoint(BaseModel):
@@ -37,6 +43,7 @@ class Checkpoint(BaseModel):
     attempts: int = 0
     attempts_failed: int = 0
     stalls: int = 0
+    outage_since: datetime | None = None
 
 
 class JobInput(BaseModel):
@@ -60,6 +67,9 @@ class WorkRequest(BaseModel):
     cursor: dict[str, Any] | None = None
     attempt: int = 1
     attempts_failed: int = 0
+    # Since when the database has not answered the attempts before (they handed over):
+    # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS).
+    outage_since: datetime | None = None
 
 
 class Beat(BaseModel):
@@ -86,12 +96,14 @@ class JobOutcome(BaseModel):
 class WorkResult(BaseModel):
     """What an attempt hands back: the job's outcome once the attempt finished the row;
     otherwise where to carry on (the attempt gave its slot back: its time slice ran
-    out, or its worker is shutting down)."""
+    out, its worker is shutting down, or, with ``outage_since``, its worker could not
+    reach the database since then)."""
 
     outcome: JobOutcome | None = None
     beat: Beat = Field(default_factory=Beat)
     counters: Counters = Field(default_factory=Counters)
     message: str | None = None
+    outage_since: datetime | None = None
 
 
 class FinishJob(BaseModel):
