@@ -53,6 +53,32 @@ T = TypeVar("T")
 P = TypeVar("P")
 
 
+@dataclass
+class Reach:
+    """Whether this worker has found that it cannot reach the database: one of its
+    attempts handed over, and nothing got through since. The task queue may well give
+    the job's next attempt back to it (the longest-waiting poll wins, and an idle cut
+    off worker's polls are old): its attempts and lifecycle steps then hand over at
+    once, trying the database at most once every HUBJOBS_OUTAGE_HANDOVER_SECONDS (and
+    handing over at the first failed try), so that the job moves on at little cost."""
+
+    cut_off_at: float | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        return self.cut_off_at is not None
+
+    def lost(self) -> None:
+        self.cut_off_at = time.monotonic()
+
+    def found(self) -> None:
+        self.cut_off_at = None
+
+    def tried_lately(self, seconds: float) -> bool:
+        """Cut off, and the database was tried less than ``seconds`` ago."""
+        return self.cut_off_at is not None and time.monotonic() - self.cut_off_at < seconds
+
+
 @dataclass(frozen=True)
 class Deps:
     """What activities are built with, once per worker."""
@@ -64,6 +90,7 @@ class Deps:
     client: Client | None = None
     # Test hooks by name (e.g. "before_write"); empty in production.
     hooks: Mapping[str, Any] = field(default_factory=dict)
+    reach: Reach = field(default_factory=Reach)
 
     @property
     def default_retention(self) -> timedelta:
@@ -140,11 +167,22 @@ class OutageClock:
     since: datetime | None = None
     hand_over: bool = True
     gives_up: bool = True
+    # The worker's own knowledge of whether it reaches the database.
+    reach: Reach | None = None
     _waiting: float | None = None
 
     def answered(self) -> None:
         self.since = None
         self._waiting = None
+        if self.reach is not None:
+            self.reach.found()
+
+    def should_hand_over(self, waited: float, bound: float) -> bool:
+        """After this attempt's ``waited`` seconds: hand over now? (At once when its
+        worker already knows it is cut off.)"""
+        if not self.hand_over:
+            return False
+        return waited >= bound or (self.reach is not None and self.reach.cut_off)
 
     def failed(self) -> tuple[float, float]:
         """Notes a failure; returns (seconds of outage, seconds this attempt waited)."""
@@ -169,11 +207,11 @@ OUT_OF_REACH = "database_out_of_reach"
 
 
 @contextmanager
-def handing_over() -> Iterator[None]:
+def handing_over(reach: Reach | None = None) -> Iterator[None]:
     """A lifecycle step (the workflow's local activity, or the same step handed to any
     worker): its database waits end after HUBJOBS_OUTAGE_HANDOVER_SECONDS in a retryable
     failure, so that the step does not hold the workflow on a worker that is cut off."""
-    token = _outage.set(OutageClock(gives_up=False))
+    token = _outage.set(OutageClock(gives_up=False, reach=reach))
     try:
         yield
     except OutOfReach:
@@ -302,6 +340,14 @@ async def ride_out_outages(
     step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in OutOfReach: the
     job goes to a worker that reaches the database. Any other error goes straight up."""
     clock = _outage.get() or OutageClock(hand_over=False)
+    reach = clock.reach
+    bound = settings.outage_handover_seconds
+    if clock.hand_over and reach is not None and reach.tried_lately(bound):
+        # This worker found it cannot reach the database moments ago: over at once.
+        log.info("database out of reach from this worker: handing the work over untried")
+        clock.failed()
+        assert clock.since is not None
+        raise OutOfReach(clock.since)
     delay = 1.0
     while True:
         try:
@@ -317,11 +363,13 @@ async def ride_out_outages(
             outage, waited = clock.failed()
             if clock.gives_up and outage > settings.max_outage_seconds:
                 raise OutageTooLong() from err
-            if clock.hand_over and waited >= settings.outage_handover_seconds:
+            if clock.should_hand_over(waited, settings.outage_handover_seconds):
                 log.warning(
                     "database unavailable from this worker for %.1f s: handing the work over",
                     waited,
                 )
+                if clock.reach is not None:
+                    clock.reach.lost()
                 assert clock.since is not None
                 raise OutOfReach(clock.since) from err
             log.warning(
@@ -385,7 +433,7 @@ class KindActivities(Generic[P]):
         info = activity.info()
         beat = Beat(cursor=request.cursor)
         activity.heartbeat(beat.model_dump(mode="json"))
-        outage = _outage.set(OutageClock(since=request.outage_since))
+        outage = _outage.set(OutageClock(since=request.outage_since, reach=self.deps.reach))
         ctx: WorkContext[P] | None = None
         try:
             job = await self._open(

@@ -34,7 +34,7 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, request.job_id)
 
-        with handing_over():
+        with handing_over(self.deps.reach):
             job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
             if job is None:
                 raise job_not_found()
@@ -57,7 +57,7 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, job_id)
 
-        with handing_over():
+        with handing_over(self.deps.reach):
             job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
         if job is None:
             raise job_not_found()
@@ -69,5 +69,5 @@ class LifecycleActivities:
         async def record(conn: AsyncConnection) -> None:
             await store.request_cancel(conn, job_id, request.actor_id)
 
-        with handing_over():
+        with handing_over(self.deps.reach):
             await with_outage_retry(self.deps.engine, self.deps.settings, record)

@@ -38,6 +38,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from activities.base import OUT_OF_REACH
     from activities.lifecycle import LifecycleActivities
     from hubjobs.kinds import JobKind
     from hubjobs.readmodel.status import JobStatus
@@ -58,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         Checkpoint,
         FinishJob,
         JobInput,
+        JobOptions,
         JobOutcome,
         JobProgress,
         JobProgressReport,
@@ -83,6 +85,17 @@ LOCAL_TIMEOUT = timedelta(seconds=60)
 LIFECYCLE_HANDOVER = "lifecycle-steps-hand-over"
 HANDED_OVER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=1.0, maximum_attempts=0
+)
+# The activity polls a worker keeps waiting (the SDK's default maximum): how many
+# attempts in a row an idle cut-off worker may get back after it handed one over.
+WORKER_POLLS = 5
+# A local step whose worker found it cannot reach the database is handed over at once.
+LOCAL_LIFECYCLE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+    non_retryable_error_types=[OUT_OF_REACH],
 )
 # One attempt per activity: the workflow, not Temporal's retry policy, decides what a
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
@@ -141,6 +154,7 @@ class JobWorkflow:
         self.attempts_failed = 0
         self.stalls = 0
         self.outage_since: datetime | None = None
+        self.handovers = 0
         self.running: workflow.ActivityHandle[WorkResult] | None = None
 
     # --- signals and query ------------------------------------------------------
@@ -254,19 +268,29 @@ class JobWorkflow:
             self.progress_mark = max(self.progress_mark, result.beat.progress)
             self.cursor = result.beat.cursor
             if result.outage_since is not None:
-                await self._after_handover(result.outage_since, options.handover_pause_seconds)
+                await self._after_handover(result.outage_since, options)
             else:
                 self.outage_since = None
+                self.handovers = 0
                 self.report(result.counters, result.message)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
 
-    async def _after_handover(self, since: datetime, pause: float) -> None:
+    async def _after_handover(self, since: datetime, options: JobOptions) -> None:
         """The attempt's worker could not reach the database since ``since``: the next
         attempt carries that on (the outage is measured across attempts) and starts
-        after ``pause`` (a cancellation cuts it short), on whichever worker polls."""
+        after a pause (a cancellation cuts it short), on whichever worker polls. The
+        task queue gives an attempt to the longest-waiting poll, so an idle cut-off
+        worker may well get the next few back, one for each of its polls (it hands them
+        over at once): the pause stays ``handover_pause_seconds`` for as many handovers
+        in a row as a worker has polls, then grows by as much every as many, up to the
+        longest wait between attempts, so that while no worker reaches the database
+        the handovers cost the history little."""
         self.outage_since = since
+        self.handovers += 1
+        steps = 1 + (self.handovers - 1) // WORKER_POLLS
+        pause = min(options.handover_pause_seconds * steps, options.retry_max_seconds)
         workflow.logger.info("attempt %d handed over: database out of reach", self.attempts)
         if pause > 0:
             try:
@@ -381,12 +405,15 @@ class JobWorkflow:
                 args=args,
                 start_to_close_timeout=min(bound, LOCAL_TIMEOUT),
                 schedule_to_close_timeout=bound,
-                retry_policy=LIFECYCLE_RETRY,
+                retry_policy=LOCAL_LIFECYCLE_RETRY,
                 summary=summary,
             )
-        except ActivityError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.non_retryable:
+        except (ActivityError, ApplicationError) as err:
+            # A local activity stopped by its non-retryable types fails with its own
+            # error, not one wrapped in an ActivityError.
+            cause = err.cause if isinstance(err, ActivityError) else err
+            refused = isinstance(cause, ApplicationError) and cause.non_retryable
+            if refused and cause.type != OUT_OF_REACH:
                 raise
             workflow.logger.info("%s: handed to any worker", summary)
         with not_eagerly():
@@ -436,6 +463,7 @@ class JobWorkflow:
             attempts_failed=self.attempts_failed,
             stalls=self.stalls,
             outage_since=self.outage_since,
+            handovers=self.handovers,
         )
 
     def _restore(self, checkpoint: Checkpoint) -> None:
@@ -445,3 +473,4 @@ class JobWorkflow:
         self.attempts_failed = checkpoint.attempts_failed
         self.stalls = checkpoint.stalls
         self.outage_since = checkpoint.outage_since
+        self.handovers = checkpoint.handovers

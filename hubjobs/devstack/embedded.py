@@ -198,28 +198,36 @@ def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1")
     raise Unavailable(f"{what} did not start listening on port {port} within {timeout:.0f} s")
 
 
-def _wait_for_own_port(
-    process: subprocess.Popen[bytes], port: int, timeout: float, what: str, host: str
+def _wait_for_own_ports(
+    process: subprocess.Popen[bytes], ports: dict[int, str], timeout: float, host: str
 ) -> None:
-    """Until ``process`` listens on ``port``; ``PortLost`` when another process does (it
-    took the port after it was chosen), or ours exited with the port held elsewhere.
-    A listener whose holder cannot be told (no /proc) is taken for ours."""
+    """Until ``process`` listens on every one of ``ports`` (port -> what serves there);
+    ``PortLost`` when another process holds one (it took the port after it was chosen),
+    or ours exited with one of them held elsewhere. A listener whose holder cannot be
+    told (no /proc) is taken for ours."""
     deadline = time.monotonic() + timeout
+    waiting = dict(ports)
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            if not port_is_free(port):
-                raise PortLost(port)
-            raise Unavailable(f"{what} exited before it listened on port {port}")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            listening = probe.connect_ex((host, port)) == 0
-        if listening:
-            holder = port_holder(port)
-            if holder is None or holder.pid == process.pid:
-                return
-            raise PortLost(port)
+            for port in ports:
+                if not port_is_free(port):
+                    raise PortLost(port)
+            raise Unavailable(f"{', '.join(ports.values())} exited before it listened")
+        for port in list(waiting):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.settimeout(0.5)
+                listening = probe.connect_ex((host, port)) == 0
+            if listening:
+                holder = port_holder(port)
+                if holder is not None and holder.pid != process.pid:
+                    raise PortLost(port)
+                del waiting[port]
+        if not waiting:
+            return
         time.sleep(0.2)
-    raise Unavailable(f"{what} did not start listening on port {port} within {timeout:.0f} s")
+    raise Unavailable(
+        f"{', '.join(waiting.values())} did not start listening within {timeout:.0f} s"
+    )
 
 
 def pid_alive(pid: int) -> bool:
@@ -569,8 +577,7 @@ class EmbeddedTemporal:
             )
         self.pidfile.write_text(str(process.pid))
         try:
-            _wait_for_own_port(process, port, 60, "Temporal", self.ip)
-            _wait_for_own_port(process, ui_port, 30, "Temporal UI", self.ip)
+            _wait_for_own_ports(process, {port: "Temporal", ui_port: "Temporal UI"}, 60, self.ip)
         except (Unavailable, PortLost):
             self.stop()
             if process.poll() is None:

@@ -44,6 +44,7 @@ class Checkpoint(BaseModel):
     attempts_failed: int = 0
     stalls: int = 0
     outage_since: datetime | None = None
+    handovers: int = 0
 
 
 class JobInput(BaseModel):
