@@ -192,8 +192,9 @@ class Settings(BaseSettings):
     temporal_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
     # The API's whole-request budget (to the start of its answer): 503 `unavailable`
-    # past it. Above the purposes' bounds, which answer first (0: none).
-    api_request_timeout_seconds: float = Field(default=20.0, ge=0)
+    # past it. Above the sum of a start's own bounds (Temporal's connect and call, a
+    # lifecycle write, a read), which answer first (0: none).
+    api_request_timeout_seconds: float = Field(default=30.0, ge=0)
 
     @field_validator(
         "api_jwks_url",

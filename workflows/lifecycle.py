@@ -412,8 +412,11 @@ class JobWorkflow:
             # A local activity stopped by its non-retryable types fails with its own
             # error, not one wrapped in an ActivityError.
             cause = err.cause if isinstance(err, ActivityError) else err
-            refused = isinstance(cause, ApplicationError) and cause.non_retryable
-            if refused and cause.type != OUT_OF_REACH:
+            if (
+                isinstance(cause, ApplicationError)
+                and cause.non_retryable
+                and cause.type != OUT_OF_REACH
+            ):
                 raise
             workflow.logger.info("%s: handed to any worker", summary)
         with not_eagerly():
