@@ -1,8 +1,10 @@
 """What every kind's work activity shares, written once: opening the job for an attempt
 (creating its row when it was started straight through Temporal), heartbeating how far
-it got, riding out database outages, giving its slot back when its time slice is over
-or its worker shuts down, reporting progress to the workflow, and finishing the row
-when the work is done or a cancellation request was seen.
+it got, riding out database outages (each unit of work under its purpose's deadline),
+giving its slot back when its time slice is over, its worker shuts down, or its worker
+cannot reach the database (``OutOfReach``: the job goes to a worker that can), reporting
+progress to the workflow, and finishing the row when the work is done or a cancellation
+request was seen.
 
 A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
 ``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
@@ -29,7 +31,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from hubjobs.db.deadline import deadline
-from hubjobs.db.errors import is_outage
+from hubjobs.db.errors import answered_late, is_outage
 from hubjobs.errors import HubJobsError, JobNotFound
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.logs import bind_job
@@ -184,11 +186,19 @@ class OutageClock:
             return False
         return waited >= bound or (self.reach is not None and self.reach.cut_off)
 
-    def failed(self) -> tuple[float, float]:
-        """Notes a failure; returns (seconds of outage, seconds this attempt waited)."""
+    def failed(self, *, answered: bool = False) -> tuple[float, float]:
+        """Notes a failure; returns (seconds of outage, seconds this attempt waited for
+        a database out of its reach). ``answered``: the server itself ended the call at
+        its own timeout: it counts as outage, but the worker reaches the database, and
+        handing over would not help."""
         now, wall = time.monotonic(), datetime.now(UTC)
         if self.since is None:
             self.since = wall
+        if answered:
+            self._waiting = None
+            if self.reach is not None:
+                self.reach.found()
+            return max(0.0, (wall - self.since).total_seconds()), 0.0
         if self._waiting is None:
             self._waiting = now
         return max(0.0, (wall - self.since).total_seconds()), now - self._waiting
@@ -360,7 +370,7 @@ async def ride_out_outages(
         except Exception as err:
             if not is_outage(err):
                 raise
-            outage, waited = clock.failed()
+            outage, waited = clock.failed(answered=answered_late(err))
             if clock.gives_up and outage > settings.max_outage_seconds:
                 raise OutageTooLong() from err
             if clock.should_hand_over(waited, settings.outage_handover_seconds):

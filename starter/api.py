@@ -47,6 +47,7 @@ import logging
 import os
 import time
 import uuid
+from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -353,25 +354,23 @@ class RequestGuard:
         if self.budget <= 0:
             await self.app(scope, receive, send)
             return
-        started = asyncio.Event()
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         cut = False
 
         async def sending(message: Message) -> None:
             if cut:
                 return
-            if message["type"] == "http.response.start":
-                started.set()
+            if message["type"] == "http.response.start" and not started.done():
+                started.set_result(None)
             await send(message)
 
         task = asyncio.ensure_future(self.app(scope, receive, sending))
-        answering = asyncio.ensure_future(started.wait())
         try:
-            await asyncio.wait(
-                {task, answering}, timeout=self.budget, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            answering.cancel()
-        if task.done() or started.is_set():
+            await asyncio.wait({task, started}, timeout=self.budget, return_when=FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is going away: so is the request
+            task.cancel()
+            raise
+        if task.done() or started.done():
             await task
             return
         cut = True

@@ -58,14 +58,18 @@ from tests.test_faults import (
     wait_started,
 )
 
-# Both workers: a batch may take 2 s, a lifecycle write 3 s, connecting 2 s; an attempt
+# Both workers: a batch may take 2 s, a lifecycle write 3 s, a lock wait 1 s (so that
+# a transaction the cut-off worker left open is ended by the server within 3 s, and a
+# lock wait on it comes back from the server), connecting 2 s; an attempt
 # waits 4 s for the database before it hands over; no time slices (only a handover
 # moves the job); the maximum outage is 30 s.
 HANDOVER_SECONDS = 4.0
 MAX_OUTAGE_SECONDS = 30.0
 WORKER = {
     "db_batch_timeout_seconds": 2,
+    "db_batch_lock_timeout_seconds": 1,
     "db_lifecycle_timeout_seconds": 3,
+    "db_lifecycle_lock_timeout_seconds": 1,
     "db_read_timeout_seconds": 2,
     "db_connect_timeout_seconds": 2,
     "outage_handover_seconds": HANDOVER_SECONDS,
@@ -74,10 +78,11 @@ WORKER = {
     "work_slice_seconds": 600,
     "tagging_lanes": 1,
 }
-# A slow (surely mid-job when cut off), B paced so that the job outlasts the maximum
-# outage after the partition began.
-A_PACE = {"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.1}
-B_PACE = {"tagging_batch_size": 15, "tagging_batch_pause_seconds": 0.1}
+# A without a pause between its batches, so that the cut mostly finds it in the middle
+# of a batch's transaction; B paced so that the job outlasts the maximum outage after
+# the partition began.
+A_PACE = {"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0}
+B_PACE = {"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.1}
 # The starter's options: a 6 s lease, 1 s between a handover and the next attempt, a
 # lifecycle step 8 s on the workflow's worker before any worker takes it.
 STARTER = {
@@ -115,7 +120,7 @@ async def partition_run(
     temporal: Client, settings: Settings, logs: Path, tag: str
 ) -> AsyncIterator[Partitioned]:
     """The course seeded, worker A (through the proxy) holding the job's attempt with
-    some pages done, and worker B polling beside it."""
+    some pages done (60 at least, well under half), and worker B polling beside it."""
     starter = settings.model_copy(update=STARTER)
     hub = HubJobsClient(temporal, None, starter)
     direct = conninfo_to_dict(settings.resolved_database_url())
@@ -127,9 +132,14 @@ async def partition_run(
     try:
         course = await seed(hub.engine, PAGES)
         jobs = hub.scope(course.workspace_id, course.actor_id)
+        # A polls first, so that the job's first tasks go to it (the longest-waiting
+        # poll gets a task), B beside it.
         a = WorkerProcess("worker-a", a_env, logs)
         workers.append(a)
         await wait_started(a)
+        b = WorkerProcess("worker-b", b_env, logs)
+        workers.append(b)
+        await wait_started(b)
         job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
         deadline = time.monotonic() + 60
         while True:
@@ -138,11 +148,8 @@ async def partition_run(
             if attempt is not None and done >= BEFORE_PARTITION:
                 break
             assert time.monotonic() < deadline, f"A never got going:{tails(workers)}"
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         assert attempt.identity == identity_of(a), attempt
-        b = WorkerProcess("worker-b", b_env, logs)
-        workers.append(b)
-        await wait_started(b)
         yield Partitioned(jobs, hub.engine, course, job, proxy, a, b, tag)
     except BaseException:
         print(tails(workers))

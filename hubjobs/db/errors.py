@@ -102,6 +102,15 @@ def is_timeout(err: BaseException) -> bool:
     return isinstance(orig, psycopg.Error) and orig.sqlstate in _TIMEOUT_STATES
 
 
+def answered_late(err: BaseException) -> bool:
+    """The server itself ended the statement at its ``statement_timeout`` or
+    ``lock_timeout``: it answers (slowly, or a lock is held), so another worker would
+    fare no better; an outage to wait out, not a reason to hand the work over."""
+    sa = _sqlalchemy_exc()
+    orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
+    return isinstance(orig, psycopg.Error) and orig.sqlstate in _TIMEOUT_STATES
+
+
 def is_data_error(err: BaseException) -> bool:
     """The input itself was refused by the database (an invalid character, a value out
     of range), or could not even be sent to it (text that is not valid Unicode, which

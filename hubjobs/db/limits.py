@@ -6,9 +6,10 @@ HUBJOBS_DB_<PURPOSE>_LOCK_TIMEOUT_SECONDS): a unit of work of that purpose runs 
 client-side deadline of its budget (hubjobs.db.deadline), and the connections of an
 engine or pool carry PostgreSQL's ``statement_timeout`` and ``lock_timeout`` of the
 largest budget they serve, so that a statement the client gave up on does not run on
-in the server. Every connection also bounds its connecting (libpq
-``connect_timeout``) and has TCP keepalives and ``tcp_user_timeout``, so that a peer
-gone silent on the network is noticed by the kernel while no unit is running.
+in the server, nor a transaction it lost hold its locks
+(``idle_in_transaction_session_timeout``). Every connection also bounds its connecting
+(libpq ``connect_timeout``) and has TCP keepalives and ``tcp_user_timeout``, so that a
+peer gone silent on the network is noticed by the kernel while no unit is running.
 """
 
 from __future__ import annotations
@@ -89,6 +90,13 @@ class ConnectOptions:
             options.append(f"-c statement_timeout={int(self.statement_timeout_seconds * 1000)}")
         if self.lock_timeout_seconds > 0:
             options.append(f"-c lock_timeout={int(self.lock_timeout_seconds * 1000)}")
+        if self.statement_timeout_seconds > 0:
+            # A transaction left idle that long is one its client lost (cut off in the
+            # middle of it): the server ends it, and the locks it held go with it
+            # (before, a black-holed worker's open batch blocked every other worker's
+            # writes to the same job until the server's keepalives, hours later).
+            idle = int(self.statement_timeout_seconds * 1000)
+            options.append(f"-c idle_in_transaction_session_timeout={idle}")
         if options:
             given = conninfo_to_dict(url).get("options") if url else None
             params["options"] = " ".join([str(given), *options] if given else options)
