@@ -34,7 +34,7 @@ from tests.conftest import seed
 from tests.helpers import workflow_closed
 from tests.processes import WorkerProcess, hubjobs_env
 from tests.test_backup import MB, add_attachments
-from tests.test_faults import failed_job
+from tests.test_faults import failed_job, wait_started
 
 DISK = "512k"
 # A refusal ends the job in one attempt: well within this, where the retries it used
@@ -89,6 +89,7 @@ async def test_an_export_that_fills_its_disk_fails_no_space_and_leaves_nothing(
         env = hubjobs_env(settings, tmp_path, export_dir=disk)
         worker = WorkerProcess("worker", env, tmp_path)
         try:
+            await wait_started(worker)
             jobs = HubJobsClient(temporal, engine, settings).scope(
                 course.workspace_id, course.actor_id
             )
@@ -125,6 +126,7 @@ async def test_a_backup_that_fills_its_disk_fails_no_space_and_leaves_no_partial
         env = hubjobs_env(backup_settings, tmp_path, backup_dir=disk, attachments_dir=attachments)
         worker = WorkerProcess("worker", env, tmp_path)
         try:
+            await wait_started(worker)
             jobs = HubJobsClient(temporal, engine, backup_settings).scope(
                 course.workspace_id, course.actor_id
             )
@@ -152,6 +154,7 @@ async def test_an_export_into_a_read_only_folder_fails_storage_unavailable(
         env = hubjobs_env(settings, tmp_path, export_dir=disk)
         worker = WorkerProcess("worker", env, tmp_path)
         try:
+            await wait_started(worker)
             jobs = HubJobsClient(temporal, engine, settings).scope(
                 course.workspace_id, course.actor_id
             )
