@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install system-deps run test unit lint compose-check down bench clean migration
+.PHONY: install system-deps run test unit lint compose-check down bench clean migration contract
 
 install: $(VENV)/.installed
 
@@ -58,6 +58,11 @@ lint: install
 migration: install
 	@test -n "$(NAME)" || { echo 'usage: make migration NAME="what the revision changes"' >&2; exit 2; }
 	$(BIN)/python -m hubjobs.devstack.migration "$(NAME)"
+
+# The Temporal contract other services start jobs from (docs/contract/), written from the
+# models; the unit tier fails when the checked-in files are stale.
+contract: install
+	$(BIN)/python -m hubjobs.temporal.contract
 
 down: install
 	$(BIN)/hubjobs down

@@ -16,7 +16,7 @@ import asyncio
 import importlib
 import logging
 import signal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -47,7 +47,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.process import run_and_exit
-from hubjobs.temporal.schedules import ensure_schedules
+from hubjobs.temporal.schedules import ensure_maintenance
 from workflows.dispatch import NoEagerDispatch
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 from workflows.scheduled import ScheduledStartWorkflow
@@ -153,9 +153,12 @@ def build_worker(
     *,
     task_queue: str | None = None,
     hooks: Mapping[str, Any] | None = None,
+    workflow_classes: Sequence[type] | None = None,
 ) -> Worker:
     """``hooks`` reach activities through their dependencies (tests use
-    ``before_write`` to act as a concurrent editor between a batch's read and write)."""
+    ``before_write`` to act as a concurrent editor between a batch's read and write);
+    ``workflow_classes`` serves those instead of ``workflows()`` (a test's build of its
+    own)."""
     deps = Deps(
         engine=engine,
         settings=settings,
@@ -179,7 +182,7 @@ def build_worker(
             if versioning is not None
             else None
         ),
-        workflows=workflows(versioned=versioning is not None),
+        workflows=list(workflow_classes or workflows(versioned=versioning is not None)),
         activities=activities,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
@@ -241,8 +244,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if settings.maintenance_schedules:
-        await ensure_schedules(client, settings)
+    if settings.maintenance:
+        await ensure_maintenance(client, settings)
     worker = build_worker(client, engine, settings)
     queue = asyncio.create_task(
         refresh_queue_state(

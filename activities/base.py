@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -51,6 +51,8 @@ from hubjobs.temporal.messages import (
 )
 
 log = logging.getLogger(__name__)
+# A progress report is a courtesy: never wait long on Temporal for one.
+PROGRESS_RPC_TIMEOUT = timedelta(seconds=5)
 T = TypeVar("T")
 P = TypeVar("P")
 
@@ -256,7 +258,11 @@ class WorkContext(Generic[P]):
     counters: Counters
     beat_state: Beat = field(default_factory=Beat)
     started: float = field(default_factory=time.monotonic)
+    # The progress message a kind last gave (``report``); None: the counters say it.
+    message: str | None = None
     _reported: float = field(default_factory=time.monotonic)
+    _last_report: JobProgressReport | None = None
+    _sending: asyncio.Task[None] | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -272,13 +278,15 @@ class WorkContext(Generic[P]):
 
     def beat(self, cursor: dict[str, Any] | None = None, progress: int | None = None) -> None:
         """Tells Temporal this attempt is alive and how far it got; the details are what
-        the workflow sees if the attempt dies, and where the next one starts."""
+        the workflow sees if the attempt dies, and where the next one starts. Also tells
+        the workflow the counters now and then (``report``)."""
         if cursor is not None or progress is not None:
             self.beat_state = Beat(
                 cursor=self.beat_state.cursor if cursor is None else cursor,
                 progress=self.beat_state.progress if progress is None else progress,
             )
         activity.heartbeat(self.beat_state.model_dump(mode="json"))
+        self._send_progress()
 
     def time_to_pause(self) -> bool:
         """Between two steps: give the slot back now (the time slice is over, or the
@@ -314,25 +322,51 @@ class WorkContext(Generic[P]):
         an outage it runs again whole."""
         return await ride_out_outages(self.settings, work, on_wait=self.beat)
 
-    async def report(self, message: str, *, force: bool = False) -> None:
-        """Progress for the workflow's query and the UI's details, at most every
-        HUBJOBS_PROGRESS_REPORT_SECONDS (each report is an event in the history); a
-        report that does not get through is only logged."""
+    async def report(self, message: str) -> None:
+        """A progress message for the workflow's query and the UI's details (the next
+        report carries it)."""
+        self.message = message
+        self._send_progress()
+
+    def _send_progress(self) -> None:
+        """Signals the job's workflow the counters and message, at most every
+        HUBJOBS_PROGRESS_REPORT_SECONDS (1 s: the progress query and the UI's details
+        follow the read model within about that) and only when they changed; in the
+        background, so a batch never waits on Temporal, and never two at once. An attempt
+        over within the interval sends none: a small job costs no extra event. A report
+        that does not get through is only logged; the next one says it all again."""
         now = time.monotonic()
-        if not force and now - self._reported < self.settings.progress_report_seconds:
+        if now - self._reported < self.settings.progress_report_seconds:
             return
-        self._reported = now
+        if self._sending is not None and not self._sending.done():
+            return
+        report = JobProgressReport(
+            counters=self.counters, message=self.message or self.counters.describe()
+        )
+        if report == self._last_report:
+            return
         info = activity.info()
         if info.workflow_id is None:
             return
-        report = JobProgressReport(counters=self.counters, message=message)
-        try:
-            handle = activity.client().get_workflow_handle(
-                info.workflow_id, run_id=info.workflow_run_id
-            )
-            await handle.signal(PROGRESS_SIGNAL, report)
-        except (RuntimeError, RPCError) as err:
-            log.debug("progress report not delivered: %s", err)
+        self._reported = now
+        self._last_report = report
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id, run_id=info.workflow_run_id
+        )
+        self._sending = asyncio.create_task(_signal_progress(handle, report))
+        # The loop keeps only weak references to tasks: this one may outlive its attempt.
+        _SENDING.add(self._sending)
+        self._sending.add_done_callback(_SENDING.discard)
+
+
+_SENDING: set[asyncio.Task[None]] = set()
+
+
+async def _signal_progress(handle: WorkflowHandle[Any, Any], report: JobProgressReport) -> None:
+    try:
+        await handle.signal(PROGRESS_SIGNAL, report, rpc_timeout=PROGRESS_RPC_TIMEOUT)
+    except (RuntimeError, RPCError) as err:
+        log.debug("progress report not delivered: %s", err)
 
 
 async def ride_out_outages(
@@ -448,6 +482,7 @@ class KindActivities(Generic[P]):
         try:
             job = await self._open(
                 request,
+                info.workflow_id,
                 info.workflow_run_id,
                 on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json")),
             )
@@ -505,7 +540,12 @@ class KindActivities(Generic[P]):
             _outage.reset(outage)
 
     async def _open(
-        self, request: WorkRequest, run_id: str | None, *, on_wait: Callable[[], None]
+        self,
+        request: WorkRequest,
+        workflow_id: str | None,
+        run_id: str | None,
+        *,
+        on_wait: Callable[[], None],
     ) -> JobView:
         """Moves the job to running for this attempt; a job started straight through
         Temporal has no row yet: it is created with the checks a start through the
@@ -519,6 +559,7 @@ class KindActivities(Generic[P]):
                 run_id=run_id,
                 attempts=request.attempt,
                 attempts_failed=request.attempts_failed,
+                workflow_id=workflow_id,
             )
 
         async def create_row(conn: AsyncConnection) -> HubJobsError | None:
@@ -532,6 +573,7 @@ class KindActivities(Generic[P]):
                         actor_id=job.actor_id,
                         correlation_id=job.correlation_id,
                         payload=job.payload,
+                        workflow_id=workflow_id,
                     )
             except HubJobsError as err:
                 await lifecycle.record_refused(
@@ -545,6 +587,7 @@ class KindActivities(Generic[P]):
                     code=err.code,
                     message=err.message,
                     retention=self.deps.default_retention,
+                    workflow_id=workflow_id,
                 )
                 return err
             return None

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -42,6 +50,9 @@ log = logging.getLogger(__name__)
 HOOK_RETRY_AFTER = timedelta(hours=1)
 # Rows the reconciler selects a statement (up to its request's limit a run).
 RECONCILE_BATCH = 100
+# A running job whose pending workflow task is at this attempt or later is stuck: its
+# task failed (or timed out) that many times in a row, so it is not a passing hiccup.
+STUCK_ATTEMPTS = 3
 
 Verdict = tuple[JobStatus, str | None, str | None]
 
@@ -143,9 +154,10 @@ class MaintenanceActivities:
         return await with_outage_retry(self.deps.engine, self.deps.settings, select)
 
     async def _reconcile(self, row: store.UnfinishedJob) -> Literal["finished", "restarted"] | None:
-        """Brings one row into line: "finished", "restarted", or None (left as it is)."""
+        """Brings one row into line: "finished", "restarted", or None (left as it is,
+        flagged stuck or cleared as its workflow tasks say)."""
         try:
-            verdict = await self._closed_status(row.workflow_id)
+            description = await self.client.get_workflow_handle(row.workflow_id).describe()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -156,11 +168,14 @@ class MaintenanceActivities:
                 log.warning("job %s had no workflow; starting it", job.id)
                 await launch(self.client, job, self.deps.settings)
                 return "restarted"
-            verdict = (JobStatus.failed, ABANDONED, message_for(ABANDONED))
-        if verdict is None:
-            return None
+            verdict: Verdict | None = (JobStatus.failed, ABANDONED, message_for(ABANDONED))
+        else:
+            verdict = await self._closed_status(row.workflow_id, description.status)
+            if verdict is None:
+                await self._check_stuck(row, description)
+                return None
         job = await self._job(row.id)
-        if job is None:
+        if job is None or verdict is None:
             return None
         status, code, message = verdict
         outcome = await finish(self.deps, job, status, error_code=code, error_message=message)
@@ -168,6 +183,56 @@ class MaintenanceActivities:
             log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
             return "finished"
         return None
+
+    async def _check_stuck(
+        self, row: store.UnfinishedJob, description: WorkflowExecutionDescription
+    ) -> None:
+        """A running workflow whose workflow task has failed (or timed out) several times
+        in a row is not moving, whatever the row says: flagged stuck, with the failure's
+        type, in the read model, the metric and the log; cleared once it runs again."""
+        raw = description.raw_description
+        attempt = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
+        if attempt < STUCK_ATTEMPTS:
+            if row.stuck:
+                await self._write(lambda conn: store.clear_stuck(conn, row.id))
+                log.info("job %s runs again: no longer stuck", row.id)
+            return
+        if row.stuck:
+            return
+        failure = await self._last_task_failure(row.workflow_id, description.run_id)
+        reason = f"workflow task failing ({failure}), attempt {attempt}"
+        if await self._write(lambda conn: store.mark_stuck(conn, row.id, reason)):
+            log.error(
+                "job %s is stuck: its workflow task keeps failing (%s, attempt %d)",
+                row.id,
+                failure,
+                attempt,
+                extra={"job_id": str(row.id), "failure_type": failure},
+            )
+
+    async def _last_task_failure(self, workflow_id: str, run_id: str | None) -> str:
+        """The type of the run's last workflow task failure (an exception's class, or
+        Temporal's cause): never its message, which may quote the input."""
+        history = await self.client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=self.client.namespace,
+                execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
+                maximum_page_size=50,
+            )
+        )
+        for event in history.history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                attributes = event.workflow_task_failed_event_attributes
+                cause = WorkflowTaskFailedCause.Name(attributes.cause)
+                cause = cause.removeprefix("WORKFLOW_TASK_FAILED_CAUSE_").lower()
+                kind = attributes.failure.application_failure_info.type
+                return f"{kind}, {cause}" if kind else cause
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                return "timed out"
+        return "unknown"
+
+    async def _write(self, write: Callable[[AsyncConnection], Awaitable[bool]]) -> bool:
+        return await with_outage_retry(self.deps.engine, self.deps.settings, write)
 
     async def _job(self, job_id: uuid.UUID) -> JobView | None:
         """The whole row, for the few the reconciler changes."""
@@ -177,10 +242,10 @@ class MaintenanceActivities:
 
         return await with_outage_retry(self.deps.engine, self.deps.settings, read)
 
-    async def _closed_status(self, workflow_id: str) -> Verdict | None:
+    async def _closed_status(
+        self, workflow_id: str, status: WorkflowExecutionStatus | None
+    ) -> Verdict | None:
         """How the job's workflow ended, or None while it runs."""
-        handle = self.client.get_workflow_handle(workflow_id, result_type=JobOutcome)
-        status = (await handle.describe()).status
         if status in (
             None,
             WorkflowExecutionStatus.RUNNING,
@@ -193,6 +258,7 @@ class MaintenanceActivities:
             return JobStatus.failed, TIMED_OUT, message_for(TIMED_OUT)
         if status == WorkflowExecutionStatus.CANCELED:
             return JobStatus.cancelled, None, None
+        handle = self.client.get_workflow_handle(workflow_id, result_type=JobOutcome)
         try:
             outcome = await handle.result()
         except WorkflowFailureError as err:

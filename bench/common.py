@@ -23,7 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,7 +46,7 @@ from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import ReconcileRequest, SweepRequest
-from hubjobs.temporal.schedules import RETENTION, schedules
+from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW, plan_of
 from starter.client import HubJobsClient, WorkspaceJobs
 from worker import metrics_of
 
@@ -257,7 +257,7 @@ class Hub:
             "backup_dir": self.backup_dir,
             # The Schedules are global to the namespace: the benchmarks run maintenance
             # themselves (bench_retention) and keep the others' workers quiet.
-            "maintenance_schedules": "false",
+            "maintenance": "false",
             "metrics_port": free_port(),
             **self.settings,
             **overrides,
@@ -499,9 +499,8 @@ async def read_model_statements(
 
 
 def retention_schedule(settings: Settings | None = None) -> tuple[str, list[Any], float]:
-    """The workflow the retention Schedule starts, its arguments, and its interval in
-    seconds, as the worker would create it (without creating it)."""
-    schedule = schedules(settings or Settings())[RETENTION]
-    action: Any = schedule.action
-    every: timedelta = schedule.spec.intervals[0].every
-    return str(action.workflow), list(action.args), every.total_seconds()
+    """What the maintenance workflow runs for each retention sweep (the one-shot sweep's
+    workflow and its argument, the limit) and its interval in seconds, as the worker's
+    plan says (without starting anything)."""
+    plan = plan_of(settings or Settings())
+    return RETENTION_SWEEP_WORKFLOW, [plan.sweep_limit], plan.sweep_seconds

@@ -144,13 +144,15 @@ class Settings(BaseSettings):
     tagging_lanes: int = Field(default=2, ge=1, le=8)
     # Breathing room between batches, so a huge course does not hog the database.
     tagging_batch_pause_seconds: float = 0.0
-    progress_report_seconds: float = 10.0
+    # How often at most a running attempt tells its workflow its progress (the progress
+    # query and the UI's details): a signal, so an event in the history.
+    progress_report_seconds: float = Field(default=1.0, gt=0)
     # Page exports: where their files go (pages per file is the job's own payload).
     export_dir: Path | None = None
     retention_hours: float = 24.0
-    # The maintenance Schedules (hubjobs-retention, hubjobs-reconciler), created when a
-    # worker starts unless turned off.
-    maintenance_schedules: bool = True
+    # The maintenance workflow (retention sweep and reconciler, workflows/maintenance.py),
+    # started or updated by a worker as it starts.
+    maintenance: bool = True
     retention_sweep_seconds: float = 60.0
     reconcile_seconds: float = 60.0
     # Unfinished rows younger than this are not reconciled (their start may be under way).

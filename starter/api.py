@@ -98,6 +98,7 @@ from hubjobs.temporal.job_schedules import (
 from starter.auth import TokenVerifier, Unauthorized
 from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL, HubJobsClient, WorkspaceJobs
 from starter.codec_endpoint import CodecCors, codec_router
+from starter.contract_endpoint import router as contract_router
 from starter.schedules import WorkspaceSchedules, invalid_schedule_id
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,9 @@ class JobResource(BaseModel):
     finished_at: str | None
     # The schedule whose firing started the job (null for a job started by hand).
     schedule_id: str | None
+    # Set while the job's workflow tasks keep failing (null otherwise): not moving.
+    stuck_since: str | None = None
+    stuck_reason: str | None = None
     status_url: str
 
     @classmethod
@@ -509,6 +513,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         router, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(router)
         app.add_middleware(CodecCors, origins=origins)
+    app.include_router(contract_router)
     app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     if client is not None:
         app.state.client = client

@@ -194,6 +194,9 @@ def job_json(job: JobView) -> dict[str, Any]:
         "summary": data["summary"],
         "cancel_requested_at": data["cancel_requested_at"],
         "schedule_id": data["schedule_id"],
+        # Set while its workflow tasks keep failing: the job is not moving.
+        "stuck_since": data["stuck_since"],
+        "stuck_reason": data["stuck_reason"],
     }
 
 

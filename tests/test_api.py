@@ -349,3 +349,23 @@ async def delete_schedules(settings: Settings, workspace_id: uuid.UUID) -> None:
     client = await Client.connect(settings.resolved_temporal_address())
     async for entry in await client.list_schedules(workspace_query(workspace_id)):
         await client.get_schedule_handle(entry.id).delete()
+
+
+async def test_the_temporal_contract_is_served_as_checked_in(http: httpx.AsyncClient) -> None:
+    """``GET /contract`` and its files: the bytes of docs/contract/, no token needed (it
+    says how to call, nothing about any job); an unknown file is a stable 404."""
+    from hubjobs.temporal.contract import FOLDER
+
+    index = await http.get("/contract")
+    assert index.status_code == 200 and index.headers["content-type"] == "application/json"
+    assert index.text == (FOLDER / "index.json").read_text()
+    for name in index.json()["kinds"]["course_tagging"].values():
+        if str(name).endswith(".json"):
+            served = await http.get(f"/contract/{name}")
+            assert served.status_code == 200
+            assert served.text == (FOLDER / str(name)).read_text()
+    missing = await http.get("/contract/nothing.schema.json")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "contract_file_not_found"
+    climbing = await http.get("/contract/..%2F..%2Fhubjobs%2Fsettings.py")
+    assert climbing.status_code == 404 and "pydantic" not in climbing.text

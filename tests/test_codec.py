@@ -363,7 +363,7 @@ async def test_make_run_with_the_codec_on_shows_decoded_payloads_only_through_th
         "HUBJOBS_API_JWT_SECRET": SECRET,
         "HUBJOBS_CODEC_TRUST_UI_ORIGIN": "true",
         "HUBJOBS_METRICS_PORT": "0",
-        "HUBJOBS_MAINTENANCE_SCHEDULES": "false",
+        "HUBJOBS_MAINTENANCE": "false",
     }
     with own_stack(extra_env=extra) as stack:
         endpoint = f"http://127.0.0.1:{api_port}/codec"

@@ -35,6 +35,7 @@ from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack import embedded
@@ -128,15 +129,23 @@ def database_url(stack: embedded.StackInfo, seeded: Seeded) -> Iterator[str]:
 
 
 async def activity_backlog(temporal: Client, task_queue: str) -> int:
-    response = await temporal.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=temporal.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            report_stats=True,
-        )
+    """The queue's activity backlog. The dev server, loaded by the flood, now and then
+    cancels this (statistics-gathering) call on its own side: asked again, it answers."""
+    request = DescribeTaskQueueRequest(
+        namespace=temporal.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        report_stats=True,
     )
-    return int(response.stats.approximate_backlog_count)
+    for attempt in range(5):
+        try:
+            response = await temporal.workflow_service.describe_task_queue(request)
+            return int(response.stats.approximate_backlog_count)
+        except RPCError as err:
+            if err.status != RPCStatusCode.CANCELLED or attempt == 4:
+                raise
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 async def run_b_job(

@@ -80,7 +80,7 @@ def hung(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hung]:
         "HUBJOBS_API_PORT": str(port),
         "HUBJOBS_API_JWT_SECRET": SECRET,
         "HUBJOBS_METRICS_PORT": "0",
-        "HUBJOBS_MAINTENANCE_SCHEDULES": "false",
+        "HUBJOBS_MAINTENANCE": "false",
         "HUBJOBS_WORKER_VERSIONING": "false",
     }
     with own_stack(extra_env=extra) as stack:

@@ -30,15 +30,15 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
 from hubjobs.temporal.schedules import (
-    RECONCILER,
+    MAINTENANCE_WORKFLOW,
     RECONCILER_WORKFLOW,
-    RETENTION,
     RETENTION_SWEEP_WORKFLOW,
-    ensure_schedules,
+    ensure_maintenance,
 )
 from starter.client import HubJobsClient
 from tests import toy_kind
-from tests.conftest import seed
+from tests.conftest import running_worker, seed
+from tests.helpers import until
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
     assert row is not None and row.status == "succeeded" and row.succeeded == 30
 
 
-async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
+async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(
     hub: HubJobsClient,
     engine: AsyncEngine,
     temporal: Client,
@@ -170,13 +170,12 @@ async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
     )
     course = await seed(engine, 500)
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    await ensure_schedules(temporal, slow)
+    maintenance = temporal.get_workflow_handle(await ensure_maintenance(temporal, slow))
     try:
         engine2 = async_engine(slow.resolved_database_url(), pool_size=5)
         async with worker_module.build_worker(temporal, engine2, slow):
-            for schedule_id in (RETENTION, RECONCILER):
-                description = await temporal.get_schedule_handle(schedule_id).describe()
-                assert description.id == schedule_id
+            description = await maintenance.describe()
+            assert description.workflow_type == MAINTENANCE_WORKFLOW
             job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t")
             async for current in jobs.watch(job.id, interval=0.05):
                 if current.processed > 0:
@@ -202,8 +201,7 @@ async def test_a_terminated_workflow_is_failed_by_the_scheduled_reconciler(
             done = await _until_final(engine, job.id, timeout=15)
         await engine2.dispose()
     finally:
-        for schedule_id in (RETENTION, RECONCILER):
-            await temporal.get_schedule_handle(schedule_id).delete()
+        await maintenance.terminate("test over")
     assert done.status == "failed" and done.error_code == "terminated"
     assert done.error_message == "The job was terminated in Temporal."
     assert 0 < done.processed < done.total
@@ -441,3 +439,51 @@ async def test_cancelling_a_job_whose_workflow_never_started_cancels_its_row(
     assert cancelled.status == "cancelled"
     assert cancelled.cancel_requested_by == course.actor_id
     assert cancelled.finished_at is not None and cancelled.expires_at is not None
+
+
+async def test_maintenance_is_one_long_lived_workflow_per_task_queue(
+    engine: AsyncEngine, course: DemoCourse, temporal: Client, settings: Settings
+) -> None:
+    """Every worker start hands the running maintenance workflow the plan (no second
+    run); it sweeps expired jobs on its interval, round after round, and the Temporal
+    UI's list gains one run, not one a minute per step (the Schedules of before: 2,880
+    a day)."""
+    fast = settings.model_copy(update={"retention_sweep_seconds": 0.5, "reconcile_seconds": 0.5})
+    workflow_id = await ensure_maintenance(temporal, fast)
+    assert await ensure_maintenance(temporal, fast) == workflow_id  # a second worker
+    handle = temporal.get_workflow_handle(workflow_id)
+
+    async def expire(count: int) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
+                    "correlation_id, payload, finished_at, expires_at) SELECT "
+                    "gen_random_uuid(), 'expired-' || gen_random_uuid(), 'toy_echo', "
+                    "'succeeded', :workspace, :actor, 'c', '{\"message\": \"m\"}', "
+                    "now() - interval '2 days', now() - interval '1 day' "
+                    "FROM generate_series(1, :count)"
+                ),
+                {"workspace": course.workspace_id, "actor": course.actor_id, "count": count},
+            )
+
+    async def expired_left() -> int:
+        async with engine.connect() as conn:
+            left = await conn.execute(text("SELECT count(*) FROM jobs WHERE expires_at <= now()"))
+            return int(left.scalar_one())
+
+    try:
+        async with running_worker(temporal, fast):
+            for round_ in range(3):  # three sweeps at least, each finding new rows
+                await expire(10)
+
+                async def swept() -> bool:
+                    return await expired_left() == 0
+
+                await until(f"sweep {round_ + 1}", swept, timeout=30)
+            state = await handle.query("state")
+            assert state["swept"] >= 30 and state["plan"]["sweep_seconds"] == 0.5
+        runs = await temporal.count_workflows(f"TaskQueue = '{fast.task_queue}'")
+        assert runs.count == 1  # the one maintenance run: no run per step
+    finally:
+        await handle.terminate("test over")

@@ -36,6 +36,12 @@ def test_histories_are_recorded() -> None:
         "scheduled_start_kept",
         "scheduled_start_refused",
         "course_tagging_encrypted",
+        # Recorded on the code of issue 18 (a job cancelled by signal closes Canceled).
+        "course_tagging_cancelled_by_signal_v2",
+        "course_tagging_cancelled_in_temporal_v2",
+        "course_tagging_actor_unavailable_v2",
+        "scheduled_start_kept_v2",
+        "scheduled_start_refused_v2",
     } <= names
 
 

@@ -404,7 +404,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
         task_queue=TASK_QUEUE,
         heartbeat_timeout_seconds=3,
         max_activity_attempts=5,
-        maintenance_schedules=False,
+        maintenance=False,
     )
     workers: list[HostWorker] = []
     try:

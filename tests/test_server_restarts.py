@@ -76,7 +76,7 @@ async def tagging_run(stack: OwnStack, logs: Path, tag: str) -> AsyncIterator[Ta
     settings = Settings(
         home=stack.home,
         task_queue=f"restarts-{uuid.uuid4().hex[:12]}",
-        maintenance_schedules=False,
+        maintenance=False,
         # The lease: a retry comes soon after the server is back.
         heartbeat_timeout_seconds=3,
         max_activity_attempts=5,

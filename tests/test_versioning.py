@@ -20,18 +20,24 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.enums.v1 import VersioningBehavior as BehaviorMessage
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import VersioningBehavior
 from temporalio.workflow import _Definition
 
+from activities.maintenance import STUCK_ATTEMPTS
 from hubjobs.devstack import embedded
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from hubjobs.temporal.deployment import describe, describe_version, pinned_query
+from hubjobs.temporal.messages import ReconcileRequest, ReconcileResult
+from hubjobs.temporal.schedules import RECONCILER_WORKFLOW
 from starter.client import HubJobsClient
 from tests.conftest import running_worker, seed
-from tests.helpers import all_runs_history
+from tests.helpers import all_runs_history, workflow_closed
+from tests.wedged_build import WedgingCourseTaggingWorkflow
 from worker import implementations, workflows
+from workflows.course_tagging import CourseTaggingWorkflow
 from workflows.lifecycle import kind_workflow
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 
@@ -230,3 +236,84 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
     # The old job's work did carry on after build 2 became current.
     assert old_done.finished_at is not None and new_done.finished_at is not None
     assert old_done.finished_at > new_done.finished_at
+
+
+async def reconcile_once(temporal: Client, settings: Settings) -> ReconcileResult:
+    result: ReconcileResult = await temporal.execute_workflow(
+        RECONCILER_WORKFLOW,
+        ReconcileRequest(grace_seconds=0),
+        id=f"reconcile-{uuid.uuid4()}",
+        task_queue=settings.task_queue,
+        result_type=ReconcileResult,
+    )
+    return result
+
+
+async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
+    stack: embedded.StackInfo, temporal: Client, engine: AsyncEngine, settings: Settings
+) -> None:
+    """Issue 18's bug, put back in build 1 (tests/wedged_build.py): a bare ``cancel``
+    fails every workflow task of its pinned run. The reconciler flags the job stuck
+    (read model, queue state, log) with the failure's type; the README's procedure, a
+    versioning override (`temporal workflow update-options`) onto fixed build 2, moves
+    the run there, where the signal cancels it; the flag goes with the job's end."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    build_1 = settings.model_copy(
+        update={
+            "worker_versioning": True,
+            "deployment_name": name,
+            "build_id": "1",
+            "tagging_batch_size": 10,
+        }
+    )
+    build_2 = build_1.model_copy(update={"build_id": "2"})
+    wedging = [
+        WedgingCourseTaggingWorkflow if cls is CourseTaggingWorkflow else cls for cls in workflows()
+    ]
+    course = await seed(engine, 200)
+    jobs = HubJobsClient(temporal, engine, build_1).scope(course.workspace_id, course.actor_id)
+    gate = Gate()
+    async with running_worker(temporal, build_1, before_write=gate, workflow_classes=wedging):
+        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="wedge")
+        await asyncio.wait_for(gate.held.wait(), 30)
+        handle = temporal.get_workflow_handle(job.workflow_id)
+        await handle.signal("cancel")  # bare: build 1's typed handler raises
+
+        async def failing_task() -> int | None:
+            raw = (await handle.describe()).raw_description
+            attempt = raw.pending_workflow_task.attempt
+            return attempt if attempt >= STUCK_ATTEMPTS else None
+
+        await eventually(failing_task, 60, "the workflow task failing on build 1")
+        await reconcile_once(temporal, build_1)
+        stuck = await jobs.get(job.id)
+        assert stuck.status == "running" and stuck.stuck_since is not None
+        assert stuck.stuck_reason is not None and "TypeError" in stuck.stuck_reason
+        async with engine.connect() as conn:
+            assert (await store.queue_state(conn)).stuck == 1
+
+        async with running_worker(temporal, build_2):
+            moved = await asyncio.to_thread(
+                temporal_cli,
+                stack,
+                *("workflow", "update-options", "--workflow-id", job.workflow_id),
+                *("--versioning-override-behavior", "pinned"),
+                *("--versioning-override-deployment-name", name),
+                *("--versioning-override-build-id", "2"),
+            )
+            assert moved.returncode == 0, moved.stderr
+
+            async def cancel_recorded() -> bool | None:
+                return (await jobs.get(job.id)).cancel_requested_at is not None or None
+
+            await eventually(cancel_recorded, 60, "build 2 handling the signal")
+            gate.released.set()
+            done = await jobs.wait(job.id, timeout=60, interval=0.1)
+            assert done.status == "cancelled" and done.stuck_since is None
+            await workflow_closed(temporal, job.workflow_id)
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    builds, _, _ = builds_of(await all_runs_history(temporal, job.workflow_id))
+    assert builds == {"1", "2"}  # its first tasks on build 1, the rest on build 2
+    async with engine.connect() as conn:
+        assert (await store.queue_state(conn)).stuck == 0

@@ -36,5 +36,5 @@ class ToyEchoWorkflow(JobWorkflow):
     work = EchoActivities.echo
 
     @workflow.run
-    async def run(self, job: dict[str, Any]) -> JobOutcome:
+    async def run(self, *job: Any) -> JobOutcome:
         return await self.run_job(job)

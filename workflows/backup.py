@@ -22,5 +22,5 @@ class BackupWorkflow(JobWorkflow):
     work = BackupActivities.write_backup
 
     @workflow.run
-    async def run(self, job: dict[str, Any]) -> JobOutcome:
+    async def run(self, *job: Any) -> JobOutcome:
         return await self.run_job(job)

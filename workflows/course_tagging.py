@@ -24,5 +24,5 @@ class CourseTaggingWorkflow(JobWorkflow):
     work = CourseTaggingActivities.tag_course
 
     @workflow.run
-    async def run(self, job: dict[str, Any]) -> JobOutcome:
+    async def run(self, *job: Any) -> JobOutcome:
         return await self.run_job(job)

@@ -26,20 +26,20 @@ through the sandbox.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import Priority, RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from activities.base import OUT_OF_REACH
     from activities.lifecycle import LifecycleActivities
+    from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
     from hubjobs.readmodel.status import JobStatus
     from hubjobs.readmodel.views import Counters
@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         judge,
         message_for,
     )
+    from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.messages import (
         CANCEL_SIGNAL,
         PROGRESS_QUERY,
@@ -63,8 +64,11 @@ with workflow.unsafe.imports_passed_through():
         JobOutcome,
         JobProgress,
         JobProgressReport,
+        RefusedStart,
+        StartInput,
         WorkRequest,
         WorkResult,
+        job_id_from_workflow_id,
     )
 
 from workflows.dispatch import not_eagerly
@@ -101,6 +105,10 @@ LOCAL_LIFECYCLE_RETRY = RetryPolicy(
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 ATTEMPT_TIMEOUT = timedelta(hours=6)
+# Patches: what a run started on this build does differently from one recorded before.
+# A job cancelled by signal closes as Canceled in Temporal, not Completed (the UI's list
+# then tells it from a success); before, such runs completed.
+CLOSE_CANCELLED_AS_CANCELED = "close-cancelled-as-canceled"
 
 W = TypeVar("W", bound="JobWorkflow")
 
@@ -153,28 +161,48 @@ class JobWorkflow:
         self.attempts = 0
         self.attempts_failed = 0
         self.stalls = 0
+        self.refused_signals = 0
         self.outage_since: datetime | None = None
         self.handovers = 0
         self.running: workflow.ActivityHandle[WorkResult] | None = None
 
     # --- signals and query ------------------------------------------------------
+    # Each takes its arguments untyped and reads them itself (hubjobs.temporal.handler_args):
+    # nothing sent from outside (the Temporal CLI, the UI, another SDK) can fail a
+    # workflow task. An argument that does not read is refused: logged, counted in the
+    # progress query's ``refused_signals``, and it changes nothing.
 
     @workflow.signal(name=CANCEL_SIGNAL)
-    async def cancel(self, request: CancelRequest) -> None:
-        """Cancellation, carrying who asked: recorded in the read model at once, where
-        the running attempt looks between its steps. Once finished, a no-op."""
+    async def cancel(self, *args: Any) -> None:
+        """Cancellation: no argument, ``null``, ``{}`` or ``{"actor_id", "reason"}`` (who
+        asked, when known). Recorded in the read model at once, where the running
+        attempt looks between its steps. Once finished, a no-op."""
+        read = read_argument(CancelRequest, args, optional=True)
+        if isinstance(read, Refused):
+            self._refuse(CANCEL_SIGNAL, read)
+            return
         if self.cancel_request is not None or self.status.is_final:
             return
-        self.cancel_request = request
-        await self._record_cancel(request)
+        self.cancel_request = read.value
+        await self._record_cancel(read.value)
 
     @workflow.signal(name=PROGRESS_SIGNAL)
-    def report_progress(self, report: JobProgressReport) -> None:
-        if self.status == JobStatus.running:
+    def report_progress(self, *args: Any) -> None:
+        """How far the running attempt got (sent by attempts about once a second); a
+        report behind what is known already (a late one from an earlier attempt) is
+        ignored."""
+        read = read_argument(JobProgressReport, args)
+        if isinstance(read, Refused):
+            self._refuse(PROGRESS_SIGNAL, read)
+            return
+        report = read.value
+        behind = report.counters.processed < self.counters.processed
+        if self.status == JobStatus.running and not behind:
             self.report(report.counters, report.message)
 
     @workflow.query(name=PROGRESS_QUERY)
-    def progress(self) -> JobProgress:
+    def progress(self, *args: Any) -> JobProgress:
+        """The job's progress as of the last report; any argument is ignored."""
         return JobProgress(
             status=self.status,
             counters=self.counters,
@@ -182,15 +210,28 @@ class JobWorkflow:
             cancel_requested=self.cancel_request is not None,
             attempts=self.attempts,
             attempts_failed=self.attempts_failed,
+            refused_signals=self.refused_signals,
         )
+
+    def _refuse(self, name: str, refused: Refused) -> None:
+        self.refused_signals += 1
+        workflow.logger.warning(
+            "signal %s refused: %s", name, refused.reason, extra=self._log_ids()
+        )
+
+    def _log_ids(self) -> dict[str, str]:
+        if self.job is None:
+            return {}
+        return {"job_id": str(self.job.job_id), "correlation_id": self.job.correlation_id}
 
     # --- the lifecycle ----------------------------------------------------------------
 
-    async def run_job(self, raw: dict[str, Any]) -> JobOutcome:
-        """The input arrives as plain JSON and is validated here: a service in another
-        language that sends a bad one gets a workflow failed at once with
-        ``invalid_payload``, never a workflow task retrying forever on decoding."""
-        job = self._validate(raw)
+    async def run_job(self, args: Sequence[Any]) -> JobOutcome:
+        """The input arrives as plain JSON (``StartInput``, the published contract) and
+        is read here: a service in another language that sends a bad one gets a workflow
+        failed at once with ``invalid_payload`` naming the field (and a failed row when
+        the job id and workspace can be read), never a workflow task retrying forever."""
+        job = await self._read_input(args)
         self.job = job
         if job.checkpoint is not None:
             self._restore(job.checkpoint)
@@ -219,10 +260,13 @@ class JobWorkflow:
             outcome = await self._finish(JobStatus.failed, failure.code, failure.message)
         self._close(outcome)
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if cancelled_in_temporal and outcome.status == JobStatus.cancelled:
-            # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
-            # Cancelled there too, now that the read model says so.
-            raise asyncio.CancelledError()
+        if outcome.status == JobStatus.cancelled:
+            if cancelled_in_temporal:
+                # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
+                # Canceled there too, now that the read model says so.
+                raise asyncio.CancelledError()
+            if workflow.patched(CLOSE_CANCELLED_AS_CANCELED):
+                await self._close_as_canceled()
         if outcome.status == JobStatus.failed:
             raise ApplicationError(
                 outcome.error_message or "", type=outcome.error_code, non_retryable=True
@@ -250,6 +294,7 @@ class JobWorkflow:
                     heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
                     retry_policy=ONE_ATTEMPT,
                     summary=f"{self.kind.title}, attempt {self.attempts}",
+                    priority=self._priority(job),
                 )
             try:
                 # Shielded: cancelled from Temporal, the attempt is not cut mid-step; it
@@ -443,20 +488,67 @@ class JobWorkflow:
             f"{counters.skipped} skipped, {counters.failed} failed"
         )
 
-    def _validate(self, raw: dict[str, Any]) -> JobInput:
-        try:
-            job = JobInput.model_validate(raw)
-        except ValidationError:
-            raise ApplicationError(
-                message_for(INVALID_PAYLOAD), type=INVALID_PAYLOAD, non_retryable=True
-            ) from None
-        if job.kind != self.kind.name:
-            raise ApplicationError(
-                f"this workflow runs {self.kind.name} jobs, not another kind",
-                type=INVALID_PAYLOAD,
-                non_retryable=True,
-            )
-        return job
+    def _priority(self, job: JobInput) -> Priority:
+        """The kind's priority and the workspace as fairness key, set on every attempt:
+        a job started straight through Temporal, with no priority of its own, gets
+        what a start through the client gets (hubjobs.temporal.launch.priority_of)."""
+        return Priority(
+            priority_key=self.kind.priority,
+            fairness_key=str(job.workspace_id) if job.options.fairness else None,
+        )
+
+    async def _read_input(self, args: Sequence[Any]) -> JobInput:
+        """The workflow's input as a JobInput, what a direct start left out filled in
+        (the job id and correlation id from the workflow id); refused with
+        ``invalid_payload`` naming the field, after a failed row when it can have one."""
+        read = read_argument(StartInput, args)
+        problem = read.reason if isinstance(read, Refused) else None
+        if not isinstance(read, Refused) and read.value.kind not in (None, self.kind.name):
+            problem = f"kind: this workflow runs {self.kind.name} jobs"
+        if problem is not None or isinstance(read, Refused):
+            message = f"The job's input is not valid: {problem}."
+            await self._record_refused_start(args, message)
+            raise ApplicationError(message, type=INVALID_PAYLOAD, non_retryable=True)
+        start = read.value
+        workflow_id = workflow.info().workflow_id
+        job_id = start.job_id or job_id_from_workflow_id(workflow_id, self.kind.name)
+        return JobInput(
+            job_id=job_id,
+            kind=self.kind.name,
+            workspace_id=start.workspace_id,
+            actor_id=start.actor_id,
+            correlation_id=start.correlation_id or _default_correlation_id(workflow_id, job_id),
+            payload=start.payload,
+            options=start.options,
+            checkpoint=start.checkpoint,
+        )
+
+    async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:
+        """A failed row for a refused input whose job id and workspace can be read, so
+        that the caller finds out why in the read model too."""
+        refused = _refused_start(args, self.kind.name, workflow.info().workflow_id, message)
+        if refused is None:
+            return
+        await workflow.execute_local_activity_method(
+            LifecycleActivities.record_refused_start,
+            refused,
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Record the refused start",
+        )
+
+    async def _close_as_canceled(self) -> None:
+        """A job cancelled by signal: ask Temporal to cancel this run, so that it closes
+        as Canceled (a workflow cannot close itself so), then end when it arrives."""
+        info = workflow.info()
+        await workflow.execute_local_activity_method(
+            LifecycleActivities.cancel_run,
+            args=[info.workflow_id, info.run_id],
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Close the run as cancelled",
+        )
+        await workflow.wait_condition(lambda: False)
 
     def _checkpoint(self) -> Checkpoint:
         return Checkpoint(
@@ -477,3 +569,43 @@ class JobWorkflow:
         self.stalls = checkpoint.stalls
         self.outage_since = checkpoint.outage_since
         self.handovers = checkpoint.handovers
+
+
+def _default_correlation_id(workflow_id: str, job_id: uuid.UUID) -> str:
+    return workflow_id if is_key(workflow_id) else str(job_id)
+
+
+def _refused_start(
+    args: Sequence[Any], kind: str, workflow_id: str, message: str
+) -> RefusedStart | None:
+    """What a refused input says of its job, read field by field: None unless a job id
+    (given, or from the workflow id) and a workspace can be read."""
+    raw = args[0] if len(args) == 1 and isinstance(args[0], dict) else {}
+    workspace = _uuid_or_none(raw.get("workspace_id"))
+    if workspace is None:
+        return None
+    job_id = _uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
+    correlation = raw.get("correlation_id")
+    payload = raw.get("payload")
+    return RefusedStart(
+        job_id=job_id,
+        kind=kind,
+        workspace_id=workspace,
+        actor_id=_uuid_or_none(raw.get("actor_id")),
+        correlation_id=correlation
+        if isinstance(correlation, str) and is_key(correlation)
+        else _default_correlation_id(workflow_id, job_id),
+        workflow_id=workflow_id,
+        payload=payload if isinstance(payload, dict) else {},
+        error_code=INVALID_PAYLOAD,
+        error_message=message,
+    )
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return None
+    return None

@@ -21,5 +21,5 @@ class PageExportWorkflow(JobWorkflow):
     work = PageExportActivities.export_pages
 
     @workflow.run
-    async def run(self, job: dict[str, Any]) -> JobOutcome:
+    async def run(self, *job: Any) -> JobOutcome:
         return await self.run_job(job)

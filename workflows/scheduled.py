@@ -8,7 +8,9 @@ started by a Temporal Schedule every time, into one new job each time.
    and the firing waits for it: the schedule's overlap policy (skip) then keeps two
    runs of one schedule from overlapping. The child outlives a terminated firing
    (parent close policy: abandon); cancelling the firing in Temporal cancels the job
-   (as cancelling any job from Temporal does) and ends the firing cancelled.
+   (as cancelling any job from Temporal does) and ends the firing cancelled; a job
+   cancelled on its own (by signal, or its own run in the UI) ends the firing completed,
+   saying so.
 3. After a successful run of a schedule with ``keep``, its older successful runs
    expire now (a local activity); the retention sweep removes them, hooks first.
 
@@ -17,7 +19,10 @@ Deterministic: no I/O here; the activities' module is passed through the sandbox
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
@@ -32,13 +37,15 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from activities.scheduled import ScheduleActivities
     from hubjobs.readmodel.status import JobStatus
-    from hubjobs.temporal.failures import PROCESSING_FAILED, message_for
+    from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
+    from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW
     from hubjobs.temporal.launch import priority_of, search_attributes_of
     from hubjobs.temporal.messages import (
         FiringOutcome,
         FiringStart,
         JobOutcome,
+        JobStart,
         KeepNewest,
         ScheduledJob,
     )
@@ -70,7 +77,17 @@ KEEP_TIMEOUT = timedelta(seconds=60)
 @declare_workflow(SCHEDULED_START_WORKFLOW, VersioningBehavior.AUTO_UPGRADE)
 class ScheduledStartWorkflow:
     @workflow.run
-    async def run(self, firing: ScheduledJob) -> FiringOutcome:
+    async def run(self, *args: Any) -> FiringOutcome:
+        # Untyped and read here (hubjobs.temporal.handler_args): a start of this workflow
+        # by hand with a bad input fails it at once instead of its workflow tasks.
+        read = read_argument(ScheduledJob, args)
+        if isinstance(read, Refused):
+            raise ApplicationError(
+                f"The firing's input is not valid: {read.reason}.",
+                type=INVALID_PAYLOAD,
+                non_retryable=True,
+            )
+        firing = read.value
         opened: FiringStart = await workflow.execute_activity_method(
             ScheduleActivities.open_firing,
             firing,
@@ -85,21 +102,17 @@ class ScheduledStartWorkflow:
                     message_for(code, opened.error_message), type=code, non_retryable=True
                 )
             return FiringOutcome(job_id=opened.job_id, status=opened.status)
-        start = opened.start
+        # Shielded, so that a cancellation of this firing is told apart from its job
+        # ending cancelled on its own (by signal or from the UI): the firing then ends
+        # Canceled, its job cancelled through it; otherwise it reports the job's end.
+        child = asyncio.create_task(self._run_job(opened.start))
         try:
-            outcome: JobOutcome = await workflow.execute_child_workflow(
-                start.workflow_type,
-                start.input,
-                id=start.workflow_id,
-                task_queue=workflow.info().task_queue,
-                result_type=JobOutcome,
-                parent_close_policy=ParentClosePolicy.ABANDON,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=search_attributes_of(start),
-                static_summary=start.summary,
-                static_details=start.details,
-                priority=priority_of(start),
-            )
+            outcome = await asyncio.shield(child)
+        except asyncio.CancelledError:
+            child.cancel()
+            with contextlib.suppress(ChildWorkflowError):
+                await child
+            raise
         except WorkflowAlreadyStartedError:
             # Started by someone else meanwhile (the reconciler, for a row it found
             # queued without its workflow): it runs on its own, and the schedule's
@@ -109,10 +122,7 @@ class ScheduledStartWorkflow:
         except ChildWorkflowError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
-                # Cancelled in Temporal: the firing itself (it ends cancelled, its job
-                # cancelled through the child) or the job's workflow alone (the firing
-                # fails, saying so).
-                raise
+                return FiringOutcome(job_id=opened.job_id, status=JobStatus.cancelled)
             refusal = cause if isinstance(cause, ApplicationError) and cause.type else None
             code = refusal.type if refusal is not None and refusal.type else PROCESSING_FAILED
             message = message_for(code, refusal.message if refusal is not None else None)
@@ -127,3 +137,20 @@ class ScheduledStartWorkflow:
                 summary=f"Keep the newest {firing.keep} successful runs",
             )
         return FiringOutcome(job_id=opened.job_id, status=outcome.status, expired=expired)
+
+    async def _run_job(self, start: JobStart) -> JobOutcome:
+        """The kind's workflow as this firing's child, ``<kind>-<job id>`` like any job."""
+        outcome: JobOutcome = await workflow.execute_child_workflow(
+            start.workflow_type,
+            start.input,
+            id=start.workflow_id,
+            task_queue=workflow.info().task_queue,
+            result_type=JobOutcome,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=search_attributes_of(start),
+            static_summary=start.summary,
+            static_details=start.details,
+            priority=priority_of(start),
+        )
+        return outcome

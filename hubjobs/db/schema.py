@@ -199,6 +199,8 @@ class Job(Base):
             "updated_at",
             postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
         ),
+        # The stuck jobs, for the queue state's count (0005): a handful, if any.
+        Index("ix_jobs_stuck", "stuck_since", postgresql_where=text("stuck_since IS NOT NULL")),
         # A schedule's runs, newest first: its job listing and its keep step (0003).
         Index(
             "ix_jobs_schedule_created",
@@ -238,6 +240,10 @@ class Job(Base):
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     # The Temporal Schedule whose firing started the job; NULL for a job started by hand.
     schedule_id: Mapped[str | None] = mapped_column(Text)
+    # Since when the job's workflow tasks keep failing, and as what (the failure's type):
+    # set and cleared by the reconciler (0005).
+    stuck_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stuck_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

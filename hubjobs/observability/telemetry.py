@@ -68,6 +68,10 @@ class JobMetrics:
         self.oldest = meter.create_gauge_float(
             "hubjobs_queue_oldest_queued_age_seconds", "Age of the oldest queued job", "s"
         )
+        # What to alert on: above zero, some job is not moving whatever its status says.
+        self.stuck = meter.create_gauge(
+            "hubjobs_jobs_stuck", "Unfinished jobs whose workflow tasks keep failing"
+        )
 
     def job_finished(self, kind: str, status: str, seconds: float | None) -> None:
         self.finished.add(1, {"kind": kind, "status": status})
@@ -83,6 +87,7 @@ class JobMetrics:
         for status in (JobStatus.queued, JobStatus.running, JobStatus.failed):
             self.queue.set(getattr(state, status), {"status": status})
         self.oldest.set(state.oldest_queued_age_seconds or 0.0)
+        self.stuck.set(state.stuck)
 
 
 async def refresh_queue_state(

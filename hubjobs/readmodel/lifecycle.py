@@ -47,6 +47,7 @@ async def create_job(
     idempotency_key: str | None = None,
     source_job_id: uuid.UUID | None = None,
     schedule_id: str | None = None,
+    workflow_id: str | None = None,
 ) -> CreatedJob:
     """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
     model = kind.validate(payload)
@@ -70,6 +71,7 @@ async def create_job(
         payload=model.model_dump(mode="json"),
         source_job_id=source_job_id,
         schedule_id=schedule_id,
+        workflow_id=workflow_id,
     )
     if not inserted:
         # Lost a race on the idempotency key, or this id exists already.
@@ -79,7 +81,7 @@ async def create_job(
                 conn, workspace_id, kind.name, idempotency_key
             )
         found = found or await store.get_job(conn, job_id, workspace_id)
-        if found is None:
+        if found is None or (workflow_id is not None and found.workflow_id != workflow_id):
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
     prepared = await kind.prepare(
@@ -102,11 +104,12 @@ async def record_refused(
     message: str,
     retention: timedelta,
     schedule_id: str | None = None,
+    workflow_id: str | None = None,
 ) -> None:
     """A job started straight through Temporal (or by a schedule's firing) that its
     start checks refuse still gets a row, failed, so that whoever started it can see
-    why."""
-    await store.insert_job(
+    why. A job id that names a row already (another job's) changes nothing."""
+    inserted = await store.insert_job(
         conn,
         job_id=job_id,
         kind=kind,
@@ -116,7 +119,10 @@ async def record_refused(
         idempotency_key=None,
         payload=payload,
         schedule_id=schedule_id,
+        workflow_id=workflow_id,
     )
+    if not inserted:
+        return
     await store.finish(
         conn,
         job_id,

@@ -46,6 +46,8 @@ JOB_COLUMN_NAMES = (
     "attempts_failed",
     "source_job_id",
     "schedule_id",
+    "stuck_since",
+    "stuck_reason",
     "created_at",
     "started_at",
     "finished_at",

@@ -31,6 +31,11 @@ FAILED_WINDOW = timedelta(hours=1)
 RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
 
 
+SAME_WORKFLOW = "(CAST(:workflow_id AS text) IS NULL OR workflow_id = :workflow_id)"
+# The actor of a row whose start named none that could be read (a refused direct start).
+UNKNOWN_ACTOR = uuid.UUID(int=0)
+
+
 def workflow_id_for(kind: str, job_id: uuid.UUID) -> str:
     """Meaningful in the Temporal UI: the kind, then the job."""
     return f"{kind}-{job_id}"
@@ -59,9 +64,12 @@ async def insert_job(
     payload: dict[str, Any],
     source_job_id: uuid.UUID | None = None,
     schedule_id: str | None = None,
+    workflow_id: str | None = None,
 ) -> bool:
     """Inserts a queued row; False when the idempotency key (or the id) already names one.
-    A concurrent insert with the same key waits on the unique index, then finds it."""
+    A concurrent insert with the same key waits on the unique index, then finds it.
+    ``workflow_id``: the id Temporal has, for a job started straight through it under an
+    id of its starter's choosing (by default ``<kind>-<job id>``)."""
     row = (
         await conn.execute(
             text(
@@ -73,7 +81,7 @@ async def insert_job(
             ),
             {
                 "id": job_id,
-                "workflow_id": workflow_id_for(kind, job_id),
+                "workflow_id": workflow_id or workflow_id_for(kind, job_id),
                 "kind": kind,
                 "status": JobStatus.queued,
                 "workspace": workspace_id,
@@ -201,7 +209,8 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
                 "(SELECT count(*) FROM jobs WHERE status = 'failed' "
                 "AND finished_at > now() - CAST(:window AS interval)) AS failed, "
                 "(SELECT extract(epoch FROM now() - min(created_at)) FROM jobs "
-                "WHERE status = 'queued') AS oldest"
+                "WHERE status = 'queued') AS oldest, "
+                "(SELECT count(*) FROM jobs WHERE stuck_since IS NOT NULL) AS stuck"
             ),
             {"window": FAILED_WINDOW},
         )
@@ -211,6 +220,7 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
         running=row.running,
         failed=row.failed,
         oldest_queued_age_seconds=None if row.oldest is None else float(row.oldest),
+        stuck=row.stuck,
     )
 
 
@@ -223,6 +233,8 @@ class UnfinishedJob:
     workflow_id: str
     status: JobStatus
     updated_at: datetime
+    # Flagged stuck already (its workflow tasks kept failing when last looked at).
+    stuck: bool = False
 
 
 async def unfinished_jobs(
@@ -242,7 +254,8 @@ async def unfinished_jobs(
     )
     rows = await conn.execute(
         text(
-            f"SELECT id, workflow_id, status, updated_at FROM jobs WHERE status IN {UNFINISHED} "
+            "SELECT id, workflow_id, status, updated_at, stuck_since IS NOT NULL AS stuck "
+            f"FROM jobs WHERE status IN {UNFINISHED} "
             f"AND created_at < now() - CAST(:age AS interval) {page}"
             "ORDER BY updated_at, id LIMIT :limit"
         ),
@@ -254,12 +267,44 @@ async def unfinished_jobs(
         },
     )
     return [
-        UnfinishedJob(row.id, row.workflow_id, JobStatus(row.status), row.updated_at)
+        UnfinishedJob(row.id, row.workflow_id, JobStatus(row.status), row.updated_at, row.stuck)
         for row in rows
     ]
 
 
 # --- running ----------------------------------------------------------------------------
+
+
+async def mark_stuck(conn: AsyncConnection, job_id: uuid.UUID, reason: str) -> bool:
+    """Flags an unfinished job whose workflow tasks keep failing (the first time only:
+    ``stuck_since`` says since when); True when this call flagged it. ``updated_at``
+    stays: the flag is about the workflow, not the job's progress, and the reconciler's
+    selection (least recently touched first) then keeps looking at the job."""
+    row = (
+        await conn.execute(
+            text(
+                "UPDATE jobs SET stuck_since = now(), stuck_reason = :reason "
+                f"WHERE id = :id AND stuck_since IS NULL AND status IN {UNFINISHED} "
+                "RETURNING id"
+            ),
+            {"id": job_id, "reason": reason},
+        )
+    ).first()
+    return row is not None
+
+
+async def clear_stuck(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
+    """The job's workflow tasks run again: no longer stuck. True when it was."""
+    row = (
+        await conn.execute(
+            text(
+                "UPDATE jobs SET stuck_since = NULL, stuck_reason = NULL "
+                "WHERE id = :id AND stuck_since IS NOT NULL RETURNING id"
+            ),
+            {"id": job_id},
+        )
+    ).first()
+    return row is not None
 
 
 async def request_cancel(
@@ -284,9 +329,12 @@ async def open_job(
     run_id: str | None,
     attempts: int,
     attempts_failed: int,
+    workflow_id: str | None = None,
 ) -> JobView | None:
     """Moves an unfinished job to running for one attempt of its work, and returns it
-    (a finished one as it is): the one read of the row an attempt makes."""
+    (a finished one as it is): the one read of the row an attempt makes. With
+    ``workflow_id``, only the row of that workflow (a direct start that names another
+    job's id must not work on that job)."""
     row = (
         await conn.execute(
             text(
@@ -297,16 +345,22 @@ async def open_job(
                            attempts = GREATEST(attempts, :attempts),
                            attempts_failed = GREATEST(attempts_failed, :failed),
                            updated_at = now()
-                     WHERE id = :id AND status IN {UNFINISHED}
+                     WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
                  RETURNING {JOB_COLUMNS}
                 )
                 SELECT * FROM opened
                 UNION ALL
                 SELECT {JOB_COLUMNS} FROM jobs
-                 WHERE id = :id AND NOT EXISTS (SELECT 1 FROM opened)
+                 WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
                 """
             ),
-            {"id": job_id, "run_id": run_id, "attempts": attempts, "failed": attempts_failed},
+            {
+                "id": job_id,
+                "run_id": run_id,
+                "attempts": attempts,
+                "failed": attempts_failed,
+                "workflow_id": workflow_id,
+            },
         )
     ).first()
     return None if row is None else _view(row)
@@ -453,7 +507,7 @@ async def finish(
                            finished_at = now(), expires_at = now() + :retention,
                            attempts = GREATEST(attempts, :attempts),
                            attempts_failed = GREATEST(attempts_failed, :failed),
-                           updated_at = now()
+                           stuck_since = NULL, stuck_reason = NULL, updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED}
                  RETURNING {JOB_COLUMNS}
                 )

@@ -71,6 +71,10 @@ class JobView(BaseModel):
     source_job_id: uuid.UUID | None
     # The schedule whose firing started the job (None for a job started by hand).
     schedule_id: str | None
+    # Set while the job's workflow tasks keep failing (a bug, a non-determinism after a
+    # deploy): the job is not moving, whatever its status says.
+    stuck_since: datetime | None = None
+    stuck_reason: str | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -116,3 +120,5 @@ class QueueState(BaseModel):
     # Failed in the last hour (store.FAILED_WINDOW), not every failure still kept.
     failed: int
     oldest_queued_age_seconds: float | None
+    # Unfinished jobs whose workflow tasks keep failing (the reconciler flags them).
+    stuck: int = 0

@@ -101,5 +101,15 @@ def backoff_seconds(stalls: int, options: JobOptions) -> float:
     return float(min(wait, options.retry_max_seconds))
 
 
+# Codes whose own message says more than the plain sentence and is safe to show: an
+# invalid input's names the field (built from pydantic's place and message, never the
+# value sent), which a caller needs to mend it.
+OWN_MESSAGE_WINS = frozenset({INVALID_PAYLOAD})
+
+
 def message_for(code: str, fallback: str | None = None) -> str:
+    """The plain message of a code: a known code's sentence wins over the detail an
+    activity raised with (it may name hosts or values), but for OWN_MESSAGE_WINS."""
+    if code in OWN_MESSAGE_WINS and fallback:
+        return fallback
     return ERROR_MESSAGES.get(code) or fallback or ERROR_MESSAGES[PROCESSING_FAILED]

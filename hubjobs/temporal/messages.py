@@ -10,8 +10,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
+from hubjobs.domain.text import KEY_PATTERN
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters
 
@@ -20,19 +22,47 @@ class JobOptions(BaseModel):
     """How a job's work runs; chosen by the starter and fixed for the job's life, so that
     workflow code reads no configuration."""
 
-    heartbeat_timeout_seconds: float = 15.0
-    # Attempts in a row without progress before the job fails.
-    max_attempts: int = 5
-    # Waits after an attempt that made no progress: 2 s, 10 s, 30 s, 30 s… (seed 000).
-    retry_initial_seconds: float = 2.0
-    retry_coefficient: float = 5.0
-    retry_max_seconds: float = 30.0
-    # After an attempt handed over because its worker could not reach the database: the
-    # pause before the next attempt (a worker that keeps handing over cannot spin the
-    # history), and how long a lifecycle step may run as a local activity (on the
-    # workflow's worker) before it goes to any worker.
-    handover_pause_seconds: float = 2.0
-    lifecycle_local_seconds: float = 30.0
+    model_config = ConfigDict(extra="forbid")
+
+    heartbeat_timeout_seconds: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="How long an attempt may go without a heartbeat before Temporal hands "
+        "the job to another worker (the lease).",
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=100, description="Attempts in a row without progress before the job fails."
+    )
+    retry_initial_seconds: float = Field(
+        2.0, ge=0, le=3600, description="The wait after the first attempt without progress."
+    )
+    retry_coefficient: float = Field(
+        5.0, ge=1, le=100, description="Each further wait is the last one times this."
+    )
+    retry_max_seconds: float = Field(
+        30.0, ge=0, le=86400, description="No wait between attempts is longer than this."
+    )
+    fairness: bool = Field(
+        True,
+        description="Whether the job's attempts carry its workspace as Temporal fairness "
+        "key, so that one workspace's flood never starves another's job.",
+    )
+    handover_pause_seconds: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description="After an attempt handed over because its worker could not reach the "
+        "database: the pause before the next attempt (it grows with handovers in a row, "
+        "so that a worker that keeps handing over cannot spin the history).",
+    )
+    lifecycle_local_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="How long a lifecycle step (finishing, reading progress, recording a "
+        "cancellation) may run on the workflow's own worker before any worker takes it.",
+    )
 
 
 class Checkpoint(BaseModel):
@@ -48,7 +78,8 @@ class Checkpoint(BaseModel):
 
 
 class JobInput(BaseModel):
-    """The input of every job workflow, whatever its kind."""
+    """The input of every job workflow, whatever its kind, once read (``StartInput``
+    below is what may be sent): every field known."""
 
     job_id: uuid.UUID
     kind: str
@@ -58,6 +89,62 @@ class JobInput(BaseModel):
     payload: dict[str, Any]
     options: JobOptions = Field(default_factory=JobOptions)
     checkpoint: Checkpoint | None = None
+
+
+class StartInput(BaseModel):
+    """The input of every job workflow as another service may send it: the published
+    contract (docs/contract/job-input.schema.json, generated from this model). Our own
+    client sends every field; the workflow fills in what a direct start leaves out."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        title="JobInput",
+        json_schema_extra={
+            "description": "The input of a hubjobs job workflow (workflow type: the kind's "
+            "name in PascalCase, e.g. CourseTagging; workflow id: <kind>-<job id>). "
+            "Unknown fields are refused."
+        },
+    )
+
+    job_id: uuid.UUID | None = Field(
+        None,
+        description="The job's id. Default: the UUID at the end of the workflow id "
+        "(<kind>-<uuid>), or else one derived from the whole workflow id.",
+    )
+    kind: str | None = Field(
+        None,
+        description="The job's kind (course_tagging, backup, page_export). Default: "
+        "the kind whose workflow type was started; another kind is refused.",
+    )
+    workspace_id: uuid.UUID = Field(description="The workspace the job works in.")
+    actor_id: uuid.UUID = Field(
+        description="Who starts it: an enabled administrator of the workspace."
+    )
+    correlation_id: str | None = Field(
+        None,
+        pattern=KEY_PATTERN,
+        description="Carried into logs and traces. Default: the workflow id.",
+    )
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The kind's payload (docs/contract/<kind>.payload.schema.json).",
+    )
+    options: JobOptions = Field(default_factory=JobOptions)
+    # Written by the workflow itself when it continues as new; not for callers.
+    checkpoint: SkipJsonSchema[Checkpoint | None] = None
+
+
+def job_id_from_workflow_id(workflow_id: str, kind: str) -> uuid.UUID:
+    """A direct start's job id when it names none: the UUID of ``<kind>-<uuid>``, or one
+    derived from the whole workflow id (the same id every time: a retried start is
+    one job)."""
+    prefix = f"{kind}-"
+    if workflow_id.startswith(prefix):
+        try:
+            return uuid.UUID(workflow_id[len(prefix) :])
+        except ValueError:
+            pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"hubjobs:workflow:{workflow_id}")
 
 
 class WorkRequest(BaseModel):
@@ -142,6 +229,8 @@ class JobProgress(BaseModel):
     cancel_requested: bool = False
     attempts: int = 0
     attempts_failed: int = 0
+    # Signals whose argument did not validate: refused, logged with the job's ids.
+    refused_signals: int = 0
 
 
 class JobProgressReport(BaseModel):
@@ -150,6 +239,21 @@ class JobProgressReport(BaseModel):
 
     counters: Counters
     message: str
+
+
+class RefusedStart(BaseModel):
+    """A direct start whose input does not validate, but whose job id and workspace
+    could be read: it gets a failed row saying why."""
+
+    job_id: uuid.UUID
+    kind: str
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID | None
+    correlation_id: str
+    workflow_id: str
+    payload: dict[str, Any]
+    error_code: str
+    error_message: str
 
 
 # --- maintenance ---------------------------------------------------------------------
@@ -184,6 +288,32 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
+
+
+class MaintenancePlan(BaseModel):
+    """What the long-lived maintenance workflow runs, and how often: sent by every worker
+    as it starts (signal-with-start), so a deployment's settings reach the running
+    workflow without a new run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sweep_seconds: float = Field(60.0, gt=0)
+    sweep_limit: int = Field(100_000, ge=1)
+    reconcile_seconds: float = Field(60.0, gt=0)
+    reconcile_grace_seconds: float = Field(30.0, ge=0)
+    reconcile_limit: int = Field(500, ge=1)
+
+
+class MaintenanceState(BaseModel):
+    """The maintenance workflow's input, and what it carries across continue-as-new."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: MaintenancePlan = Field(default_factory=MaintenancePlan)
+    next_sweep: datetime | None = None
+    next_reconcile: datetime | None = None
+    swept: int = 0
+    reconciled: int = 0
 
 
 # --- job schedules ------------------------------------------------------------------

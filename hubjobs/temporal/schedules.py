@@ -1,68 +1,64 @@
-"""The maintenance Schedules, created (or brought up to date) idempotently whenever a
-worker starts: ``hubjobs-retention`` runs the retention sweep and ``hubjobs-reconciler``
-the reconciler, each on its interval, never two runs at once."""
+"""Starting maintenance: one long-lived ``Maintenance`` workflow per task queue
+(workflows/maintenance.py), started or updated by every worker as it starts.
+
+Maintenance used to be two Temporal Schedules (``hubjobs-retention`` and
+``hubjobs-reconciler``) each starting a run a minute: 2,880 runs a day in the Temporal
+UI's list, burying the jobs. A worker removes those Schedules if it finds them."""
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
-)
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import ReconcileRequest
+from hubjobs.temporal.messages import MaintenancePlan, MaintenanceState
 
 log = logging.getLogger(__name__)
 
-RETENTION = "hubjobs-retention"
-RECONCILER = "hubjobs-reconciler"
-# The workflow types the Schedules start (workflows/maintenance.py declares them with these).
+# The workflow types (workflows/maintenance.py declares them with these).
+MAINTENANCE_WORKFLOW = "Maintenance"
 RETENTION_SWEEP_WORKFLOW = "RetentionSweep"
 RECONCILER_WORKFLOW = "Reconciler"
+MAINTENANCE_PLAN_SIGNAL = "set_plan"
+# The Schedules of earlier versions, removed when found.
+RETIRED_SCHEDULES = ("hubjobs-retention", "hubjobs-reconciler")
 
 
-def schedules(settings: Settings) -> dict[str, Schedule]:
-    def every(seconds: float, workflow: str, arg: object, schedule_id: str) -> Schedule:
-        return Schedule(
-            action=ScheduleActionStartWorkflow(
-                workflow, arg, id=schedule_id, task_queue=settings.task_queue
-            ),
-            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=seconds))]),
-            policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        )
-
-    return {
-        RETENTION: every(
-            settings.retention_sweep_seconds, RETENTION_SWEEP_WORKFLOW, 100_000, RETENTION
-        ),
-        RECONCILER: every(
-            settings.reconcile_seconds,
-            RECONCILER_WORKFLOW,
-            ReconcileRequest(grace_seconds=settings.reconcile_grace_seconds),
-            RECONCILER,
-        ),
-    }
+def maintenance_workflow_id(task_queue: str) -> str:
+    """One maintenance workflow per task queue: ``hubjobs-maintenance`` for the default."""
+    return f"{task_queue}-maintenance"
 
 
-async def ensure_schedules(client: Client, settings: Settings) -> None:
-    for schedule_id, schedule in schedules(settings).items():
+def plan_of(settings: Settings) -> MaintenancePlan:
+    return MaintenancePlan(
+        sweep_seconds=settings.retention_sweep_seconds,
+        reconcile_seconds=settings.reconcile_seconds,
+        reconcile_grace_seconds=settings.reconcile_grace_seconds,
+    )
+
+
+async def ensure_maintenance(client: Client, settings: Settings) -> str:
+    """Starts the task queue's maintenance workflow, or hands the running one this
+    deployment's plan (signal-with-start: idempotent, whichever worker comes first);
+    returns its workflow id."""
+    workflow_id = maintenance_workflow_id(settings.task_queue)
+    plan = plan_of(settings)
+    await client.start_workflow(
+        MAINTENANCE_WORKFLOW,
+        MaintenanceState(plan=plan),
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        start_signal=MAINTENANCE_PLAN_SIGNAL,
+        start_signal_args=[plan],
+        static_summary="hubjobs maintenance: retention sweep and reconciler",
+    )
+    for schedule_id in RETIRED_SCHEDULES:
         try:
-            await client.create_schedule(schedule_id, schedule)
-            log.info("created schedule %s", schedule_id)
-        except ScheduleAlreadyRunningError:
-
-            def replace(_: ScheduleUpdateInput, new: Schedule = schedule) -> ScheduleUpdate:
-                return ScheduleUpdate(schedule=new)
-
-            await client.get_schedule_handle(schedule_id).update(replace)
+            await client.get_schedule_handle(schedule_id).delete()
+            log.info("removed the retired schedule %s", schedule_id)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+    return workflow_id

@@ -1,0 +1,72 @@
+"""What arrives at a workflow from outside, read without trusting it.
+
+Signals, queries and workflow inputs come from anyone who can reach Temporal: our
+client, the Temporal CLI (``--name cancel`` with no input), the UI's *Send Signal* (an
+empty box), another SDK (``handle.signal('cancel')``). The SDK decodes arguments by
+the handler's type hints and calls the handler with what it got, so a typed handler
+that is sent nothing, ``null`` or the wrong shape raises inside the workflow task: the
+task fails, and is retried for ever on the same input. So every handler takes its
+arguments untyped (``*args: Any``: the SDK then decodes plain JSON) and reads them
+here; a pure function of the JSON, for the workflow and the unit tier alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from hubjobs.errors import describe_validation_errors
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Accepted(Generic[M]):
+    value: M
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why an argument was refused: where and what, never the value sent."""
+
+    reason: str
+
+
+def read_argument(
+    model: type[M], args: Sequence[Any], *, optional: bool = False
+) -> Accepted[M] | Refused:
+    """One JSON argument as ``model``. With ``optional``, no argument, ``null`` and ``{}``
+    mean the model's defaults (a bare ``cancel``). More than one argument is refused."""
+    if len(args) > 1:
+        return Refused(f"expects at most one argument, got {len(args)}")
+    value = args[0] if args else None
+    if value is None:
+        if optional:
+            return Accepted(model())
+        return Refused("an argument is required")
+    if not isinstance(value, dict):
+        return Refused(f"expects a JSON object, got {json_type(value)}")
+    try:
+        return Accepted(model.model_validate(value))
+    except ValidationError as err:
+        return Refused(describe_validation_errors(err.errors(include_input=False), default_loc=""))
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type (never the value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a value that is not JSON"
