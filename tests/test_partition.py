@@ -47,6 +47,7 @@ from tests.helpers import (
     wait_until_final,
     workflow_closed,
 )
+from tests.histories import record
 from tests.processes import WorkerProcess, hubjobs_env
 from tests.proxy import Mode, Proxy
 from tests.test_faults import (
@@ -206,6 +207,10 @@ async def test_a_worker_cut_off_from_postgres_hands_the_job_to_one_that_is_not(
         )
         assert done.status == "succeeded", failed_job(done, run.workers)
         await workflow_closed(temporal, done.workflow_id)
+        if mode == Mode.BLACKHOLE:
+            await record(
+                temporal.get_workflow_handle(done.workflow_id), "course_tagging_handed_over"
+            )
         a_log = run.a.log_text()
         print(
             "attempts started (worker, since the cut):",
@@ -247,6 +252,9 @@ async def test_a_bare_cancel_recorded_by_a_cut_off_worker_lands_on_another(
         )
         assert done.status == "cancelled", failed_job(done, run.workers)
         await workflow_closed(temporal, done.workflow_id)
+        await record(
+            temporal.get_workflow_handle(done.workflow_id), "course_tagging_cancel_handed_over"
+        )
     assert done.attempts_failed == 0, done
     assert 0 < done.processed < done.total, done
     handed = await handed_lifecycle_steps(temporal, done.workflow_id)
