@@ -64,6 +64,6 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         codec, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)
     return app
