@@ -3,7 +3,12 @@ queue round trip): finish a job whose work could not (it failed, or the workflow
 cancelled), record a cancellation request that came as a bare signal, record a direct
 start whose input was refused, and ask Temporal to close a cancelled job's run as
 Canceled. Each retries until it lands, so that the read model ends agreeing with
-Temporal."""
+Temporal.
+
+A worker that cannot reach the database gives up on a step (finishing, reading how far
+the job got, recording a cancellation) after HUBJOBS_OUTAGE_HANDOVER_SECONDS
+(``handing_over``); the workflow then hands the step to any worker as an ordinary
+activity (workflows/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.base import Deps, finish, job_not_found, with_outage_retry
+from activities.base import Deps, finish, handing_over, job_not_found, with_outage_retry
 from hubjobs.kinds import REGISTRY, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store
@@ -33,19 +38,20 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, request.job_id)
 
-        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
-        if job is None:
-            raise job_not_found()
-        bind_job(job)
-        return await finish(
-            self.deps,
-            job,
-            request.status,
-            error_code=request.error_code,
-            error_message=request.error_message,
-            attempts=request.attempts,
-            attempts_failed=request.attempts_failed,
-        )
+        with handing_over(self.deps.reach):
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+            if job is None:
+                raise job_not_found()
+            bind_job(job)
+            return await finish(
+                self.deps,
+                job,
+                request.status,
+                error_code=request.error_code,
+                error_message=request.error_message,
+                attempts=request.attempts,
+                attempts_failed=request.attempts_failed,
+            )
 
     @activity.defn
     async def durable_progress(self, job_id: uuid.UUID) -> int:
@@ -55,7 +61,8 @@ class LifecycleActivities:
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, job_id)
 
-        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        with handing_over(self.deps.reach):
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
         if job is None:
             raise job_not_found()
         kind = REGISTRY.find(job.kind)
@@ -66,7 +73,8 @@ class LifecycleActivities:
         async def record(conn: AsyncConnection) -> None:
             await store.request_cancel(conn, job_id, request.actor_id)
 
-        await with_outage_retry(self.deps.engine, self.deps.settings, record)
+        with handing_over(self.deps.reach):
+            await with_outage_retry(self.deps.engine, self.deps.settings, record)
 
     @activity.defn
     async def record_refused_start(self, refused: RefusedStart) -> None:

@@ -178,6 +178,46 @@ class Settings(BaseSettings):
     workspace: uuid.UUID | None = None
     actor: uuid.UUID | None = None
 
+    # --- deadlines: every call that can hang has one (hubjobs/db/limits.py) ---------
+    # Connecting to PostgreSQL (libpq connect_timeout, whole seconds, 2 at least), and
+    # TCP that notices a peer gone silent: keepalives after this much idle time, and
+    # tcp_user_timeout for data sent but never acknowledged (0: the kernel's default).
+    db_connect_timeout_seconds: int = Field(default=5, ge=2)
+    db_keepalive_seconds: int = Field(default=10, ge=1)
+    db_tcp_user_timeout_seconds: float = Field(default=20.0, ge=0)
+    # Each purpose's bound on a unit of work (also each statement's statement_timeout)
+    # and on a lock wait in it (lock_timeout); past it, the call is `unavailable`.
+    # What the CLI and the API wait on (a status, a listing, a health check):
+    db_read_timeout_seconds: float = Field(default=5.0, gt=0)
+    db_read_lock_timeout_seconds: float = Field(default=2.0, gt=0)
+    # A kind's unit of work (a tagging batch, an export file): below the heartbeat
+    # timeout, so that an attempt whose database went silent heartbeats again in time.
+    db_batch_timeout_seconds: float = Field(default=10.0, gt=0)
+    db_batch_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Starting a job (its row and snapshot), opening, finishing, cancelling it:
+    db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
+    db_lifecycle_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # A backup's snapshot and a restore's load (one statement may copy a whole table;
+    # 0: no bound): generous. A backup's stream must also not stall for longer than a
+    # batch's bound.
+    db_bulk_timeout_seconds: float = Field(default=3600.0, ge=0)
+    db_bulk_lock_timeout_seconds: float = Field(default=60.0, ge=0)
+    # A worker that cannot reach the database hands its job over: an attempt that has
+    # waited this long for it gives its slot back, at no cost, and the next attempt
+    # starts after handover_pause_seconds, on whichever worker polls (never dispatched
+    # eagerly to the same one). A lifecycle step the workflow runs as a local activity
+    # goes to any worker after lifecycle_local_seconds.
+    outage_handover_seconds: float = Field(default=20.0, gt=0)
+    handover_pause_seconds: float = Field(default=2.0, ge=0)
+    lifecycle_local_seconds: float = Field(default=30.0, gt=0)
+    # Temporal: connecting, and every call the client, the CLI and the API make.
+    temporal_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
+    # The API's whole-request budget (to the start of its answer): 503 `unavailable`
+    # past it. Above the sum of a start's own bounds (Temporal's connect and call, a
+    # lifecycle write, a read), which answer first (0: none).
+    api_request_timeout_seconds: float = Field(default=30.0, ge=0)
+
     @field_validator(
         "api_jwks_url",
         "api_jwt_audience",

@@ -13,6 +13,12 @@ read model, where the running attempt looks between its steps; the attempt then 
 the job cancelled itself, its work done kept. The workflow finishes the row through a
 local activity only when no attempt can: a failure, or no attempt running.
 
+A worker that cannot reach the database hands the job over: its attempt returns after
+a bounded wait with when the outage began (``outage_since``), carried to the next
+attempt, which starts after a short pause and never eagerly on the same worker. A
+lifecycle step that its local activity cannot get through within the job's
+``lifecycle_local_seconds`` runs again as an ordinary activity, on any worker.
+
 Deterministic: no I/O here; activities are called by reference, their modules passed
 through the sandbox.
 """
@@ -22,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from contextlib import nullcontext
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
@@ -30,6 +37,7 @@ from temporalio.common import Priority, RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.base import OUT_OF_REACH
     from activities.lifecycle import LifecycleActivities
     from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
@@ -52,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Checkpoint,
         FinishJob,
         JobInput,
+        JobOptions,
         JobOutcome,
         JobProgress,
         JobProgressReport,
@@ -62,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         job_id_from_workflow_id,
     )
 
+from workflows.dispatch import not_eagerly
 from workflows.versioning import declare_workflow
 
 # The read model must end up agreeing with Temporal: lifecycle writes retry until they land.
@@ -72,6 +82,25 @@ LIFECYCLE_RETRY = RetryPolicy(
     maximum_attempts=0,
 )
 LOCAL_TIMEOUT = timedelta(seconds=60)
+# A lifecycle step its local activity did not get through in time (the workflow's worker
+# cannot reach the database) runs as an ordinary activity on whichever worker polls,
+# tried again a second after each failure until it lands. Patched: recorded histories
+# ran their steps as local activities only.
+LIFECYCLE_HANDOVER = "lifecycle-steps-hand-over"
+HANDED_OVER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=1.0, maximum_attempts=0
+)
+# The activity polls a worker keeps waiting (the SDK's default maximum): how many
+# attempts in a row an idle cut-off worker may get back after it handed one over.
+WORKER_POLLS = 5
+# A local step whose worker found it cannot reach the database is handed over at once.
+LOCAL_LIFECYCLE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+    non_retryable_error_types=[OUT_OF_REACH],
+)
 # One attempt per activity: the workflow, not Temporal's retry policy, decides what a
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
@@ -133,6 +162,8 @@ class JobWorkflow:
         self.attempts_failed = 0
         self.stalls = 0
         self.refused_signals = 0
+        self.outage_since: datetime | None = None
+        self.handovers = 0
         self.running: workflow.ActivityHandle[WorkResult] | None = None
 
     # --- signals and query ------------------------------------------------------
@@ -248,20 +279,23 @@ class JobWorkflow:
             if self.cancel_request is not None:
                 return await self._finish(JobStatus.cancelled)
             self.attempts += 1
-            self.running = workflow.start_activity_method(
-                type(self).work,
-                WorkRequest(
-                    job=job,
-                    cursor=self.cursor,
-                    attempt=self.attempts,
-                    attempts_failed=self.attempts_failed,
-                ),
-                start_to_close_timeout=ATTEMPT_TIMEOUT,
-                heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
-                retry_policy=ONE_ATTEMPT,
-                summary=f"{self.kind.title}, attempt {self.attempts}",
-                priority=self._priority(job),
+            request = WorkRequest(
+                job=job,
+                cursor=self.cursor,
+                attempt=self.attempts,
+                attempts_failed=self.attempts_failed,
+                outage_since=self.outage_since,
             )
+            with not_eagerly() if self.outage_since is not None else nullcontext():
+                self.running = workflow.start_activity_method(
+                    type(self).work,
+                    request,
+                    start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
+                    retry_policy=ONE_ATTEMPT,
+                    summary=f"{self.kind.title}, attempt {self.attempts}",
+                    priority=self._priority(job),
+                )
             try:
                 # Shielded: cancelled from Temporal, the attempt is not cut mid-step; it
                 # sees the recorded request and ends the job itself.
@@ -278,10 +312,38 @@ class JobWorkflow:
                 self.stalls = 0
             self.progress_mark = max(self.progress_mark, result.beat.progress)
             self.cursor = result.beat.cursor
-            self.report(result.counters, result.message)
+            if result.outage_since is not None:
+                await self._after_handover(result.outage_since, options)
+            else:
+                self.outage_since = None
+                self.handovers = 0
+                self.report(result.counters, result.message)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+
+    async def _after_handover(self, since: datetime, options: JobOptions) -> None:
+        """The attempt's worker could not reach the database since ``since``: the next
+        attempt carries that on (the outage is measured across attempts) and starts
+        after a pause (a cancellation cuts it short), on whichever worker polls. The
+        task queue gives an attempt to the longest-waiting poll, so an idle cut-off
+        worker may well get the next few back, one for each of its polls (it hands them
+        over at once): the pause stays ``handover_pause_seconds`` for as many handovers
+        in a row as a worker has polls, then grows by as much every as many, up to the
+        longest wait between attempts, so that while no worker reaches the database
+        the handovers cost the history little."""
+        self.outage_since = since
+        self.handovers += 1
+        steps = 1 + (self.handovers - 1) // WORKER_POLLS
+        pause = min(options.handover_pause_seconds * steps, options.retry_max_seconds)
+        workflow.logger.info("attempt %d handed over: database out of reach", self.attempts)
+        if pause > 0:
+            try:
+                await workflow.wait_condition(
+                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=pause)
+                )
+            except TimeoutError:
+                pass
 
     async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
         """Judges a failed attempt; raises JobFailed when the job must end, otherwise
@@ -293,12 +355,8 @@ class JobWorkflow:
             self.cursor = judged.beat.cursor
         # The row, not the last heartbeat (throttled, it may lag the last commit), says
         # whether the attempt moved the job on.
-        progress = await workflow.execute_local_activity_method(
-            LifecycleActivities.durable_progress,
-            job.job_id,
-            start_to_close_timeout=LOCAL_TIMEOUT,
-            retry_policy=LIFECYCLE_RETRY,
-            summary="Read how far the job got",
+        progress: int = await self._lifecycle(
+            LifecycleActivities.durable_progress, job.job_id, summary="Read how far the job got"
         )
         if progress > self.progress_mark:
             self.progress_mark = progress
@@ -344,11 +402,10 @@ class JobWorkflow:
     async def _record_cancel(self, request: CancelRequest) -> None:
         await workflow.wait_condition(lambda: self.job is not None)
         assert self.job is not None
-        await workflow.execute_local_activity_method(
+        await self._lifecycle(
             LifecycleActivities.record_cancel_request,
-            args=[self.job.job_id, request],
-            start_to_close_timeout=LOCAL_TIMEOUT,
-            retry_policy=LIFECYCLE_RETRY,
+            self.job.job_id,
+            request,
             summary="Record the cancellation request",
         )
 
@@ -356,7 +413,7 @@ class JobWorkflow:
         self, status: JobStatus, code: str | None = None, message: str | None = None
     ) -> JobOutcome:
         assert self.job is not None
-        return await workflow.execute_local_activity_method(
+        outcome: JobOutcome = await self._lifecycle(
             LifecycleActivities.finish_job,
             FinishJob(
                 job_id=self.job.job_id,
@@ -366,10 +423,56 @@ class JobWorkflow:
                 attempts=self.attempts,
                 attempts_failed=self.attempts_failed,
             ),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-            retry_policy=LIFECYCLE_RETRY,
             summary=f"Finish the job as {status}",
         )
+        return outcome
+
+    async def _lifecycle(self, step: Callable[..., Any], *args: Any, summary: str) -> Any:
+        """A lifecycle step, as a local activity on this worker (no task queue round
+        trip). Its attempts give up on a database this worker cannot reach (a retryable
+        ``database_out_of_reach``), and past the job's ``lifecycle_local_seconds`` the
+        step goes to whichever worker polls, as an ordinary activity tried until it
+        lands: a local activity would keep the workflow on this worker however long it
+        retried. A refusal (no such job) goes straight up either way."""
+        if not workflow.patched(LIFECYCLE_HANDOVER):
+            return await workflow.execute_local_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
+                summary=summary,
+            )
+        assert self.job is not None
+        bound = timedelta(seconds=self.job.options.lifecycle_local_seconds)
+        try:
+            return await workflow.execute_local_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=min(bound, LOCAL_TIMEOUT),
+                schedule_to_close_timeout=bound,
+                retry_policy=LOCAL_LIFECYCLE_RETRY,
+                summary=summary,
+            )
+        except (ActivityError, ApplicationError) as err:
+            # A local activity stopped by its non-retryable types fails with its own
+            # error, not one wrapped in an ActivityError.
+            cause = err.cause if isinstance(err, ActivityError) else err
+            if (
+                isinstance(cause, ApplicationError)
+                and cause.non_retryable
+                and cause.type != OUT_OF_REACH
+            ):
+                raise
+            workflow.logger.info("%s: handed to any worker", summary)
+        with not_eagerly():
+            handed = workflow.start_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=HANDED_OVER_RETRY,
+                summary=f"{summary} (handed to any worker)",
+            )
+        return await handed
 
     def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
@@ -454,6 +557,8 @@ class JobWorkflow:
             attempts=self.attempts,
             attempts_failed=self.attempts_failed,
             stalls=self.stalls,
+            outage_since=self.outage_since,
+            handovers=self.handovers,
         )
 
     def _restore(self, checkpoint: Checkpoint) -> None:
@@ -462,6 +567,8 @@ class JobWorkflow:
         self.attempts = checkpoint.attempts
         self.attempts_failed = checkpoint.attempts_failed
         self.stalls = checkpoint.stalls
+        self.outage_since = checkpoint.outage_since
+        self.handovers = checkpoint.handovers
 
 
 def _default_correlation_id(workflow_id: str, job_id: uuid.UUID) -> str:

@@ -36,7 +36,7 @@ class CourseTaggingPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     root_page_id: uuid.UUID
-    tag: str
+    tag: str = Field(strict=True)
 
     @field_validator("tag")
     @classmethod
@@ -49,7 +49,7 @@ class CourseTaggingPayload(BaseModel):
 
 class CourseTaggingResult(Result):
     root_page_id: uuid.UUID
-    tag: str
+    tag: str = Field(strict=True)
     total: int
     processed: int
     succeeded: int

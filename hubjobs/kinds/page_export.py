@@ -45,7 +45,8 @@ class PageExportPayload(BaseModel):
 
     # A course's root page; None exports the whole workspace.
     root_page_id: uuid.UUID | None = None
-    pages_per_file: int = Field(default=1000, ge=1, le=100_000)
+    # Strict: a boolean, a float or a string is refused, never taken for a number.
+    pages_per_file: int = Field(default=1000, ge=1, le=100_000, strict=True)
 
 
 class ExportCursor(BaseModel):

@@ -20,6 +20,7 @@ from opentelemetry import baggage, context, trace
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
 from hubjobs.observability.core_logs import core_logging, forwarding_runtime
 from hubjobs.readmodel.status import JobStatus
@@ -102,18 +103,20 @@ class JobMetrics:
 
 
 async def refresh_queue_state(
-    engine: AsyncEngine, metrics: JobMetrics, stop: asyncio.Event
+    engine: AsyncEngine, metrics: JobMetrics, stop: asyncio.Event, *, timeout: float = 5.0
 ) -> None:
     """Keeps the queue gauges current until ``stop`` is set; a failed read is logged and
     tried again at the next tick. A database outage is one line when it starts and one
-    when it ends, not a traceback every tick."""
+    when it ends, not a traceback every tick. Each read has ``timeout`` seconds (a
+    database gone silent must not hold the worker's shutdown)."""
     from hubjobs.readmodel import store  # the worker's only: SQLAlchemy, not a CLI's
 
     outage = False
     while not stop.is_set():
         try:
-            async with engine.connect() as conn:
-                metrics.queue_state(await store.queue_state(conn))
+            with deadline(timeout):
+                async with engine.connect() as conn:
+                    metrics.queue_state(await store.queue_state(conn))
             if outage:
                 log.info("queue state refresh: database answering again")
                 outage = False

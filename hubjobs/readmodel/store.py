@@ -602,6 +602,30 @@ async def finish(
     return Finished(JobView.model_validate(values), changed)
 
 
+async def withdraw(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    code: str,
+    message: str,
+    retention: timedelta,
+) -> bool:
+    """A job whose start did not get through Temporal, made final (failed) while it is
+    still queued, so that nothing ever runs it: a workflow that starts after all (a
+    request the server took late) opens a final row and ends at once. False when the
+    row is no longer queued: its workflow did start and opened it."""
+    result = await conn.execute(
+        text(
+            f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
+            "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
+            f"updated_at = now() WHERE id = :id AND status = {JobStatus.queued.sql} "
+            f"RETURNING {NOTIFY}"
+        ),
+        {"id": job_id, "code": code, "message": message, "retention": retention},
+    )
+    return result.first() is not None
+
+
 # --- retention --------------------------------------------------------------------------
 
 

@@ -33,6 +33,11 @@ type and frames (``describe_failure``): never a payload, a key or a message that
 quote one. A workspace the actor is not an enabled member of answers exactly as one
 that does not exist (404 ``workspace_not_found``).
 
+Every request has a budget (HUBJOBS_API_REQUEST_TIMEOUT_SECONDS) to the start of its
+answer: past it, 503 ``unavailable`` at once, whatever it waits on. Each call inside has
+a shorter deadline of its own (the database's by purpose, Temporal's), which normally
+answers first.
+
 The package: the app factory (app.py), one router module per resource (jobs.py,
 items.py, schedules.py, health.py, contract.py, codec.py), the callers' identity
 (auth.py, tokens.py), the answers' shapes (resources.py), the errors (errors.py) and

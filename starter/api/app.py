@@ -70,6 +70,6 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         app.add_middleware(CodecCors, origins=origins)
     install_docs(app)
     install_kind_schemas(app)
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)
     return app

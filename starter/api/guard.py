@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from asyncio import FIRST_COMPLETED
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hubjobs.errors import (
     INTERNAL_ERROR,
+    Unavailable,
 )
 from hubjobs.observability.logs import log_failure
 from starter.api.errors import INTERNAL_MESSAGE, MAX_BODY_BYTES, error
@@ -21,14 +24,17 @@ class RequestGuard:
     """The outermost layer of every request, below Starlette's own error middleware:
 
     - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
+    - a request that has not started its answer within ``budget`` seconds is answered
+      503 ``unavailable`` at once, and what it waited on is cancelled (0: no budget);
     - an exception nothing else handled becomes 500 ``internal_error`` here, logged
       with ``describe_failure`` (type and frames, no message): it never goes further
       up, where the server would log it with its message;
     - one access line a request: method, the route's template, status, duration.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, budget: float = 0.0) -> None:
         self.app = app
+        self.budget = budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,7 +55,7 @@ class RequestGuard:
                 too_large = error(413, "payload_too_large", "the request body is too large")
                 await too_large(scope, receive, sending)
             else:
-                await self.app(scope, replay, sending)
+                await self._within_budget(scope, replay, sending)
         except Exception as err:
             log_failure(log, "API call failed", err)
             if status == 0:
@@ -63,6 +69,39 @@ class RequestGuard:
                 status,
                 (time.monotonic() - started) * 1000,
             )
+
+    async def _within_budget(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Runs the request; past the budget with no answer started, answers 503 and
+        leaves the request to its cancellation (what it sends then goes nowhere). Once
+        the answer has started (a file streaming, an event stream) the budget is over."""
+        if self.budget <= 0:
+            await self.app(scope, receive, send)
+            return
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cut = False
+
+        async def sending(message: Message) -> None:
+            if cut:
+                return
+            if message["type"] == "http.response.start" and not started.done():
+                started.set_result(None)
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, sending))
+        try:
+            await asyncio.wait({task, started}, timeout=self.budget, return_when=FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is going away: so is the request
+            task.cancel()
+            raise
+        if task.done() or started.done():
+            await task
+            return
+        cut = True
+        task.cancel()
+        task.add_done_callback(_consume_outcome)
+        log.warning("API call past its budget of %.1f s: answered 503", self.budget)
+        unavailable = error(503, Unavailable.code, "the service did not answer in time; try again")
+        await unavailable(scope, receive, send)
 
     @staticmethod
     async def _read_body(scope: Scope, receive: Receive) -> Receive | None:
@@ -97,3 +136,9 @@ class RequestGuard:
             return await receive()
 
         return replay
+
+
+def _consume_outcome(task: asyncio.Future[None]) -> None:
+    """A request cut at its budget ends in the background: its outcome is not news."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("API call ended after its budget: %s", type(task.exception()).__name__)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import timedelta
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from hubjobs.db.deadline import deadline
 from starter.api.resources import Health
 from starter.client import HubJobsClient
 
@@ -29,22 +32,32 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def check_health(hub: HubJobsClient) -> Health:
+    """Both servers, asked at once, each within its deadline (the database's read budget,
+    Temporal's connect and call timeouts): a server that hangs is ``unavailable``."""
 
-    database = temporal = "ok"
-    try:
-        async with hub.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception as err:
-        log.warning("health: database unreachable: %s", type(err).__name__)
-        database = "unavailable"
-    try:
-        client = await hub.temporal_client()
-        await client.service_client.check_health()
-    except Exception as err:
-        log.warning("health: Temporal unreachable: %s", type(err).__name__)
-        temporal = "unavailable"
+    async def database() -> str:
+        try:
+            with deadline(hub.settings.db_read_timeout_seconds):
+                async with hub.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception as err:
+            log.warning("health: database unreachable: %s", type(err).__name__)
+            return "unavailable"
+        return "ok"
+
+    async def temporal() -> str:
+        try:
+            client = await hub.temporal_client()
+            timeout = timedelta(seconds=hub.settings.temporal_rpc_timeout_seconds)
+            await client.service_client.check_health(timeout=timeout)
+        except Exception as err:
+            log.warning("health: Temporal unreachable: %s", type(err).__name__)
+            return "unavailable"
+        return "ok"
+
+    db_state, temporal_state = await asyncio.gather(database(), temporal())
     return Health(
-        status="ok" if database == temporal == "ok" else "unavailable",
-        database=database,
-        temporal=temporal,
+        status="ok" if db_state == temporal_state == "ok" else "unavailable",
+        database=db_state,
+        temporal=temporal_state,
     )

@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from hubjobs.domain.text import (
@@ -26,6 +26,7 @@ from hubjobs.schedules.definition import (
     SCHEDULE_ID_PATTERN,
 )
 from starter.api.auth import Jobs
+from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, error
 from starter.api.resources import (
     JobPage,
@@ -46,6 +47,7 @@ router = APIRouter(tags=["jobs"])
     response_model=JobResource,
     responses={**ERRORS},
     summary="Start a job of a kind (course_tagging, backup, …)",
+    dependencies=[Depends(no_duplicate_keys)],
 )
 async def start_job(
     jobs: Jobs,

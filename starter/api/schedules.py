@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
 from starter.api.auth import ScheduleId, Schedules
+from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS
 from starter.api.resources import ScheduleRequest, ScheduleResource, schedule_url
 
@@ -18,6 +19,7 @@ router = APIRouter(tags=["schedules"])
     response_model=ScheduleResource,
     responses={**ERRORS},
     summary="Create a schedule of jobs of a kind (cron or interval)",
+    dependencies=[Depends(no_duplicate_keys)],
 )
 async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONResponse:
     view = await schedules.create(

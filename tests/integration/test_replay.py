@@ -44,6 +44,10 @@ def test_histories_are_recorded() -> None:
         "course_tagging_actor_unavailable_v2",
         "scheduled_start_kept_v2",
         "scheduled_start_refused_v2",
+        # Recorded on the code of issue 19: attempts handed over by a worker cut off from
+        # PostgreSQL, a lifecycle step handed to another worker.
+        "course_tagging_handed_over_v3",
+        "course_tagging_cancel_handed_over_v3",
     } <= names
 
 

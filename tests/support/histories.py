@@ -16,7 +16,8 @@ from temporalio.client import WorkflowHandle
 
 FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # Bump when a workflow change makes new runs' histories differ (a ``workflow.patched``).
-GENERATION = "v2"
+# v3: lifecycle steps hand over to any worker (``lifecycle-steps-hand-over``).
+GENERATION = "v3"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

@@ -246,6 +246,43 @@ async def test_bad_requests_get_a_stable_code_and_no_internals(
         assert "Traceback" not in answer.text and "SELECT" not in answer.text
 
 
+async def test_a_payload_is_taken_as_sent_or_refused(
+    http: httpx.AsyncClient, api_settings: Settings, course: DemoCourse
+) -> None:
+    """A key twice in one object is refused (JSON leaves it undefined; Python's parser
+    kept the last), and so is a value of the wrong JSON type: ``true`` or ``1e3`` for a
+    number of pages, a string for a number. Each is 422 ``invalid_payload``, and no job
+    is left behind."""
+    auth = bearer(course.actor_id, api_settings) | {"Content-Type": "application/json"}
+    base = f"/workspaces/{course.workspace_id}/jobs"
+    root = str(course.root_page_id)
+    bodies = [
+        f'{{"root_page_id": "{root}", "tag": "a", "tag": "b"}}',
+        f'{{"root_page_id": "{root}", "pages_per_file": 10, "pages_per_file": 20}}',
+        f'{{"root_page_id": "{root}", "pages_per_file": true}}',
+        f'{{"root_page_id": "{root}", "pages_per_file": 1e3}}',
+        f'{{"root_page_id": "{root}", "pages_per_file": "1000"}}',
+    ]
+    kinds = ["course_tagging", "page_export", "page_export", "page_export", "page_export"]
+    for kind, body in zip(kinds, bodies, strict=True):
+        answer = await http.post(f"{base}/{kind}", content=body, headers=auth)
+        assert answer.status_code == 422, (body, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_payload", (body, answer.text)
+    nested = '{"kind": "backup", "every": "1h", "payload": {"a": 1, "a": 2}}'
+    schedule = await http.post(
+        f"/workspaces/{course.workspace_id}/schedules", content=nested, headers=auth
+    )
+    assert schedule.status_code == 422, schedule.text
+    assert schedule.json()["error"]["code"] == "invalid_payload"
+    listed = await http.get(base, headers=auth)
+    assert listed.status_code == 200 and listed.json() == []
+    # The same payloads, each key once and of its type, are taken.
+    fine = await http.post(
+        f"{base}/page_export", json={"root_page_id": root, "pages_per_file": 10}, headers=auth
+    )
+    assert fine.status_code == 202, fine.text
+
+
 async def test_health_and_openapi(
     http: httpx.AsyncClient, api_settings: Settings, temporal: Client
 ) -> None:

@@ -7,15 +7,21 @@ of its own (tests/support/stacks.py):
   preferred ports are still taken (it would have moved the stack before), and so does
   ``up`` after ``down``;
 - a recorded port held by another program: ``up`` refuses (``port_taken``), naming the
-  port and its holder, and starts nothing anywhere else.
+  port and its holder, and starts nothing anywhere else;
+- two first ``up``s at once in two fresh homes, preferring the same free ports: both
+  come up, each on ports of its own (before, both chose the same port and the loser
+  failed ``unavailable``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,12 +35,14 @@ from temporalio.client import Client
 from hubjobs.db.migrate import alembic_config
 from hubjobs.devstack import embedded
 from tests.support.stacks import (
+    HUBJOBS,
     ForeignListener,
     accepts,
     held_ports,
     hubjobs,
     kill_postgres,
     kill_temporal,
+    log_tails,
     own_stack,
     refuses_soon,
     server_pids,
@@ -217,3 +225,53 @@ def test_a_reused_pid_is_not_taken_for_the_dev_server(tmp_path: Path) -> None:
     temporal = embedded.EmbeddedTemporal(tmp_path)
     assert temporal.running_pid() is None
     temporal.stop()  # nothing to stop: this process lives on
+
+
+def test_two_first_ups_at_once_each_take_ports_of_their_own() -> None:
+    """Two `hubjobs up` started together in two fresh homes, both preferring the same
+    three free ports: the one that loses a port as its server binds it takes another
+    free one. Both stacks come up, on six different ports, each server the process of
+    its own home (the one listening on its recorded port), and each answers `health`."""
+    preferred = embedded.StackPorts(*(embedded.choose_port(0) for _ in range(3)))
+    scratch = Path(tempfile.mkdtemp(prefix="hubjobs-race-"))
+    envs = [stack_env(scratch / name / "home", preferred) for name in ("one", "two")]
+    try:
+        started = time.monotonic()
+        ups = [
+            subprocess.Popen(
+                [HUBJOBS, "up", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            for env in envs
+        ]
+        outcomes = [up.communicate(timeout=180) for up in ups]
+        took = time.monotonic() - started
+        for up, (_, err), env in zip(ups, outcomes, envs, strict=True):
+            assert up.returncode == 0, f"{err.decode()}\n{log_tails(Path(env['HUBJOBS_HOME']))}"
+        infos = [json.loads(out) for out, _ in outcomes]
+        ports = [
+            {
+                urlsplit(info["database_url"]).port,
+                int(info["temporal_address"].rpartition(":")[2]),
+                urlsplit(info["ui_url"]).port,
+            }
+            for info in infos
+        ]
+        print(f"\ntwo first ups at once, preferring {preferred}: {ports} in {took:.1f} s")
+        assert len(ports[0] | ports[1]) == 6, ports
+        assert ports[0] | ports[1] >= {preferred.postgres, preferred.temporal}, (
+            "each preferred port went to one of them"
+        )
+        for info, env in zip(infos, envs, strict=True):
+            home = Path(env["HUBJOBS_HOME"])
+            postmaster, temporal = server_pids(home)
+            pg = embedded.port_holder(urlsplit(info["database_url"]).port or 0)
+            frontend = embedded.port_holder(int(info["temporal_address"].rpartition(":")[2]))
+            assert pg is not None and pg.pid == postmaster, (pg, postmaster)
+            assert frontend is not None and frontend.pid == temporal, (frontend, temporal)
+            health = hubjobs(env, "health", "--json")
+            assert health.returncode == 0, health.stderr
+            assert json.loads(health.stdout)["status"] == "ok"
+    finally:
+        for env in envs:
+            hubjobs(env, "down")
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -446,6 +446,93 @@ async def test_postgres_down_past_the_max_outage_fails_the_job_unavailable_work_
     assert (done.attempts, done.attempts_failed) == (1, 0), done
 
 
+# Down this long, several times the handover bound below.
+HANDOVER_SECONDS = 2.0
+
+
+async def test_postgres_down_for_several_handover_bounds_hands_over_at_no_cost(
+    temporal: Client, settings: Settings, own_postgres: OwnPostgres, tmp_path: Path
+) -> None:
+    """PostgreSQL down for everyone: with HUBJOBS_OUTAGE_HANDOVER_SECONDS=2 the attempt
+    gives its slot back after 2 s of waiting, and so does each next one (at once, its
+    worker knowing it is cut off, then trying again every 2 s), 0.5 s apart and more
+    as they go on. When the database is back, an attempt carries on from the cursor:
+    the job succeeds exactly and no handover counted as a failure."""
+    starter = outage_starter(settings, own_postgres).model_copy(
+        update={"handover_pause_seconds": 0.5}
+    )
+    async with outage_run(
+        temporal, starter, tmp_path, "handovers", outage_handover_seconds=HANDOVER_SECONDS
+    ) as (run, engine):
+        await wait_until_processed(engine, run.job.id, OUTAGE_AFTER, run.worker, 60)
+        down = await own_postgres.stop_for(POSTGRES_DOWN_SECONDS)
+        back = time.monotonic()
+        done = await wait_until_final(run.jobs, run.job.id, timeout=60)
+        print(
+            f"PostgreSQL down {down:.1f} s ({down / HANDOVER_SECONDS:.1f} handover bounds); "
+            f"the job {done.status} {time.monotonic() - back:.1f} s after it was back, "
+            f"{done.attempts} attempts"
+        )
+        assert done.status == "succeeded", failed_job(done, [run.worker])
+        await assert_every_page_tagged_once(engine, done, run.course.page_ids, run.tag)
+        log = run.worker.log_text()
+    assert done.attempts_failed == 0, done
+    endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
+    assert len(endings) >= 3 and set(endings) == {"completed"}, endings
+    assert "job handed over" in log, log[-3000:]
+
+
+async def test_the_maximum_outage_is_measured_across_handovers(
+    temporal: Client, settings: Settings, own_postgres: OwnPostgres, tmp_path: Path
+) -> None:
+    """HUBJOBS_MAX_OUTAGE_SECONDS=5 and attempts that hand over after 1.5 s: none of
+    them waits 5 s, but the outage each carries on from the one before does. The job
+    fails ``unavailable`` once the outage, across attempts, passes 5 s (the attempt
+    that gives up does so within a few seconds of that), not at the database's return,
+    and not never."""
+    starter = outage_starter(settings, own_postgres).model_copy(
+        update={"handover_pause_seconds": 0.5}
+    )
+    async with outage_run(
+        temporal,
+        starter,
+        tmp_path,
+        "across",
+        max_outage_seconds=5,
+        outage_handover_seconds=1.5,
+    ) as (run, engine):
+        await wait_until_processed(engine, run.job.id, OUTAGE_AFTER, run.worker, 60)
+        stopped_at = time.time()
+        await own_postgres.stop_for(LONG_DOWN_SECONDS + 5)
+        done = await wait_until_final(run.jobs, run.job.id, timeout=90)
+        assert (done.status, done.error_code) == ("failed", "unavailable"), failed_job(
+            done, [run.worker]
+        )
+        await workflow_closed(temporal, done.workflow_id)
+    endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
+    gave_up = await failed_at(temporal, done.workflow_id)
+    print(
+        f"max outage 5 s, handovers after 1.5 s: {len(endings) - 1} handovers, then "
+        f"the job failed unavailable {gave_up - stopped_at:.1f} s after PostgreSQL stopped"
+    )
+    assert len(endings) >= 2 and endings[-1] == "failed", endings
+    assert set(endings[:-1]) == {"completed"}, endings
+    assert gave_up - stopped_at < 5 + 1.5 + 5, gave_up - stopped_at
+    assert done.attempts_failed == 0, done
+
+
+async def failed_at(client: Client, workflow_id: str) -> float:
+    """When the job's work last failed (epoch seconds), from the history."""
+    times = [
+        e.event_time.ToDatetime().timestamp()
+        for events in await all_runs_history(client, workflow_id)
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    assert times, "no attempt failed"
+    return times[-1]
+
+
 async def assert_work_kept(engine: AsyncEngine, job: JobView, tag: str) -> None:
     """The work done is kept, exactly: each page recorded done holds the tag once, with
     one revision; every other page is untouched and its item still pending."""
