@@ -275,7 +275,7 @@ async def test_a_payload_is_taken_as_sent_or_refused(
     assert schedule.status_code == 422, schedule.text
     assert schedule.json()["error"]["code"] == "invalid_payload"
     listed = await http.get(base, headers=auth)
-    assert listed.status_code == 200 and listed.json() == []
+    assert listed.status_code == 200 and listed.json() == {"jobs": [], "next": None}
     # The same payloads, each key once and of its type, are taken.
     fine = await http.post(
         f"{base}/page_export", json={"root_page_id": root, "pages_per_file": 10}, headers=auth

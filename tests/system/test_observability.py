@@ -246,6 +246,10 @@ async def test_the_metrics_endpoint_agrees_with_the_read_model(
             # finish_job records its metrics just after the row is final.
             finished = {"kind": "course_tagging", "status": "succeeded"}
             samples = await scrape_until(port, "hubjobs_jobs_finished_total", finished, 1)
+            # The row is final before the workflow's last task: wait for the run to close
+            # (with the worker still polling) before reading the SDK's own counters.
+            run = {"task_queue": slow_settings.task_queue, "workflow_type": WORKFLOW}
+            samples = await scrape_until(port, "temporal_workflow_completed_total", run, 1)
     finally:
         await refresher.close()
 
@@ -283,7 +287,6 @@ async def test_the_metrics_endpoint_agrees_with_the_read_model(
     assert one_value(samples, "temporal_activity_execution_latency_count", **attempts) == (
         done.attempts
     )
-    run = {"task_queue": queue, "workflow_type": WORKFLOW}
     assert one_value(samples, "temporal_workflow_completed_total", **run) == 1
 
 
