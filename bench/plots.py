@@ -18,7 +18,7 @@ COLORS = {"hubjobs": "tab:blue", "floor": "tab:green", "seed loop": "tab:red"}
 
 def tagging(series: dict[str, Any], out: Path) -> Path:
     sizes = series["sizes"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(12, 4.5))
     for who, per_size in series["rates"].items():
         points = [(s, r) for s in sizes for r in per_size[s] if r == r]
         ax.scatter(
@@ -38,6 +38,36 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
     ax.set_title("Tagging a course: hubjobs, the SQL floor and the seed loop")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best")
+    found = series.get("hubjobs_median_phases", {})
+    if found:
+        xs = [s for s in sizes if str(s) in found]
+        side.plot(
+            xs,
+            [found[str(s)].get("start call", 0) for s in xs],
+            marker="o",
+            color="tab:blue",
+            label="start call (s)",
+        )
+        side.axhline(1.0, color="tab:red", linestyle="--", label="1 s target")
+        side.set_xscale("log")
+        side.set_yscale("log")
+        side.set_xlabel("course size (pages)")
+        side.set_ylabel("hubjobs start call (s)")
+        rss = side.twinx()
+        rss.plot(
+            xs,
+            [found[str(s)].get("peak RSS MB", 0) for s in xs],
+            marker="s",
+            color="tab:purple",
+            label="worker peak RSS (MB)",
+        )
+        rss.set_ylabel("worker peak RSS (MB)")
+        rss.set_ylim(bottom=0)
+        lines = side.get_legend_handles_labels()
+        more = rss.get_legend_handles_labels()
+        side.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
+        side.set_title("hubjobs: the start call and worker memory by size")
+        side.grid(True, which="both", alpha=0.3)
     path = out / "tagging.png"
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -47,10 +77,15 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
 
 def job_latency(series: dict[str, Any], out: Path) -> Path:
     fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = {"hubjobs": "hubjobs 1-page job", "bare": "bare workflow, 1 activity"}
+    labels = {
+        "hubjobs": "hubjobs 1-page job",
+        "floor": "floor: 1 activity, same writes",
+        "bare": "bare workflow, no database",
+    }
+    colors = {"hubjobs": "tab:blue", "floor": "tab:green", "bare": "tab:gray"}
     top = max(percentile(v, 99) for v in series["ms"].values()) * 1.1
     for who, values in series["ms"].items():
-        color = "tab:blue" if who == "hubjobs" else "tab:gray"
+        color = colors.get(who, "tab:gray")
         hist.hist(values, bins=30, range=(0, top), alpha=0.6, label=labels[who], color=color)
         ordered = sorted(values)
         cdf.step(
@@ -129,11 +164,88 @@ def readmodel(series: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def capacity(series: dict[str, Any], out: Path) -> Path:
+    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = {"hubjobs": "tab:blue", "floor": "tab:green"}
+    for who, steps in series["steps"].items():
+        offered = [s["offered"] for s in steps]
+        color = colors.get(who, "tab:gray")
+        lat.plot(offered, [s["p50_ms"] for s in steps], marker="o", color=color, label=f"{who} p50")
+        lat.plot(
+            offered,
+            [s["p99_ms"] for s in steps],
+            marker="^",
+            linestyle="--",
+            color=color,
+            label=f"{who} p99",
+        )
+        knee = series["knees"].get(who)
+        if knee:
+            lat.axvline(knee["offered"], color=color, linestyle=":", alpha=0.7)
+        if who == "hubjobs":
+            names = [k for k in steps[0]["cpu"] if not k.startswith("machine")]
+            for name in names:
+                cpu.plot(offered, [s["cpu"][name] * 100 for s in steps], marker="o", label=name)
+            cpu.plot(
+                offered,
+                [s["cpu"]["machine (share of all cores)"] * 100 for s in steps],
+                color="black",
+                linestyle="--",
+                label="machine (all cores)",
+            )
+    lat.set_yscale("log")
+    lat.set_xlabel("offered one-page jobs/s")
+    lat.set_ylabel("start → final (ms)")
+    lat.set_title("Latency against offered load (dotted: the knee)")
+    lat.grid(True, which="both", alpha=0.3)
+    lat.legend(loc="upper left")
+    cpu.set_xlabel("offered one-page jobs/s")
+    cpu.set_ylabel("CPU (% of one core)")
+    cpu.set_title("hubjobs: CPU per process")
+    cpu.grid(True, alpha=0.3)
+    cpu.legend(loc="upper left", fontsize=8)
+    path = out / "capacity.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def peers(series: dict[str, Any], out: Path) -> Path:
+    results = {k: v for k, v in series["results"].items() if "error" not in v}
+    names = list(results)
+    bursts = series["bursts"]
+    fig, axes = plt.subplots(1, 1 + len(bursts), figsize=(4.5 * (1 + len(bursts)), 4.2))
+    colors = [
+        "tab:green" if n == "floor" else "tab:blue" if n == "hubjobs" else "tab:gray" for n in names
+    ]
+    axes[0].bar(names, [percentile(results[n]["ms"], 50) for n in names], color=colors)
+    axes[0].set_ylabel("one job, start → final, p50 (ms)")
+    axes[0].set_yscale("log")
+    axes[0].set_title("One job on an idle system")
+    for ax, b in zip(axes[1:], bursts, strict=True):
+        ax.bar(names, [results[n][f"burst_{b}"] for n in names], color=colors)
+        ax.set_ylabel("jobs/s until all final")
+        ax.set_yscale("log")
+        ax.set_title(f"{b:,} started at once")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.suptitle("The peers beside hubjobs and the Temporal floor (same one-page transaction)")
+    path = out / "peers.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 PLOTS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
     "tagging": tagging,
     "job_latency": job_latency,
     "backup": backup,
     "readmodel": readmodel,
+    "capacity": capacity,
+    "peers": peers,
 }
 
 

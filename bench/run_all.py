@@ -1,8 +1,10 @@
 """Every benchmark side by side on one set of servers, one table, the plots.
 
-    python bench/run_all.py                       # what `make bench` runs (~10 minutes)
+    python bench/run_all.py                       # what `make bench` runs (~25 minutes)
+    python bench/run_all.py --quick               # small sizes, for development (~6 minutes)
     python bench/run_all.py --only tagging,api    # some of them
     python bench/run_all.py --tagging "--sizes 1000,10000,100000 --rounds 3 --seed-seconds 0"
+    python bench/run_all.py --temporal-store file --sqlite-pragma journal_mode=WAL
 
 Each benchmark's own flags go in one quoted string after ``--<name>`` (the flags are
 those of ``python bench/bench_<name>.py --help``). Benchmarks share servers and data
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import sys
 import time
@@ -25,13 +28,17 @@ from types import ModuleType
 import bench_api
 import bench_backup
 import bench_burst
+import bench_capacity
 import bench_cli
+import bench_costs
+import bench_devstore
 import bench_job_latency
+import bench_peers
 import bench_readmodel
 import bench_restore
 import bench_retention
 import bench_tagging
-from common import Stack
+from common import FILE, MEMORY, Stack
 from harness import (
     RESULTS,
     Clock,
@@ -51,14 +58,37 @@ from plots import render
 MODULES: list[ModuleType] = [
     bench_job_latency,
     bench_burst,
+    bench_costs,
     bench_cli,
     bench_api,
+    bench_peers,
+    bench_devstore,
+    bench_capacity,
     bench_tagging,
     bench_backup,
     bench_restore,
     bench_readmodel,
     bench_retention,
 ]
+
+
+# --quick: each benchmark at a small size (for development: the figures are noisier and
+# the targets are the full sizes'); flags given for a benchmark replace its quick ones.
+QUICK: dict[str, str] = {
+    "job_latency": "--runs 10 --warmup 2",
+    "burst": "--jobs 100 --rounds 1",
+    "costs": "--jobs 5 --big-jobs 1",
+    "cli": "--runs 3",
+    "api": "--requests 100 --rounds 1",
+    "peers": "--runs 5 --warmup 1 --bursts 200",
+    "devstore": "--jobs 100 --rounds 1 --stores memory,file,wal-normal",
+    "capacity": "--rates 5,15,30 --seconds 4",
+    "tagging": "--sizes 1000,10000 --rounds 1 --seed-seconds 1",
+    "backup": "--megabytes 30 --rounds 1",
+    "restore": "--megabytes 30 --rounds 1",
+    "readmodel": "--rows 50000 --runs 100",
+    "retention": "--rows 50000 --runs 2 --backlog 2000 --floor-batch 2000 --floor-runs 1",
+}
 
 
 def main() -> int:
@@ -75,6 +105,20 @@ def main() -> int:
             metavar="FLAGS",
             help=f"flags for bench_{module.NAME}.py (one quoted string)",
         )
+    parser.add_argument("--quick", action="store_true", help="small sizes, for development")
+    parser.add_argument(
+        "--temporal-store",
+        choices=(MEMORY, FILE),
+        default=MEMORY,
+        help="the stack's dev server store (file: the SQLite file `make run` uses)",
+    )
+    parser.add_argument(
+        "--sqlite-pragma",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --temporal-store file, a --sqlite-pragma of the dev server (repeatable)",
+    )
     args = parser.parse_args()
     chosen = set(args.only.split(",")) if args.only else set(names)
     chosen -= set(args.skip.split(",")) if args.skip else set()
@@ -84,11 +128,15 @@ def main() -> int:
 
     outcomes: dict[str, Outcome] = {}
     clock = Clock()
-    with Stack() as stack:
+    load_at_start = os.getloadavg()
+    with Stack(args.temporal_store, args.sqlite_pragma) as stack:
         for module in MODULES:
             if module.NAME not in chosen:
                 continue
-            flags = parser_for(module).parse_args(shlex.split(getattr(args, module.NAME)))
+            given = getattr(args, module.NAME)
+            if not given and args.quick:
+                given = QUICK.get(module.NAME, "")
+            flags = parser_for(module).parse_args(shlex.split(given))
             say(f"== {module.NAME}: {module.TITLE}")
             stack.checkpoint()
             started = Clock()
@@ -117,7 +165,13 @@ def main() -> int:
 
     figures = [f for o in outcomes.values() for f in o.figures]
     print()
-    print(f"hubjobs benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {clock.elapsed:.0f} s in all")
+    store = " ".join([args.temporal_store, *args.sqlite_pragma])
+    print(
+        f"hubjobs benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {clock.elapsed:.0f} s in all"
+        f"{' (--quick)' if args.quick else ''}; load average at start "
+        f"{load_at_start[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; "
+        f"Temporal dev server store: {store}"
+    )
     print()
     print(table(figures))
     print()
@@ -133,6 +187,8 @@ def main() -> int:
             "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "seconds": clock.elapsed,
             "argv": sys.argv[1:],
+            "load_average_at_start": load_at_start,
+            "temporal_store": [args.temporal_store, *args.sqlite_pragma],
         },
     )
     print()
