@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.base import Deps, KindActivities
-from activities.lifecycle import LifecycleActivities
+from activities.job_steps import JobStepActivities
 from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
@@ -66,7 +66,7 @@ PASSED_THROUGH = (
     "pydantic_core",
     "sqlalchemy",
     "psycopg",
-    "workflows.lifecycle",
+    "workflows.job_lifecycle",
     "workflows.versioning",
     "workflows.dispatch",
 )
@@ -131,7 +131,7 @@ def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
     lifecycle's, the maintenance workflows' and job schedules' firings'."""
     return [
         *(k.activities for k in kinds),
-        LifecycleActivities,
+        JobStepActivities,
         MaintenanceActivities,
         ScheduleActivities,
     ]

@@ -214,7 +214,7 @@ _outage: contextvars.ContextVar[OutageClock | None] = contextvars.ContextVar(
 )
 
 # A lifecycle step's worker could not reach the database: retried, by Temporal, on any
-# worker (see workflows/lifecycle.py).
+# worker (see workflows/job_lifecycle.py).
 OUT_OF_REACH = "database_out_of_reach"
 
 

@@ -205,7 +205,7 @@ class FinishJob(BaseModel):
 
 
 # The names every job workflow answers to, whatever its kind: declared by the lifecycle
-# (workflows/lifecycle.py), sent by the client and by attempts. Other services send
+# (workflows/job_lifecycle.py), sent by the client and by attempts. Other services send
 # them too: they are part of the contract and never change.
 CANCEL_SIGNAL = "cancel"
 PROGRESS_SIGNAL = "report_progress"

@@ -38,7 +38,7 @@ from tests.support.servers import running_worker, seed
 from tests.support.wedged_build import WedgingCourseTaggingWorkflow
 from worker import implementations, workflows
 from workflows.course_tagging import CourseTaggingWorkflow
-from workflows.lifecycle import kind_workflow
+from workflows.job_lifecycle import kind_workflow
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 
 T = TypeVar("T")

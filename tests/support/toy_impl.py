@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.temporal.messages import JobOutcome, WorkRequest, WorkResult
     from tests.support.toy_kind import TOY, EchoPayload
 
-from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
+from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 # Each attempt's number and scheduled time, for the backoff test.
 ATTEMPTS: list[tuple[int, Any]] = []

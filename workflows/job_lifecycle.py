@@ -38,7 +38,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.base import OUT_OF_REACH
-    from activities.lifecycle import LifecycleActivities
+    from activities.job_steps import JobStepActivities
     from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
     from hubjobs.readmodel.status import JobStatus
@@ -136,7 +136,7 @@ def kind_workflow(
     return declare
 
 
-class JobFailed(Exception):
+class FailJob(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(code)
         self.code = code
@@ -251,7 +251,7 @@ class JobWorkflow:
         except asyncio.CancelledError:
             cancelled_in_temporal = True
             outcome = await self._cancelled_in_temporal()
-        except JobFailed as failure:
+        except FailJob as failure:
             workflow.logger.warning(
                 "job failed: %s",
                 failure.code,
@@ -346,17 +346,17 @@ class JobWorkflow:
                 pass
 
     async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
-        """Judges a failed attempt; raises JobFailed when the job must end, otherwise
+        """Judges a failed attempt; raises FailJob when the job must end, otherwise
         waits out the backoff (a cancellation cuts it short)."""
         judged = judge(err)
         if judged.refusal is not None:
-            raise JobFailed(judged.refusal, message_for(judged.refusal, judged.message))
+            raise FailJob(judged.refusal, message_for(judged.refusal, judged.message))
         if judged.beat is not None and judged.beat.cursor is not None:
             self.cursor = judged.beat.cursor
         # The row, not the last heartbeat (throttled, it may lag the last commit), says
         # whether the attempt moved the job on.
         progress: int = await self._lifecycle(
-            LifecycleActivities.durable_progress, job.job_id, summary="Read how far the job got"
+            JobStepActivities.durable_progress, job.job_id, summary="Read how far the job got"
         )
         if progress > self.progress_mark:
             self.progress_mark = progress
@@ -372,7 +372,7 @@ class JobWorkflow:
         )
         if self.stalls >= job.options.max_attempts:
             code = exhausted_code(judged)
-            raise JobFailed(code, message_for(code))
+            raise FailJob(code, message_for(code))
         wait = backoff_seconds(self.stalls, job.options)
         if wait > 0:
             try:
@@ -403,7 +403,7 @@ class JobWorkflow:
         await workflow.wait_condition(lambda: self.job is not None)
         assert self.job is not None
         await self._lifecycle(
-            LifecycleActivities.record_cancel_request,
+            JobStepActivities.record_cancel_request,
             self.job.job_id,
             request,
             summary="Record the cancellation request",
@@ -414,7 +414,7 @@ class JobWorkflow:
     ) -> JobOutcome:
         assert self.job is not None
         outcome: JobOutcome = await self._lifecycle(
-            LifecycleActivities.finish_job,
+            JobStepActivities.finish_job,
             FinishJob(
                 job_id=self.job.job_id,
                 status=status,
@@ -530,7 +530,7 @@ class JobWorkflow:
         if refused is None:
             return
         await workflow.execute_local_activity_method(
-            LifecycleActivities.record_refused_start,
+            JobStepActivities.record_refused_start,
             refused,
             start_to_close_timeout=LOCAL_TIMEOUT,
             retry_policy=LIFECYCLE_RETRY,
@@ -542,7 +542,7 @@ class JobWorkflow:
         as Canceled (a workflow cannot close itself so), then end when it arrives."""
         info = workflow.info()
         await workflow.execute_local_activity_method(
-            LifecycleActivities.cancel_run,
+            JobStepActivities.cancel_run,
             args=[info.workflow_id, info.run_id],
             start_to_close_timeout=LOCAL_TIMEOUT,
             retry_policy=LIFECYCLE_RETRY,

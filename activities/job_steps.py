@@ -8,7 +8,7 @@ Temporal.
 A worker that cannot reach the database gives up on a step (finishing, reading how far
 the job got, recording a cancellation) after HUBJOBS_OUTAGE_HANDOVER_SECONDS
 (``handing_over``); the workflow then hands the step to any worker as an ordinary
-activity (workflows/lifecycle.py)."""
+activity (workflows/job_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import CancelRequest, FinishJob, JobOutcome, RefusedStart
 
 
-class LifecycleActivities:
+class JobStepActivities:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
 
