@@ -155,7 +155,7 @@ async def api(hung: Hung) -> AsyncIterator[httpx.AsyncClient]:
 async def jobs_of(api: httpx.AsyncClient, hung: Hung) -> list[dict[str, Any]]:
     answer = await api.get(f"/workspaces/{hung.workspace}/jobs", params={"limit": 1000})
     assert answer.status_code == 200, answer.text
-    found: list[dict[str, Any]] = answer.json()
+    found: list[dict[str, Any]] = answer.json()["jobs"]  # a page: {jobs, next}
     return found
 
 
