@@ -54,15 +54,16 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
         side.set_xlabel("course size (pages)")
         side.set_ylabel("hubjobs start call (s)")
         rss = side.twinx()
+        peaks = [found[str(s)].get("peak RSS MB", 0) for s in xs]
         rss.plot(
             xs,
-            [found[str(s)].get("peak RSS MB", 0) for s in xs],
+            peaks,
             marker="s",
             color="tab:purple",
             label="worker peak RSS (MB)",
         )
         rss.set_ylabel("worker peak RSS (MB)")
-        rss.set_ylim(bottom=0)
+        rss.set_ylim(0, max(peaks, default=1) * 1.4)
         lines = side.get_legend_handles_labels()
         more = rss.get_legend_handles_labels()
         side.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
@@ -219,14 +220,14 @@ def peers(series: dict[str, Any], out: Path) -> Path:
     colors = [
         "tab:green" if n == "floor" else "tab:blue" if n == "hubjobs" else "tab:gray" for n in names
     ]
-    axes[0].bar(names, [percentile(results[n]["ms"], 50) for n in names], color=colors)
+    bars = axes[0].bar(names, [percentile(results[n]["ms"], 50) for n in names], color=colors)
+    axes[0].bar_label(bars, fmt="%.0f")
     axes[0].set_ylabel("one job, start → final, p50 (ms)")
-    axes[0].set_yscale("log")
     axes[0].set_title("One job on an idle system")
     for ax, b in zip(axes[1:], bursts, strict=True):
-        ax.bar(names, [results[n][f"burst_{b}"] for n in names], color=colors)
+        bars = ax.bar(names, [results[n][f"burst_{b}"] for n in names], color=colors)
+        ax.bar_label(bars, fmt="%.0f")
         ax.set_ylabel("jobs/s until all final")
-        ax.set_yscale("log")
         ax.set_title(f"{b:,} started at once")
     for ax in axes:
         ax.tick_params(axis="x", rotation=30)
