@@ -29,10 +29,11 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.base import Deps, KindActivities
-from activities.lifecycle import LifecycleActivities
+from activities.job_steps import JobStepActivities
 from activities.maintenance import MaintenanceActivities
-from activities.scheduled import ScheduleActivities
+from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
+from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.kinds import REGISTRY, JobKind
 from hubjobs.observability.activity_logs import LogContextInterceptor
 from hubjobs.observability.logs import setup_logging
@@ -45,10 +46,11 @@ from hubjobs.observability.telemetry import (
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
+from hubjobs.temporal.maintenance import ensure_maintenance
 from hubjobs.temporal.process import run_and_exit
-from hubjobs.temporal.schedules import ensure_maintenance
+from workflows.dispatch import NoEagerDispatch
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
-from workflows.scheduled import ScheduledStartWorkflow
+from workflows.schedule_firing import ScheduledStartWorkflow
 from workflows.versioning import is_declared, unversioned
 
 log = logging.getLogger("hubjobs.worker")
@@ -64,8 +66,9 @@ PASSED_THROUGH = (
     "pydantic_core",
     "sqlalchemy",
     "psycopg",
-    "workflows.lifecycle",
+    "workflows.job_lifecycle",
     "workflows.versioning",
+    "workflows.dispatch",
 )
 
 
@@ -128,7 +131,7 @@ def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
     lifecycle's, the maintenance workflows' and job schedules' firings'."""
     return [
         *(k.activities for k in kinds),
-        LifecycleActivities,
+        JobStepActivities,
         MaintenanceActivities,
         ScheduleActivities,
     ]
@@ -195,7 +198,8 @@ def build_worker(
         # SIGTERM: attempts give their slot back at their next step (the job is handed
         # over, at no cost); this bounds the wait for those that cannot.
         graceful_shutdown_timeout=timedelta(seconds=10),
-        interceptors=[LogContextInterceptor()],
+        # The next attempt after a handover is never dispatched eagerly to this worker.
+        interceptors=[LogContextInterceptor(), NoEagerDispatch()],
     )
 
 
@@ -235,6 +239,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     engine = async_engine(
         settings.resolved_database_url(),
         pool_size=max(5, settings.max_concurrent_activities * settings.tagging_lanes + 2),
+        options=ConnectOptions.of(settings, Purpose.BATCH, Purpose.LIFECYCLE),
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -242,7 +247,11 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     if settings.maintenance:
         await ensure_maintenance(client, settings)
     worker = build_worker(client, engine, settings)
-    queue = asyncio.create_task(refresh_queue_state(engine, metrics_of(client), stop))
+    queue = asyncio.create_task(
+        refresh_queue_state(
+            engine, metrics_of(client), stop, timeout=settings.db_read_timeout_seconds
+        )
+    )
     log.info("worker started on task queue %s", worker.task_queue)
     versioning: asyncio.Task[str | None] | None = None
     try:

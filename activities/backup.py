@@ -7,7 +7,13 @@ of about a MiB, so memory stays flat whatever the size. The archive is written u
 temporary name, fsynced and renamed: a cancelled, failed, killed or handed-over backup
 leaves no archive, and the next attempt removes a killed one's temporary file and
 starts clean (a new snapshot, never a mix). A database outage mid-stream restarts the
-stream once the database answers. Files are readable by their owner only.
+stream once the database answers. Files are readable by their owner only. A full file
+system fails the job at once as ``no_space`` (its temporary file removed), a folder
+that cannot be written as ``storage_unavailable``: retried, either would fail the same.
+
+The snapshot's connection is bounded like every other (hubjobs.db.limits: the bulk
+purpose), and its stream may not stall for longer than a batch's budget: a server that
+stops sending is an outage, not a wait.
 """
 
 from __future__ import annotations
@@ -34,11 +40,14 @@ from activities.base import (
     WorkContext,
     WorkEnd,
 )
+from activities.storage import storage_refusal
 from hubjobs.archive.format import MANIFEST, Manifest, archive_name
 from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive
+from hubjobs.db.deadline import Deadline, deadline, watch, within
 from hubjobs.db.engine import plain_url
+from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.domain.access import ADMINISTRATOR, role_of
-from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload
+from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
@@ -70,6 +79,8 @@ class Progress:
         self.bytes = 0
         self.stage = "starting"
         self._last = 0.0
+        # The snapshot stream's stall bound, moved on at every chunk.
+        self.stall: Deadline | None = None
 
     async def advance(
         self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
@@ -77,6 +88,8 @@ class Progress:
         self.bytes += nbytes
         self.steps += int(step)
         self.stage = stage or self.stage
+        if self.stall is not None:
+            self.stall.extend(self.ctx.settings.db_batch_timeout_seconds)
         self.ctx.beat()
         if self.ctx.shutting_down():
             raise HandOver()
@@ -94,10 +107,7 @@ class Progress:
 
     async def flush(self, *, check_cancel: bool = True) -> None:
         self._last = time.monotonic()
-        message = (
-            f"{self.steps} of {self.total} tables and attachments, "
-            f"{self.bytes / 1e6:.1f} MB read ({self.stage})"
-        )
+        message = progress_line(self.steps, self.total, self.bytes, self.stage)
         counters = Counters(total=self.total, processed=self.steps, succeeded=self.steps)
         self.ctx.counters = counters
         job_id = self.ctx.job.id
@@ -122,7 +132,10 @@ class BackupActivities(KindActivities[BackupPayload]):
     async def work(self, ctx: WorkContext[BackupPayload]) -> WorkEnd:
         job = ctx.job
         folder = ctx.settings.resolved_backup_dir
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise storage_refusal(err) or err from None
         final = folder / archive_name(job.id)
         partial = final.with_name(final.name + ".partial")
         if final.exists():
@@ -151,6 +164,13 @@ class BackupActivities(KindActivities[BackupPayload]):
             partial.unlink(missing_ok=True)
             log.info("worker shutting down: backup handed over")
             return Paused()
+        except OSError as err:
+            partial.unlink(missing_ok=True)
+            refusal = storage_refusal(err)
+            if refusal is None:
+                raise
+            log.warning("the archive cannot be written (%s); no file kept", refusal.code)
+            raise refusal from None
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -167,23 +187,32 @@ class BackupActivities(KindActivities[BackupPayload]):
     ) -> Manifest:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as raw:
-            url = plain_url(ctx.settings.resolved_database_url())
-            async with await psycopg.AsyncConnection.connect(url) as conn:
-                await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-                await conn.set_read_only(True)
-                async with conn.transaction():
-                    progress.total = await planned_steps(conn)
-                    try:
-                        manifest = await write_archive(
-                            conn,
-                            ctx.settings.resolved_attachments_dir,
-                            raw,
-                            progress,
-                            backup_id=ctx.job.id,
-                            max_bytes_per_second=ctx.settings.backup_max_bytes_per_second,
-                        )
-                    except AttachmentUnavailable as err:
-                        raise Refused(err.message, code=err.code) from None
+            settings = ctx.settings
+            url = ConnectOptions.of(settings, Purpose.BULK).conninfo(
+                plain_url(settings.resolved_database_url())
+            )
+            # Connecting and setting up within a lifecycle step's budget, then the
+            # stream within its stall bound (moved on by every chunk's progress).
+            with deadline(settings.db_lifecycle_timeout_seconds) as bound:
+                progress.stall = bound
+                async with await within(psycopg.AsyncConnection.connect(url)) as conn:
+                    watch(conn)
+                    await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+                    await conn.set_read_only(True)
+                    async with conn.transaction():
+                        progress.total = await planned_steps(conn)
+                        try:
+                            manifest = await write_archive(
+                                conn,
+                                settings.resolved_attachments_dir,
+                                raw,
+                                progress,
+                                backup_id=ctx.job.id,
+                                max_bytes_per_second=settings.backup_max_bytes_per_second,
+                            )
+                        except AttachmentUnavailable as err:
+                            raise Refused(err.message, code=err.code) from None
+                progress.stall = None
             raw.flush()
             await asyncio.to_thread(os.fsync, raw.fileno())
         return manifest

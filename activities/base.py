@@ -1,8 +1,10 @@
 """What every kind's work activity shares, written once: opening the job for an attempt
 (creating its row when it was started straight through Temporal), heartbeating how far
-it got, riding out database outages, giving its slot back when its time slice is over
-or its worker shuts down, reporting progress to the workflow, and finishing the row
-when the work is done or a cancellation request was seen.
+it got, riding out database outages (each unit of work under its purpose's deadline),
+giving its slot back when its time slice is over, its worker shuts down, or its worker
+cannot reach the database (``OutOfReach``: the job goes to a worker that can), reporting
+progress to the workflow, and finishing the row when the work is done or a cancellation
+request was seen.
 
 A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
 ``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
@@ -13,11 +15,13 @@ A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``,
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -26,12 +30,13 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from hubjobs.db.errors import is_outage
+from hubjobs.db.deadline import deadline
+from hubjobs.db.errors import answered_late, is_outage
 from hubjobs.errors import HubJobsError, JobNotFound
-from hubjobs.kinds import REGISTRY, JobKind
+from hubjobs.kinds import REGISTRY, JobKind, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import lifecycle, store
+from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -52,6 +57,32 @@ T = TypeVar("T")
 P = TypeVar("P")
 
 
+@dataclass
+class Reach:
+    """Whether this worker has found that it cannot reach the database: one of its
+    attempts handed over, and nothing got through since. The task queue may well give
+    the job's next attempt back to it (the longest-waiting poll wins, and an idle cut
+    off worker's polls are old): its attempts and lifecycle steps then hand over at
+    once, trying the database at most once every HUBJOBS_OUTAGE_HANDOVER_SECONDS (and
+    handing over at the first failed try), so that the job moves on at little cost."""
+
+    cut_off_at: float | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        return self.cut_off_at is not None
+
+    def lost(self) -> None:
+        self.cut_off_at = time.monotonic()
+
+    def found(self) -> None:
+        self.cut_off_at = None
+
+    def tried_lately(self, seconds: float) -> bool:
+        """Cut off, and the database was tried less than ``seconds`` ago."""
+        return self.cut_off_at is not None and time.monotonic() - self.cut_off_at < seconds
+
+
 @dataclass(frozen=True)
 class Deps:
     """What activities are built with, once per worker."""
@@ -63,6 +94,7 @@ class Deps:
     client: Client | None = None
     # Test hooks by name (e.g. "before_write"); empty in production.
     hooks: Mapping[str, Any] = field(default_factory=dict)
+    reach: Reach = field(default_factory=Reach)
 
     @property
     def default_retention(self) -> timedelta:
@@ -114,6 +146,92 @@ def job_not_found() -> ApplicationError:
 
 class OutageTooLong(Exception):
     pass
+
+
+class OutOfReach(Exception):
+    """This worker has waited HUBJOBS_OUTAGE_HANDOVER_SECONDS for a database that does
+    not answer it: the attempt gives its slot back (at no cost), so that a worker that
+    reaches the database takes the job on. ``since`` is when the outage began, for the
+    next attempt to carry on measuring it."""
+
+    def __init__(self, since: datetime) -> None:
+        super().__init__("the database does not answer this worker")
+        self.since = since
+
+
+@dataclass
+class OutageClock:
+    """How long the database has not answered a job: since ``since`` (the wall clock,
+    carried from attempt to attempt in the work request, so that
+    HUBJOBS_MAX_OUTAGE_SECONDS holds across handovers), and how long this attempt has
+    waited for it. With ``hand_over``, a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS
+    ends in ``OutOfReach``; with ``gives_up``, an outage longer than the maximum ends in
+    ``OutageTooLong`` (a lifecycle write never gives up: it must land)."""
+
+    since: datetime | None = None
+    hand_over: bool = True
+    gives_up: bool = True
+    # The worker's own knowledge of whether it reaches the database.
+    reach: Reach | None = None
+    _waiting: float | None = None
+
+    def answered(self) -> None:
+        self.since = None
+        self._waiting = None
+        if self.reach is not None:
+            self.reach.found()
+
+    def should_hand_over(self, waited: float, bound: float) -> bool:
+        """After this attempt's ``waited`` seconds: hand over now? (At once when its
+        worker already knows it is cut off.)"""
+        if not self.hand_over:
+            return False
+        return waited >= bound or (self.reach is not None and self.reach.cut_off)
+
+    def failed(self, *, answered: bool = False) -> tuple[float, float]:
+        """Notes a failure; returns (seconds of outage, seconds this attempt waited for
+        a database out of its reach). ``answered``: the server itself ended the call at
+        its own timeout: it counts as outage, but the worker reaches the database, and
+        handing over would not help."""
+        now, wall = time.monotonic(), datetime.now(UTC)
+        if self.since is None:
+            self.since = wall
+        if answered:
+            self._waiting = None
+            if self.reach is not None:
+                self.reach.found()
+            return max(0.0, (wall - self.since).total_seconds()), 0.0
+        if self._waiting is None:
+            self._waiting = now
+        return max(0.0, (wall - self.since).total_seconds()), now - self._waiting
+
+
+# The outage clock of the attempt (or lifecycle step) running in this context: every
+# unit of database work it runs hands over on it. None outside them (maintenance rides
+# outages out in place).
+_outage: contextvars.ContextVar[OutageClock | None] = contextvars.ContextVar(
+    "hubjobs_outage", default=None
+)
+
+# A lifecycle step's worker could not reach the database: retried, by Temporal, on any
+# worker (see workflows/job_lifecycle.py).
+OUT_OF_REACH = "database_out_of_reach"
+
+
+@contextmanager
+def handing_over(reach: Reach | None = None) -> Iterator[None]:
+    """A lifecycle step (the workflow's local activity, or the same step handed to any
+    worker): its database waits end after HUBJOBS_OUTAGE_HANDOVER_SECONDS in a retryable
+    failure, so that the step does not hold the workflow on a worker that is cut off."""
+    token = _outage.set(OutageClock(gives_up=False, reach=reach))
+    try:
+        yield
+    except OutOfReach:
+        raise ApplicationError(
+            "the database does not answer this worker", type=OUT_OF_REACH
+        ) from None
+    finally:
+        _outage.reset(token)
 
 
 def outcome_of(job: JobView) -> JobOutcome:
@@ -191,7 +309,12 @@ class WorkContext(Generic[P]):
         waits with capped backoff, heartbeating, and runs it again whole: an outage costs
         the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS."""
         return await with_outage_retry(
-            self.engine, self.settings, work, transaction=transaction, on_wait=self.beat
+            self.engine,
+            self.settings,
+            work,
+            transaction=transaction,
+            on_wait=self.beat,
+            budget=self.settings.db_batch_timeout_seconds,
         )
 
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
@@ -253,33 +376,57 @@ async def ride_out_outages(
     on_wait: Callable[[], None] | None = None,
 ) -> T:
     """Runs ``work`` until it gets through a database outage: each failure that is an
-    outage (by the error's class, see hubjobs.db.errors) waits 1 s, 2 s, 4 s… (at most
-    HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait`` every second, e.g. to
-    heartbeat) and runs it again whole; past HUBJOBS_MAX_OUTAGE_SECONDS it gives up
-    with OutageTooLong. Any other error goes straight up."""
-    outage_since: float | None = None
+    outage (by the error's class, see hubjobs.db.errors; a deadline passed included)
+    waits 1 s, 2 s, 4 s… (at most HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait``
+    every second, e.g. to heartbeat) and runs it again whole; past
+    HUBJOBS_MAX_OUTAGE_SECONDS of outage (measured across attempts, by the running
+    attempt's clock) it gives up with OutageTooLong. In an attempt (or a lifecycle
+    step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in OutOfReach: the
+    job goes to a worker that reaches the database. Any other error goes straight up."""
+    clock = _outage.get() or OutageClock(hand_over=False)
+    reach = clock.reach
+    bound = settings.outage_handover_seconds
+    if clock.hand_over and reach is not None and reach.tried_lately(bound):
+        # This worker found it cannot reach the database moments ago: over at once.
+        log.info("database out of reach from this worker: handing the work over untried")
+        clock.failed()
+        assert clock.since is not None
+        raise OutOfReach(clock.since)
     delay = 1.0
     while True:
         try:
             result = await work()
-            if outage_since is not None:
-                log.info("database answers again after %.1f s", time.monotonic() - outage_since)
+            if clock.since is not None:
+                outage = (datetime.now(UTC) - clock.since).total_seconds()
+                log.info("database answers again after %.1f s", outage)
+            clock.answered()
             return result
         except Exception as err:
             if not is_outage(err):
                 raise
-            now = time.monotonic()
-            outage_since = outage_since or now
-            if now - outage_since > settings.max_outage_seconds:
+            outage, waited = clock.failed(answered=answered_late(err))
+            if clock.gives_up and outage > settings.max_outage_seconds:
                 raise OutageTooLong() from err
+            if clock.should_hand_over(waited, settings.outage_handover_seconds):
+                log.warning(
+                    "database unavailable from this worker for %.1f s: handing the work over",
+                    waited,
+                )
+                if clock.reach is not None:
+                    clock.reach.lost()
+                assert clock.since is not None
+                raise OutOfReach(clock.since) from err
             log.warning(
                 "database unavailable (%s); trying again in %.0f s", type(err).__name__, delay
             )
-            deadline = now + delay
-            while time.monotonic() < deadline:
+            pause = delay
+            if clock.hand_over:
+                pause = min(pause, max(0.0, settings.outage_handover_seconds - waited))
+            deadline_at = time.monotonic() + pause
+            while time.monotonic() < deadline_at:
                 if on_wait is not None:
                     on_wait()
-                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                await asyncio.sleep(min(1.0, max(0.0, deadline_at - time.monotonic())))
             delay = min(delay * 2, settings.outage_retry_max_seconds)
 
 
@@ -290,18 +437,22 @@ async def with_outage_retry(
     *,
     transaction: bool = False,
     on_wait: Callable[[], None] | None = None,
+    budget: float | None = None,
 ) -> T:
     """``work`` on a fresh connection, riding out outages: in autocommit (each statement
     its own transaction), or with ``transaction`` in one transaction, committed when
-    ``work`` returns."""
+    ``work`` returns. Each try runs under a deadline of ``budget`` seconds (by default
+    HUBJOBS_DB_LIFECYCLE_TIMEOUT_SECONDS): past it, it is an outage."""
+    seconds = settings.db_lifecycle_timeout_seconds if budget is None else budget
 
     async def on_connection() -> T:
-        if transaction:
-            async with engine.begin() as conn:
+        with deadline(seconds):
+            if transaction:
+                async with engine.begin() as conn:
+                    return await work(conn)
+            async with engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
                 return await work(conn)
-        async with engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            return await work(conn)
 
     return await ride_out_outages(settings, on_connection, on_wait=on_wait)
 
@@ -326,6 +477,8 @@ class KindActivities(Generic[P]):
         info = activity.info()
         beat = Beat(cursor=request.cursor)
         activity.heartbeat(beat.model_dump(mode="json"))
+        outage = _outage.set(OutageClock(since=request.outage_since, reach=self.deps.reach))
+        ctx: WorkContext[P] | None = None
         try:
             job = await self._open(
                 request,
@@ -335,7 +488,7 @@ class KindActivities(Generic[P]):
             )
             if job.is_final:
                 return WorkResult(outcome=outcome_of(job), counters=job.counters)
-            ctx: WorkContext[P] = WorkContext(
+            ctx = WorkContext(
                 deps=self.deps,
                 kind=self.kind,
                 request=request,
@@ -365,6 +518,12 @@ class KindActivities(Generic[P]):
             raise ApplicationError(
                 "the database did not answer for too long", type=UNAVAILABLE, non_retryable=True
             ) from None
+        except OutOfReach as out:
+            # Handed over as at a time slice (at no cost), with when the outage began.
+            log.info("database out of reach: job handed over")
+            state = ctx.beat_state if ctx is not None else beat
+            counters = ctx.counters if ctx is not None else Counters()
+            return WorkResult(beat=state, counters=counters, outage_since=out.since)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 # Out of time to drain: the job is handed over, not failed; whatever the
@@ -377,6 +536,8 @@ class KindActivities(Generic[P]):
         except Exception as err:
             log.exception("attempt failed")
             raise ApplicationError(f"the attempt failed ({type(err).__name__})") from None
+        finally:
+            _outage.reset(outage)
 
     async def _open(
         self,
@@ -404,7 +565,7 @@ class KindActivities(Generic[P]):
         async def create_row(conn: AsyncConnection) -> HubJobsError | None:
             try:
                 async with conn.begin_nested():
-                    await lifecycle.create_job(
+                    await job_rows.create_job(
                         conn,
                         self.kind,
                         job_id=job.job_id,
@@ -415,7 +576,7 @@ class KindActivities(Generic[P]):
                         workflow_id=workflow_id,
                     )
             except HubJobsError as err:
-                await lifecycle.record_refused(
+                await job_rows.record_refused(
                     conn,
                     job_id=job.job_id,
                     kind=job.kind,
@@ -471,7 +632,7 @@ async def finish(
     out outages like any other write, and finishing twice changes nothing."""
 
     async def write(conn: AsyncConnection) -> store.Finished | None:
-        return await lifecycle.finish_job(
+        return await job_rows.finish_job(
             conn,
             job,
             status=status,

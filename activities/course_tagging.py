@@ -55,7 +55,7 @@ from hubjobs.domain.pages import (
 from hubjobs.kinds.course_tagging import (
     COURSE_TAGGING,
     CourseTaggingPayload,
-    Outcome,
+    PageOutcome,
     TaggingCursor,
     TaggingOutput,
     change_summary,
@@ -63,7 +63,6 @@ from hubjobs.kinds.course_tagging import (
     written,
 )
 from hubjobs.readmodel import store
-from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.store import ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -105,12 +104,7 @@ READ_BATCH = f"""
                       AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok,
            i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
       FROM jobs j
-      LEFT JOIN LATERAL (
-            SELECT ordinal, ref, done_at_snapshot FROM job_items
-             WHERE job_id = j.id AND ordinal > :after AND state = '{ItemState.pending}'
-               AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int))
-               AND j.status = '{JobStatus.running}'
-             ORDER BY ordinal LIMIT :limit) i ON true
+      LEFT JOIN LATERAL ({store.pending_items_after("j.id", "j.status")}) i ON true
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job
      ORDER BY i.ordinal
@@ -163,65 +157,28 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         the end of the ranges done without a gap, so the next attempt redoes none of
         them and skips none. Returns how the attempt ends, or None once every range is
         done."""
-        size = ctx.settings.tagging_batch_size
-        lanes = max(1, ctx.settings.tagging_lanes)
-        total = ctx.counters.total
-        starts = iter(range(after, total, size))
-        running: dict[asyncio.Task[tuple[int, Recorded] | None], int] = {}
-        landed_ranges: set[int] = set()
-        frontier = after
-        cancel_requested = False
+        lanes = Lanes(self, ctx, after)
         ended: WorkEnd | None = None
-        failure: BaseException | None = None
-
-        def launch() -> bool:
-            start = next(starts, None)
-            if start is None:
-                return False
-            upto = min(start + size, total)
-            running[asyncio.create_task(self.one_batch(ctx, start, upto))] = start
-            return True
-
         try:
-            while len(running) < lanes and launch():
-                pass
-            while running:
-                landed, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in landed:
-                    start = running.pop(task)
-                    try:
-                        recorded = task.result()
-                    except Exception as err:  # the others land first, then it is raised
-                        failure = failure or err
-                        continue
-                    landed_ranges.add(start)
-                    if recorded is not None:
-                        result = recorded[1]
-                        if result.counters.processed >= ctx.counters.processed:
-                            ctx.counters = result.counters  # batches commit in any order
-                        cancel_requested = cancel_requested or result.cancel_requested
-                while frontier in landed_ranges:
-                    landed_ranges.remove(frontier)
-                    frontier = min(frontier + size, total)
+            lanes.fill()
+            while lanes.running:
+                await lanes.land_some()
                 ctx.beat(
-                    cursor=TaggingCursor(after=frontier).model_dump(),
+                    cursor=TaggingCursor(after=lanes.frontier).model_dump(),
                     progress=ctx.counters.processed,
                 )
-                if failure is None and ended is None:
-                    ended = self.end_after_batch(ctx, cancel_requested=cancel_requested)
-                if failure is not None or ended is not None:
+                if lanes.failure is None and ended is None:
+                    ended = self.end_after_batch(ctx, cancel_requested=lanes.cancel_requested)
+                if lanes.failure is not None or ended is not None:
                     continue  # launch nothing more; let the batches in flight land
                 await self.breathe(ctx)
-                while len(running) < lanes and launch():
-                    pass
+                lanes.fill()
         finally:
             # Cancelled (the activity, or the worker going away): what was in flight
             # rolls back whole, as a cut batch always did.
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-        if failure is not None:
-            raise failure
+            await lanes.cancel()
+        if lanes.failure is not None:
+            raise lanes.failure
         return ended
 
     async def one_batch(
@@ -342,8 +299,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         items: list[Item],
         *,
         careful: bool,
-    ) -> dict[int, Outcome]:
-        outcomes: dict[int, Outcome] = {}
+    ) -> dict[int, PageOutcome]:
+        outcomes: dict[int, PageOutcome] = {}
         pending: dict[int, PageFacts | None] = {item.ordinal: item.page for item in items}
         by_ordinal = {item.ordinal: item for item in items}
         # The first write uses the facts of the batch read; pages in conflict are read
@@ -427,3 +384,60 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 )
                 broken.add(item.page_id)
         return changed, broken
+
+
+class Lanes:
+    """The batches of one tagging attempt in flight at once, over ranges of ordinals
+    after its cursor: which ranges have landed, and the frontier, the end of those done
+    without a gap (what the cursor may say)."""
+
+    def __init__(
+        self, tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
+    ) -> None:
+        self.tagger, self.ctx = tagger, ctx
+        self.size = ctx.settings.tagging_batch_size
+        self.lanes = max(1, ctx.settings.tagging_lanes)
+        self.total = ctx.counters.total
+        self.starts = iter(range(after, self.total, self.size))
+        self.running: dict[asyncio.Task[tuple[int, Recorded] | None], int] = {}
+        self.landed: set[int] = set()
+        self.frontier = after
+        self.cancel_requested = False
+        self.failure: BaseException | None = None
+
+    def fill(self) -> None:
+        """Starts batches until every lane has one (or no range is left)."""
+        while len(self.running) < self.lanes:
+            start = next(self.starts, None)
+            if start is None:
+                return
+            upto = min(start + self.size, self.total)
+            task = asyncio.create_task(self.tagger.one_batch(self.ctx, start, upto))
+            self.running[task] = start
+
+    async def land_some(self) -> None:
+        """Waits for at least one batch; takes in what landed (batches commit in any
+        order: the counters are the highest seen) and moves the frontier. A batch that
+        failed is kept to be raised once the others have landed."""
+        landed, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+        for task in landed:
+            start = self.running.pop(task)
+            try:
+                recorded = task.result()
+            except Exception as err:
+                self.failure = self.failure or err
+                continue
+            self.landed.add(start)
+            if recorded is not None:
+                result = recorded[1]
+                if result.counters.processed >= self.ctx.counters.processed:
+                    self.ctx.counters = result.counters
+                self.cancel_requested = self.cancel_requested or result.cancel_requested
+        while self.frontier in self.landed:
+            self.landed.remove(self.frontier)
+            self.frontier = min(self.frontier + self.size, self.total)
+
+    async def cancel(self) -> None:
+        for task in self.running:
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)

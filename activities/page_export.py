@@ -11,15 +11,16 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
 from activities.base import Done, KindActivities, Paused, Stopped, WorkContext, WorkEnd
+from activities.storage import storage_refusal
 from hubjobs.kinds.page_export import (
     PAGE_EXPORT,
     ExportCursor,
@@ -50,7 +51,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
 
     async def work(self, ctx: WorkContext[PageExportPayload]) -> WorkEnd:
         folder = export_folder(ctx.settings, ctx.job.id)
-        await asyncio.to_thread(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
+        await _on_disk(folder, partial(folder.mkdir, mode=0o700, parents=True, exist_ok=True))
         per_file = ctx.payload.pages_per_file
         written = ExportCursor.model_validate(ctx.cursor or {}).files
         while True:
@@ -58,7 +59,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
             if number is None:
                 return Done(self._output(ctx))
             lines = await ctx.db(partial(self._lines, ctx=ctx, number=number, per_file=per_file))
-            await asyncio.to_thread(_write_file, folder, file_name(number), lines)
+            await _on_disk(folder, partial(_write_file, folder, file_name(number), lines))
             recorded = await ctx.db(
                 partial(self._record, ctx=ctx, number=number, per_file=per_file)
             )
@@ -77,30 +78,16 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], per_file: int
     ) -> int | None:
         """The number of the first file that still has pending items."""
-        first = (
-            await conn.execute(
-                text(
-                    "SELECT min(ordinal) FROM job_items "
-                    f"WHERE job_id = :job AND state = '{ItemState.pending}'"
-                ),
-                {"job": ctx.job.id},
-            )
-        ).scalar_one()
-        return None if first is None else file_of(int(first), per_file)
+        first = await store.first_pending_ordinal(conn, ctx.job.id)
+        return None if first is None else file_of(first, per_file)
 
     @staticmethod
     async def _lines(
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
     ) -> list[bytes]:
         ordinals = ordinals_of(number, per_file, ctx.job.total)
-        rows = await conn.execute(
-            text(
-                "SELECT detail FROM job_items WHERE job_id = :job "
-                "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
-            ),
-            {"job": ctx.job.id, "low": ordinals.start, "high": ordinals.stop - 1},
-        )
-        return [json.dumps(row.detail, ensure_ascii=False).encode() + b"\n" for row in rows]
+        details = await store.item_details(conn, ctx.job.id, ordinals.start, ordinals.stop - 1)
+        return [json.dumps(detail, ensure_ascii=False).encode() + b"\n" for detail in details]
 
     @staticmethod
     async def _record(
@@ -126,15 +113,34 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         ).model_dump(mode="json")
 
 
+async def _on_disk(folder: Path, step: partial[None]) -> None:
+    """A step that writes the export's files, on a thread; a full or unwritable file
+    system removes every file of the export at once and refuses the job."""
+    try:
+        await asyncio.to_thread(step)
+    except OSError as err:
+        refusal = storage_refusal(err)
+        if refusal is None:
+            raise
+        log.warning("export files cannot be written (%s): all removed", refusal.code)
+        await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+        raise refusal from None
+
+
 def _write_file(folder: Path, name: str, lines: list[bytes]) -> None:
-    """The file whole or not at all: written aside, fsynced, renamed, folder fsynced."""
+    """The file whole or not at all: written aside, fsynced, renamed, folder fsynced; a
+    write that fails leaves no partial file."""
     final = folder / name
     partial_path = folder / f".{name}.partial"
     fd = os.open(partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.writelines(lines)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.writelines(lines)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        partial_path.unlink(missing_ok=True)
+        raise
     os.replace(partial_path, final)
     directory = os.open(folder, os.O_RDONLY)
     try:

@@ -47,12 +47,12 @@ from hubjobs.devstack.embedded import (
     wait_for_port,
 )
 from hubjobs.kinds import get_kind
+from hubjobs.kinds.job_rows import create_job
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.lifecycle import create_job
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
+from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW, plan_of
 from hubjobs.temporal.messages import ReconcileRequest, SweepRequest
-from hubjobs.temporal.schedules import RETENTION_SWEEP_WORKFLOW, plan_of
 from starter.client import HubJobsClient, WorkspaceJobs
 from worker import metrics_of
 

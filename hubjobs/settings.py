@@ -14,16 +14,24 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
 
 STACK_FILE = "stack.json"
+# The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
+# when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
+PROFILE_FILE = "profile.json"
+# The embedded stack's token secret (`hubjobs up` writes it): `hubjobs token` and
+# `hubjobs api` use it only while no token key of any kind is configured.
+DEV_SECRET_FILE = "dev-token-secret"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore")
+    # An empty variable (``HUBJOBS_LOG_JSON=``, as a compose file's ``${VAR:-}`` gives)
+    # means unset: the default, never a value that does not parse.
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default=Path(".hubjobs"), description="State folder of the embedded stack")
     database_url: str | None = None
@@ -75,6 +83,13 @@ class Settings(BaseSettings):
     api_jwt_issuer: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # The API's public base URL (e.g. https://hub.example/jobs-api), when it knows it:
+    # an export's manifest then lists absolute URLs under it (FHIR bulk data's shape);
+    # unset, URLs relative to the API's root.
+    api_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    # GET …/jobs/{id}/events: a comment this often keeps proxies from closing a quiet
+    # stream.
+    api_events_heartbeat_seconds: float = Field(default=15.0, gt=0)
 
     # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
     # version, its deployment name and build id; a job workflow stays on the build that
@@ -158,6 +173,51 @@ class Settings(BaseSettings):
     # Unfinished rows younger than this are not reconciled (their start may be under way).
     reconcile_grace_seconds: float = 30.0
 
+    # The CLI's workspace and actor when a command is given neither flag (then the
+    # demo's profile in HUBJOBS_HOME is asked).
+    workspace: uuid.UUID | None = None
+    actor: uuid.UUID | None = None
+
+    # --- deadlines: every call that can hang has one (hubjobs/db/limits.py) ---------
+    # Connecting to PostgreSQL (libpq connect_timeout, whole seconds, 2 at least), and
+    # TCP that notices a peer gone silent: keepalives after this much idle time, and
+    # tcp_user_timeout for data sent but never acknowledged (0: the kernel's default).
+    db_connect_timeout_seconds: int = Field(default=5, ge=2)
+    db_keepalive_seconds: int = Field(default=10, ge=1)
+    db_tcp_user_timeout_seconds: float = Field(default=20.0, ge=0)
+    # Each purpose's bound on a unit of work (also each statement's statement_timeout)
+    # and on a lock wait in it (lock_timeout); past it, the call is `unavailable`.
+    # What the CLI and the API wait on (a status, a listing, a health check):
+    db_read_timeout_seconds: float = Field(default=5.0, gt=0)
+    db_read_lock_timeout_seconds: float = Field(default=2.0, gt=0)
+    # A kind's unit of work (a tagging batch, an export file): below the heartbeat
+    # timeout, so that an attempt whose database went silent heartbeats again in time.
+    db_batch_timeout_seconds: float = Field(default=10.0, gt=0)
+    db_batch_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Starting a job (its row and snapshot), opening, finishing, cancelling it:
+    db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
+    db_lifecycle_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # A backup's snapshot and a restore's load (one statement may copy a whole table;
+    # 0: no bound): generous. A backup's stream must also not stall for longer than a
+    # batch's bound.
+    db_bulk_timeout_seconds: float = Field(default=3600.0, ge=0)
+    db_bulk_lock_timeout_seconds: float = Field(default=60.0, ge=0)
+    # A worker that cannot reach the database hands its job over: an attempt that has
+    # waited this long for it gives its slot back, at no cost, and the next attempt
+    # starts after handover_pause_seconds, on whichever worker polls (never dispatched
+    # eagerly to the same one). A lifecycle step the workflow runs as a local activity
+    # goes to any worker after lifecycle_local_seconds.
+    outage_handover_seconds: float = Field(default=20.0, gt=0)
+    handover_pause_seconds: float = Field(default=2.0, ge=0)
+    lifecycle_local_seconds: float = Field(default=30.0, gt=0)
+    # Temporal: connecting, and every call the client, the CLI and the API make.
+    temporal_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
+    # The API's whole-request budget (to the start of its answer): 503 `unavailable`
+    # past it. Above the sum of a start's own bounds (Temporal's connect and call, a
+    # lifecycle write, a read), which answer first (0: none).
+    api_request_timeout_seconds: float = Field(default=30.0, ge=0)
+
     @field_validator(
         "api_jwks_url",
         "api_jwt_audience",
@@ -183,6 +243,17 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
+    @model_validator(mode="after")
+    def _dev_token_secret(self) -> Settings:
+        """The embedded stack's development secret, when no production key (a JWKS URL,
+        a public key or a secret) is configured and ``hubjobs up`` wrote one here."""
+        if self.api_jwt_secret or self.api_jwt_public_key or self.api_jwks_url:
+            return self
+        path = self.home / DEV_SECRET_FILE
+        if path.is_file():
+            self.api_jwt_secret = SecretStr(path.read_text().strip())
+        return self
+
     @property
     def tracing_on(self) -> bool:
         return self.tracing if self.tracing is not None else bool(self.otlp_endpoint)
@@ -206,6 +277,14 @@ class Settings(BaseSettings):
     @cached_property
     def _stack(self) -> dict[str, str]:
         path = self.home / STACK_FILE
+        if not path.exists():
+            return {}
+        data: dict[str, str] = json.loads(path.read_text())
+        return data
+
+    def recorded_profile(self) -> dict[str, str]:
+        """The profile ``hubjobs demo`` wrote (empty when there is none)."""
+        path = self.home / PROFILE_FILE
         if not path.exists():
             return {}
         data: dict[str, str] = json.loads(path.read_text())

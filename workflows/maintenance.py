@@ -5,7 +5,7 @@ One long-lived ``Maintenance`` workflow per task queue runs both on their interv
 each step an activity, and continues as new every few hundred rounds: a few runs a day
 in the Temporal UI's list instead of two a minute (2,880 a day) from two Schedules,
 which buried the jobs. Every worker sends it the deployment's plan as it starts
-(signal-with-start, hubjobs.temporal.schedules.ensure_maintenance): the first one
+(signal-with-start, hubjobs.temporal.maintenance.ensure_maintenance): the first one
 starts it, the others only update its intervals.
 
 ``RetentionSweep`` and ``Reconciler`` run one step each, on demand: an operator's
@@ -28,6 +28,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.maintenance import MaintenanceActivities
     from hubjobs.temporal.failures import INVALID_PAYLOAD
     from hubjobs.temporal.handler_args import Refused, read_argument
+    from hubjobs.temporal.maintenance import (
+        MAINTENANCE_PLAN_SIGNAL,
+        MAINTENANCE_WORKFLOW,
+        RECONCILER_WORKFLOW,
+        RETENTION_SWEEP_WORKFLOW,
+    )
     from hubjobs.temporal.messages import (
         MaintenancePlan,
         MaintenanceState,
@@ -35,12 +41,6 @@ with workflow.unsafe.imports_passed_through():
         ReconcileResult,
         SweepRequest,
         SweepResult,
-    )
-    from hubjobs.temporal.schedules import (
-        MAINTENANCE_PLAN_SIGNAL,
-        MAINTENANCE_WORKFLOW,
-        RECONCILER_WORKFLOW,
-        RETENTION_SWEEP_WORKFLOW,
     )
 
 from workflows.versioning import declare_workflow

@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.kinds.page_export import PAGE_EXPORT
     from hubjobs.temporal.messages import JobOutcome
 
-from workflows.lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
+from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
 # Pinned (JOB_VERSIONING): an export's files are written attempt after attempt in one

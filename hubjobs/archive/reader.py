@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -337,7 +337,28 @@ class MemberReader:
             raise _corrupt(f"the archive is corrupted ({info.filename})") from None
 
     def _inflate(self, info: zipfile.ZipInfo, size: int, check_crc: bool) -> Iterator[bytes]:
+        """The member's bytes, never past ``size`` (what the manifest or the index
+        declared), its CRC checked when asked."""
         damaged = _corrupt(f"the archive is corrupted ({info.filename})")
+        at, left, method = self._data_span(info, damaged)
+        inflater = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
+        crc, produced = 0, 0
+        for data in self._decoded(at, left, inflater, size, damaged):
+            produced += len(data)
+            if produced > size:
+                raise _corrupt(f"{info.filename} is larger than declared")
+            if check_crc:
+                crc = zlib.crc32(data, crc)
+            if data:
+                yield data
+        if produced != size or (inflater is not None and not inflater.eof):
+            raise damaged
+        if check_crc and crc != info.CRC:
+            raise damaged
+
+    def _data_span(self, info: zipfile.ZipInfo, damaged: ArchiveError) -> tuple[int, int, int]:
+        """Where the member's data starts, how long it is and its method, from its local
+        header, which must agree with the central directory."""
         fd = self._file.fileno()
         if not 0 <= info.header_offset <= self._size - _LOCAL_HEADER.size:
             raise damaged
@@ -355,12 +376,22 @@ class MemberReader:
         ):
             raise damaged
         at = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
-        left = info.compress_size
-        if at + left > self._size:
+        if at + info.compress_size > self._size:
             raise damaged  # the data would run past the end of the file
-        crc, produced = 0, 0
-        inflater = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
-        pending = b""
+        return at, info.compress_size, method
+
+    def _decoded(
+        self,
+        at: int,
+        left: int,
+        inflater: Any,
+        size: int,
+        damaged: ArchiveError,
+    ) -> Iterator[bytes]:
+        """The data from ``at`` on (``left`` bytes of it), inflated when ``inflater``,
+        never asking zlib for more than ``size`` and one byte (to see a lie)."""
+        fd = self._file.fileno()
+        pending, produced = b"", 0
         while True:
             if not pending and left > 0:
                 pending = os.pread(fd, min(_INPUT_BLOCK, left), at)
@@ -370,30 +401,21 @@ class MemberReader:
                 left -= len(pending)
             if inflater is None:
                 if not pending:
-                    break
+                    return
                 data, pending = pending, b""
             else:
-                # At most what may still come, and one byte more to see a lie. With the
-                # input all read, zlib may still hold output: asked again, it gives it.
+                # With the input all read, zlib may still hold output: asked again, it
+                # gives it.
                 data = inflater.decompress(pending, min(BLOCK, size - produced + 1))
                 pending = inflater.unconsumed_tail
                 if not data and not pending and left <= 0 and not inflater.eof:
                     raise damaged  # the stream stops before its end
             produced += len(data)
-            if produced > size:
-                raise _corrupt(f"{info.filename} is larger than declared")
-            if check_crc:
-                crc = zlib.crc32(data, crc)
-            if data:
-                yield data
+            yield data
             if inflater is not None and inflater.eof:
                 if pending or inflater.unused_data or left > 0:
                     raise damaged  # something after the end of the stream
-                break
-        if produced != size or (inflater is not None and not inflater.eof):
-            raise damaged
-        if check_crc and crc != info.CRC:
-            raise damaged
+                return
 
 
 def _checked_paths(entries: list[AttachmentEntry]) -> list[Attachment]:

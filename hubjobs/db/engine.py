@@ -1,15 +1,26 @@
 """Connections: one async engine per process, psycopg 3 underneath.
 
 Every engine hides statement parameters from its errors (``hide_parameters``): an
-error's text goes to logs, and parameters are payloads, tags and keys."""
+error's text goes to logs, and parameters are payloads, tags and keys.
+
+Every connection is opened with hubjobs.db.limits' options (a bound on connecting, TCP
+keepalives, server-side timeouts), and each one an async engine hands out is put under
+the running code's deadline (hubjobs.db.deadline), its connecting included: a unit of
+work under ``deadline(…)`` ends by then whatever the server does. The pool's pre-ping
+is ours for that reason (SQLAlchemy pings before any event could put the connection
+under the deadline): a connection back from the pool is pinged once it is watched, and
+one that fails is replaced."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by the functions that make engines: URLs need no SQLAlchemy
+    import psycopg
     from sqlalchemy.engine import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from hubjobs.db.limits import ConnectOptions
 
 
 def driver_url(url: str) -> str:
@@ -35,22 +46,92 @@ def plain_url(url: str) -> str:
 NO_PREPARE = {"prepare_threshold": None}
 
 
-def async_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def async_engine(
+    url: str, *, pool_size: int = 10, options: ConnectOptions | None = None
+) -> AsyncEngine:
+    """An engine whose connections are opened with ``options`` (the defaults: bounded
+    connecting and TCP keepalives, no server-side timeouts) and kept under the running
+    code's deadline."""
+    from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    return create_async_engine(
+    from hubjobs.db.limits import ConnectOptions
+
+    conninfo = (options or ConnectOptions()).conninfo(plain_url(url))
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await _connect_within_deadline(conninfo)
+
+    engine = create_async_engine(
         driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         hide_parameters=True,
-        connect_args=NO_PREPARE,
+        async_creator=connect,
     )
+    dialect = engine.dialect
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        _watch_and_ping(dialect, dbapi_connection, record)
+
+    event.listen(engine.sync_engine.pool, "connect", _fresh)
+    event.listen(engine.sync_engine.pool, "checkout", checkout)
+    event.listen(engine.sync_engine.pool, "checkin", _unwatch)
+    return engine
 
 
-def sync_engine(url: str) -> Engine:
+async def _connect_within_deadline(conninfo: str) -> psycopg.AsyncConnection[Any]:
+    """A new connection, within what is left of the running code's deadline (libpq's
+    ``connect_timeout`` bounds it too, in whole seconds and at least 2)."""
+    import psycopg
+
+    from hubjobs.db.deadline import within
+
+    return await within(psycopg.AsyncConnection.connect(conninfo, prepare_threshold=None))
+
+
+def _fresh(dbapi_connection: Any, record: Any) -> None:
+    record.info["hubjobs_fresh"] = True
+
+
+def _watch_and_ping(dialect: Any, dbapi_connection: Any, record: Any) -> None:
+    """On checkout: the connection goes under the current deadline, and one that sat in
+    the pool is pinged (a server restarted meanwhile); a failed ping replaces it, a ping
+    cut by the deadline fails the checkout as ``DeadlineExceeded``."""
+    from sqlalchemy import exc
+
+    from hubjobs.db.deadline import watch
+    from hubjobs.db.errors import DeadlineExceeded
+
+    driver = dbapi_connection.driver_connection
+    bound = watch(driver)
+    record.info["hubjobs_deadline"] = bound
+    if record.info.pop("hubjobs_fresh", False):
+        return
+    try:
+        dialect.do_ping(dbapi_connection)  # SQLAlchemy's own pre-ping statement
+    except Exception as err:
+        if bound is not None and bound.fired:
+            raise DeadlineExceeded(bound.seconds) from err
+        raise exc.DisconnectionError() from err
+
+
+def _unwatch(dbapi_connection: Any, record: Any) -> None:
+    bound = record.info.pop("hubjobs_deadline", None) if record is not None else None
+    if bound is not None and dbapi_connection is not None:
+        bound.unwatch(dbapi_connection.driver_connection)
+
+
+def sync_engine(url: str, options: ConnectOptions | None = None) -> Engine:
+    """A blocking engine (migrations, restore) whose connections are opened with
+    ``options``; libpq itself keeps its connect timeout."""
     from sqlalchemy import create_engine
 
+    from hubjobs.db.limits import ConnectOptions
+
     return create_engine(
-        driver_url(url), pool_pre_ping=True, hide_parameters=True, connect_args=NO_PREPARE
+        driver_url(url),
+        pool_pre_ping=True,
+        hide_parameters=True,
+        connect_args={**NO_PREPARE, **(options or ConnectOptions()).params(plain_url(url))},
     )

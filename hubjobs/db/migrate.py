@@ -13,7 +13,9 @@ from sqlalchemy.engine import Connection
 
 from hubjobs.db.engine import driver_url
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+# The migrations sit above every layer (hubjobs/migrations/: their environment sees the
+# tables of the domain and of the read model); this runs them.
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 
 
 def alembic_config(url: str) -> Config:

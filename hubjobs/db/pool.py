@@ -11,6 +11,11 @@ Here the caller that needs a connection makes it, as SQLAlchemy's pool does, and
 nothing is checked on the way out. A connection that went bad while idle (the server
 restarted, a proxy dropped it) fails with an outage-class error: every idle connection
 is dropped then, and the read, which changes nothing, runs once more on a fresh one.
+
+Every read runs under a deadline (``timeout``, HUBJOBS_DB_READ_TIMEOUT_SECONDS, its
+connecting included; hubjobs.db.deadline): a server that does not answer is
+``DeadlineExceeded`` by then, never a wait, and a read that ran out of time is not
+tried again.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import TupleRow
 
-from hubjobs.db.errors import is_outage
+from hubjobs.db.deadline import deadline, watch, within
+from hubjobs.db.errors import is_outage, is_timeout
+from hubjobs.db.limits import ConnectOptions
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[TupleRow]
@@ -40,34 +47,59 @@ def _finish(idle: list[Connection]) -> None:
 class ReadPool:
     """At most ``size`` connections at once; those that come back sound stay open."""
 
-    def __init__(self, url: str, *, size: int = 5) -> None:
-        self._url = url
+    def __init__(
+        self,
+        url: str,
+        *,
+        size: int = 5,
+        options: ConnectOptions | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self._url = (options or ConnectOptions()).conninfo(url)
+        self._timeout = timeout
         self._idle: list[Connection] = []
         self._slots = asyncio.Semaphore(size)
         self._closed = False
         weakref.finalize(self, _finish, self._idle)
 
+    @property
+    def url(self) -> str:
+        return self._url
+
     async def _connect(self) -> Connection:
-        return await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        return await within(psycopg.AsyncConnection.connect(self._url, autocommit=True))
 
     async def run(self, read: Callable[[Connection], Awaitable[T]]) -> T:
-        """``read`` on a connection of the pool (autocommit: each statement on its own)."""
-        async with self._slots:
-            reused = bool(self._idle)
-            conn = self._idle.pop() if reused else await self._connect()
+        """``read`` on a connection of the pool (autocommit: each statement on its own),
+        within the pool's deadline, its wait for a free slot included."""
+        with deadline(self._timeout):
+            await within(self._slots.acquire())
             try:
-                try:
-                    return await read(conn)
-                except Exception as err:
-                    if not (reused and is_outage(err)):
-                        raise
-                    # The connection died while idle; its siblings most likely did too.
-                    await conn.close()
-                    await self._drop_idle()
-                    conn = await self._connect()
-                    return await read(conn)
+                return await self._read(read)
             finally:
-                self._give_back(conn)
+                self._slots.release()
+
+    async def _read(self, read: Callable[[Connection], Awaitable[T]]) -> T:
+        reused = bool(self._idle)
+        conn = self._idle.pop() if reused else await self._connect()
+        bound = watch(conn)
+        try:
+            try:
+                return await read(conn)
+            except Exception as err:
+                cut = is_timeout(err) or (bound is not None and bound.fired)
+                if not reused or cut or not is_outage(err):
+                    raise
+                # The connection died while idle; its siblings most likely did too.
+                await conn.close()
+                await self._drop_idle()
+                conn = await self._connect()
+                watch(conn)
+                return await read(conn)
+        finally:
+            if bound is not None:
+                bound.unwatch(conn)
+            self._give_back(conn)
 
     def _give_back(self, conn: Connection) -> None:
         sound = conn.info.transaction_status == pq.TransactionStatus.IDLE

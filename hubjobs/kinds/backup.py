@@ -52,11 +52,26 @@ class BackupResult(Result):
     archive_path: str
 
 
+def what_is_backed_up(tables: int, attachments: int) -> str:
+    """ "12 tables", "12 tables and 3 attachments": attachments named only when there are
+    some."""
+    if not attachments:
+        return f"{tables} tables"
+    return f"{tables} tables and {attachments} attachment{'s' if attachments != 1 else ''}"
+
+
+def progress_line(steps: int, total: int, nbytes: int, stage: str) -> str:
+    """A backup's progress: its steps are the tables, then the attachment files."""
+    attachments = max(0, total - len(HUB_TABLES))
+    what = "tables" if not attachments else "tables and attachments"
+    return f"{steps} of {total} {what}, {nbytes / 1e6:.1f} MB read ({stage})"
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> Prepared:
     attachments = (await conn.execute(text("SELECT count(*) FROM attachments"))).scalar_one()
     return Prepared(
         total=len(HUB_TABLES) + int(attachments),
-        summary=f"Back up the hub: {len(HUB_TABLES)} tables, {attachments} attachments",
+        summary=f"Back up the hub: {what_is_backed_up(len(HUB_TABLES), int(attachments))}",
     )
 
 

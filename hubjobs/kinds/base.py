@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticSerializationError, to_json
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.errors import InvalidPayload, describe_validation_errors
@@ -111,9 +112,17 @@ class JobKind(Generic[P]):
         return self.module or f"activities.{self.name}"
 
     def validate(self, raw: dict[str, Any]) -> P:
-        """The payload, or ``invalid_payload`` naming where and what (never the value)."""
+        """The payload, or ``invalid_payload`` naming where and what (never the value).
+
+        Strictly, as JSON, whatever way it came (the API's body, a client's dict, a
+        workflow input through Temporal): no coercion of a boolean or a string to a
+        number, nor of a float to an integer (``true`` is not 1 page a file, ``1e3`` is
+        not 1000), while what JSON can only carry as text (ids, timestamps) is read
+        from its text."""
         try:
-            return self.payload.model_validate(raw)
+            return self.payload.model_validate_json(to_json(raw), strict=True)
+        except PydanticSerializationError:
+            raise InvalidPayload(f"invalid {self.name} payload: not JSON") from None
         except ValidationError as err:
             # From each error's place and message only: never the input, nor a key that
             # is not a plain name (``describe_validation_errors``).

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import (
@@ -37,7 +36,7 @@ class CourseTaggingPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     root_page_id: uuid.UUID
-    tag: str
+    tag: str = Field(strict=True)
 
     @field_validator("tag")
     @classmethod
@@ -50,7 +49,7 @@ class CourseTaggingPayload(BaseModel):
 
 class CourseTaggingResult(Result):
     root_page_id: uuid.UUID
-    tag: str
+    tag: str = Field(strict=True)
     total: int
     processed: int
     succeeded: int
@@ -80,27 +79,29 @@ def change_summary(tag: str) -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PageOutcome:
     state: ItemState
     code: str | None = None
     message: str | None = None
 
 
-SUCCEEDED = Outcome(ItemState.succeeded)
-ALREADY_TAGGED = Outcome(ItemState.skipped)
-TAG_LIMIT = Outcome(
+SUCCEEDED = PageOutcome(ItemState.succeeded)
+ALREADY_TAGGED = PageOutcome(ItemState.skipped)
+TAG_LIMIT = PageOutcome(
     ItemState.skipped, TagLimit.code, "The page already holds the maximum number of tags."
 )
-UNAVAILABLE = Outcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
-CONFLICT = Outcome(
+UNAVAILABLE = PageOutcome(ItemState.failed, "page_unavailable", "The page is no longer available.")
+CONFLICT = PageOutcome(
     ItemState.failed,
     ConcurrencyConflict.code,
     "The page changed during the job; the change was skipped.",
 )
-UPDATE_FAILED = Outcome(ItemState.failed, "page_update_failed", "The page could not be updated.")
+UPDATE_FAILED = PageOutcome(
+    ItemState.failed, "page_update_failed", "The page could not be updated."
+)
 
 
-def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
+def decide(done_at_snapshot: bool, page: PageFacts | None) -> PageOutcome | None:
     """The outcome an item has without writing, or None when its page needs the tag
     (seed 000's table, in its order)."""
     if page is None or not page.available:
@@ -114,7 +115,7 @@ def decide(done_at_snapshot: bool, page: PageFacts | None) -> Outcome | None:
     return None
 
 
-def written(changed: bool, broken: bool, *, reread: bool) -> Outcome | None:
+def written(changed: bool, broken: bool, *, reread: bool) -> PageOutcome | None:
     """The outcome of a page the batch wrote the tag to: its ETag-guarded update changed
     it, or raised, or found it changed since read (a conflict). A page in conflict is
     read again and decided afresh (None) once; still in conflict after that re-read, it
@@ -142,9 +143,8 @@ FAILED_ITEMS = f"""
     SELECT row_number() OVER (ORDER BY i.ordinal)::int, i.ref, p.title,
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
-      FROM job_items i JOIN pages p ON p.id = i.ref
-     WHERE i.job_id = :source AND i.state = '{ItemState.failed}'
-       AND p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
+      FROM ({store.failed_items_of(":source")}) i JOIN pages p ON p.id = i.ref
+     WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
 
 
@@ -166,7 +166,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
     if total >= ANALYZE_FROM:
         # A big snapshot changes job_items' statistics at once; without fresh ones the
         # planner may take this job's items for a handful.
-        await conn.execute(text("ANALYZE job_items"))
+        await store.analyze_items(conn)
     return Prepared(total=total, summary=f"Tag course {title} with {payload.tag}, {total} pages")
 
 

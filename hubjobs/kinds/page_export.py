@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.pages import COURSE, course_root
+from hubjobs.domain.pages import COURSE, WORKSPACE, course_root
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
@@ -45,7 +45,8 @@ class PageExportPayload(BaseModel):
 
     # A course's root page; None exports the whole workspace.
     root_page_id: uuid.UUID | None = None
-    pages_per_file: int = Field(default=1000, ge=1, le=100_000)
+    # Strict: a boolean, a float or a string is refused, never taken for a number.
+    pages_per_file: int = Field(default=1000, ge=1, le=100_000, strict=True)
 
 
 class ExportCursor(BaseModel):
@@ -118,9 +119,11 @@ COURSE_PAGES = f"""{COURSE}
            {FROZEN}
       FROM course c JOIN pages p ON p.id = c.id
 """
-WORKSPACE_PAGES = f"""
+# The whole workspace: every page out of the trash by the course's own rule (a page
+# under a trashed parent is in the trash with it), in id order.
+WORKSPACE_PAGES = f"""{WORKSPACE}
     SELECT row_number() OVER (ORDER BY p.id)::int, p.id, p.title, false, {FROZEN}
-      FROM pages p WHERE p.workspace_id = :workspace AND NOT p.trashed
+      FROM course c JOIN pages p ON p.id = c.id
 """
 
 
@@ -155,6 +158,24 @@ def build_result(
         request=f"/workspaces/{done.workspace_id}/jobs/{PAGE_EXPORT.name}",
         output=[OutputFile(url=f"{base}/files/{name}", count=count) for name, count in done.files],
     )
+
+
+def absolute_manifest(manifest: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """The manifest with its URLs (the request's, each file's) absolute under the API's
+    base URL (HUBJOBS_API_BASE_URL); the stored manifest stays relative."""
+    base = base_url.rstrip("/")
+
+    def absolute(url: str) -> str:
+        return f"{base}{url}" if url.startswith("/") else url
+
+    return {
+        **manifest,
+        "request": absolute(manifest["request"]),
+        **{
+            key: [{**entry, "url": absolute(entry["url"])} for entry in manifest.get(key, [])]
+            for key in ("output", "error")
+        },
+    }
 
 
 async def expire(job: JobView, settings: Settings) -> None:

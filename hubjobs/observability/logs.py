@@ -1,7 +1,8 @@
 """Structured logs: every line written while an activity works on a job carries the
 job id, kind, workspace, correlation id and attempt; with HUBJOBS_LOG_JSON=true each
 line is one JSON object. What goes in is ids and codes only: never payloads, page text
-or secrets. (The activity interceptor that binds an activity's context is in
+or secrets; with tracing on, each line carries its span's trace and span ids. (The
+activity interceptor that binds an activity's context is in
 ``hubjobs.observability.activity_logs``: this module stays free of the SDK.)"""
 
 from __future__ import annotations
@@ -20,13 +21,22 @@ from typing import Any, TextIO
 _fields: ContextVar[dict[str, Any]] = ContextVar("hubjobs_log_fields", default={})  # noqa: B039
 
 CONTEXT_KEYS = ("job_id", "kind", "workspace_id", "correlation_id", "attempt", "activity")
+# With tracing on, the ids of the span a line is written in (W3C's hex forms), so that a
+# log line and its trace are found from each other.
+TRACE_KEYS = ("trace_id", "span_id")
+
+
+def _typed(value: Any) -> Any:
+    """Numbers and booleans stay themselves (``attempt`` is an int in JSON); anything
+    else (ids, enums) is its text."""
+    return value if isinstance(value, int | float | bool) else str(value)
 
 
 @contextlib.contextmanager
 def log_context(**fields: Any) -> Iterator[None]:
     """Adds fields to every log line written inside (this task and what it awaits)."""
     token = _fields.set(
-        {**_fields.get(), **{k: str(v) for k, v in fields.items() if v is not None}}
+        {**_fields.get(), **{k: _typed(v) for k, v in fields.items() if v is not None}}
     )
     try:
         yield
@@ -36,12 +46,25 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 def bind(**fields: Any) -> None:
     """Adds fields for the rest of the current context (an activity's task)."""
-    _fields.set({**_fields.get(), **{k: str(v) for k, v in fields.items() if v is not None}})
+    _fields.set({**_fields.get(), **{k: _typed(v) for k, v in fields.items() if v is not None}})
+
+
+def _trace_ids() -> dict[str, str]:
+    """The current span's trace and span ids; none outside a recorded span (tracing
+    off: the API's no-op span is not valid). OpenTelemetry is not imported for this: a
+    process that never imported it (the CLI's reads) has no span."""
+    trace: Any = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return {}
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
 class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in _fields.get().items():
+        for key, value in {**_fields.get(), **_trace_ids()}.items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
@@ -55,7 +78,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key in CONTEXT_KEYS:
+        for key in (*CONTEXT_KEYS, *TRACE_KEYS):
             if hasattr(record, key):
                 line[key] = getattr(record, key)
         if record.exc_info:
@@ -70,14 +93,19 @@ class TextFormatter(logging.Formatter):
         return f"{text} [{context}]" if context else text
 
 
-def setup_logging(*, json_lines: bool, level: str = "INFO", stream: TextIO | None = None) -> None:
-    handler = logging.StreamHandler(stream or sys.stderr)
+def handler_for(handler: logging.Handler, *, json_lines: bool) -> logging.Handler:
+    """``handler`` with the context filter and the format of HUBJOBS_LOG_JSON."""
     handler.addFilter(ContextFilter())
     handler.setFormatter(
         JsonFormatter()
         if json_lines
         else TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
+    return handler
+
+
+def setup_logging(*, json_lines: bool, level: str = "INFO", stream: TextIO | None = None) -> None:
+    handler = handler_for(logging.StreamHandler(stream or sys.stderr), json_lines=json_lines)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -79,6 +79,7 @@ from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
 from hubjobs.db.engine import sync_engine
 from hubjobs.db.errors import is_outage
+from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
 from hubjobs.ops.staging import AttachmentStore, Stopped
@@ -102,8 +103,10 @@ PREFETCH = 4
 # Session settings for the load (SET LOCAL: they end with the transaction).
 # Memory for building the keys and indexes after the load; no timeout of the server's
 # may cut a long restore short (a statement, a lock wait, the transaction, or the
-# connection idle while the attachments finish staging). Settings this server does not
-# have are skipped.
+# connection idle while the attachments finish staging) but the bulk purpose's own,
+# generous ones (HUBJOBS_DB_BULK_TIMEOUT_SECONDS a statement, 3,600 s by default, and
+# HUBJOBS_DB_BULK_LOCK_TIMEOUT_SECONDS a lock wait; see ``bulk_settings``). Settings
+# this server does not have are skipped.
 BULK_SETTINGS = {
     "maintenance_work_mem": "256MB",
     "statement_timeout": "0",
@@ -111,6 +114,17 @@ BULK_SETTINGS = {
     "idle_in_transaction_session_timeout": "0",
     "transaction_timeout": "0",
 }
+
+
+def bulk_settings(settings: Settings) -> dict[str, str]:
+    """BULK_SETTINGS with the bulk purpose's statement and lock bounds (0: none)."""
+    return {
+        **BULK_SETTINGS,
+        "statement_timeout": str(int(settings.db_bulk_timeout_seconds * 1000)),
+        "lock_timeout": str(int(settings.db_bulk_lock_timeout_seconds * 1000)),
+    }
+
+
 # Any number, the same for every restore: two restores into one database take turns.
 ADVISORY_LOCK = 0x6875626A6F6273
 
@@ -144,9 +158,10 @@ def restore(
     ``attachments_dir`` (see the module's docstring). ``max_bytes`` defaults to
     HUBJOBS_RESTORE_MAX_BYTES, and that to 100 times the archive's size (1 GiB at
     least)."""
+    settings = Settings()
     if max_bytes is None:
-        max_bytes = Settings().restore_max_bytes
-    engine = _engine(database_url)
+        max_bytes = settings.restore_max_bytes
+    engine = _engine(database_url, settings)
     with open_archive(
         archive, max_bytes=max_bytes, known_schema_versions=known_revisions()
     ) as source:
@@ -161,7 +176,7 @@ def restore(
             attachment_bytes=manifest.attachment_bytes,
         )
         try:
-            _load(engine, source, store, report)
+            _load(engine, source, store, report, bulk_settings(settings))
         except (sa_exc.DBAPIError, psycopg.Error) as err:
             raise _database_error(err) from None
         finally:
@@ -172,19 +187,78 @@ def restore(
     return report
 
 
-def _engine(database_url: str) -> Engine:
+def _engine(database_url: str, settings: Settings) -> Engine:
     invalid = InvalidInput(
         "the database URL is not a PostgreSQL URL restore can use", code="invalid_database_url"
     )
     if not database_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         raise invalid
     try:
-        return sync_engine(database_url)
+        # Connecting bounded, TCP keepalives on; the load's bounds are set per
+        # transaction (bulk_settings).
+        return sync_engine(database_url, ConnectOptions.of(settings))
     except (sa_exc.ArgumentError, ValueError):
         raise invalid from None
 
 
-def _load(engine: Engine, source: Archive, store: AttachmentStore, report: RestoreReport) -> None:
+def _begin_bulk_load(conn: Connection, session: dict[str, str]) -> None:
+    """The transaction's settings for a bulk load (``session``), and the lock that keeps
+    a second restore of the same database out."""
+    for name, value in session.items():
+        conn.execute(
+            text(
+                "SELECT set_config(:name, :value, true) "
+                "WHERE current_setting(:name, true) IS NOT NULL"
+            ),
+            {"name": name, "value": value},
+        )
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+
+
+def _load_tables(
+    conn: Connection,
+    source: Archive,
+    store: AttachmentStore,
+    report: RestoreReport,
+    *,
+    created_here: bool,
+) -> None:
+    """Every table by COPY, verified as it goes, while a thread stages the attachment
+    files; an error in either stops both."""
+    store.open()
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
+        staging = pool.submit(store.stage, source, stop)
+        try:
+            for table, _ in HUB_TABLES:
+                report.tables[table] = _copy(conn, source, table, staging, created_here)
+            _lap("tables")
+            _check_index(conn, source)
+            staging.result()
+            _lap("attachments (beyond the tables)")
+        except BaseException:
+            stop.set()
+            raise
+
+
+def _set_sequences(conn: Connection) -> None:
+    """Each serial column's sequence past the restored rows."""
+    for table, column in SEQUENCES:
+        conn.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
+                f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
+            )
+        )
+
+
+def _load(
+    engine: Engine,
+    source: Archive,
+    store: AttachmentStore,
+    report: RestoreReport,
+    session: dict[str, str],
+) -> None:
     """The database's part, in one transaction, with the staging of attachments beside
     it; commits only when both are done."""
     _lap(None)
@@ -192,45 +266,18 @@ def _load(engine: Engine, source: Archive, store: AttachmentStore, report: Resto
     with engine.connect() as conn:
         trans = conn.begin()
         try:
-            for name, value in BULK_SETTINGS.items():
-                conn.execute(
-                    text(
-                        "SELECT set_config(:name, :value, true) "
-                        "WHERE current_setting(:name, true) IS NOT NULL"
-                    ),
-                    {"name": name, "value": value},
-                )
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+            _begin_bulk_load(conn, session)
             has_schema = _require_empty(conn, source.manifest)
             store.check()  # the last refusal: nothing has been written anywhere yet
             if not has_schema:
                 upgrade_on(conn, source.manifest.schema_version)
             keys = _set_keys_aside(conn)
             _lap("schema")
-            store.open()
-            stop = threading.Event()
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
-                staging = pool.submit(store.stage, source, stop)
-                try:
-                    for table, _ in HUB_TABLES:
-                        report.tables[table] = _copy(conn, source, table, staging, not has_schema)
-                    _lap("tables")
-                    _check_index(conn, source)
-                    staging.result()
-                    _lap("attachments (beyond the tables)")
-                except BaseException:
-                    stop.set()
-                    raise
+            _load_tables(conn, source, store, report, created_here=not has_schema)
             for statement in keys:
                 conn.execute(text(statement))
             _lap("keys, indexes and foreign keys")
-            for table, column in SEQUENCES:
-                conn.execute(
-                    text(
-                        f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
-                        f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
-                    )
-                )
+            _set_sequences(conn)
             if source.manifest.schema_version != report.schema_version:
                 upgrade_on(conn, "head")
             store.prepare()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -19,41 +20,9 @@ from psycopg import AsyncConnection
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 
-JOB_COLUMN_NAMES = (
-    "id",
-    "workflow_id",
-    "kind",
-    "status",
-    "workspace_id",
-    "actor_id",
-    "correlation_id",
-    "idempotency_key",
-    "payload",
-    "summary",
-    "total",
-    "processed",
-    "succeeded",
-    "skipped",
-    "failed",
-    "progress_message",
-    "result",
-    "result_content_type",
-    "error_code",
-    "error_message",
-    "cancel_requested_at",
-    "cancel_requested_by",
-    "attempts",
-    "attempts_failed",
-    "source_job_id",
-    "schedule_id",
-    "stuck_since",
-    "stuck_reason",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "expires_at",
-)
-# Every column of a JobView, in its order.
+# Every column of a JobView, in its order: the view declares them (one declaration of
+# what a job is to callers; tests/unit/test_job_columns.py holds it against the table).
+JOB_COLUMN_NAMES = tuple(JobView.model_fields)
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 _J_COLUMNS = ", ".join(f"j.{name}" for name in JOB_COLUMN_NAMES)
 
@@ -68,29 +37,33 @@ GET_JOB = (
 )
 
 
-def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool) -> str:
+def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool, paged: bool) -> str:
     """Only the filters given, so that each shape gets the plan of its own index
-    (ix_jobs_workspace_status_created with a status, ix_jobs_workspace_created without)."""
+    (ix_jobs_workspace_status_created with a status, ix_jobs_workspace_created without).
+    A page after the first starts below the last job of the one before (keyset paging on
+    created_at, id: both descending, so the row comparison matches the order)."""
     filters = (
         (" AND status = %(status)s" if by_status else "")
         + (" AND kind = %(kind)s" if by_kind else "")
         + (" AND schedule_id = %(schedule)s" if by_schedule else "")
+        + (" AND (created_at, id) < (%(before_at)s, %(before_id)s)" if paged else "")
     )
     return (
         f"SELECT m.role, {_J_COLUMNS} {_MEMBER}"
         f"LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = %(workspace)s"
-        f"{filters} ORDER BY created_at DESC, id LIMIT %(limit)s) j ON true "
-        f"{_AS_MEMBER} ORDER BY j.created_at DESC, j.id"
+        f"{filters} ORDER BY created_at DESC, id DESC LIMIT %(limit)s) j ON true "
+        f"{_AS_MEMBER} ORDER BY j.created_at DESC, j.id DESC"
     )
 
 
 LIST_JOBS = {
-    (by_status, by_kind, by_schedule): _list_sql(
-        by_status=by_status, by_kind=by_kind, by_schedule=by_schedule
+    (by_status, by_kind, by_schedule, paged): _list_sql(
+        by_status=by_status, by_kind=by_kind, by_schedule=by_schedule, paged=paged
     )
     for by_status in (False, True)
     for by_kind in (False, True)
     for by_schedule in (False, True)
+    for paged in (False, True)
 }
 
 
@@ -122,11 +95,14 @@ async def jobs_as_member(
     kind: str | None = None,
     schedule_id: str | None = None,
     limit: int = 50,
+    before: tuple[datetime, uuid.UUID] | None = None,
 ) -> tuple[str | None, list[JobView]]:
     """The actor's role in the workspace (as ``job_as_member``) and up to ``limit`` of
-    its jobs, newest first, with the status, kind and schedule given."""
+    its jobs, newest first, with the status, kind and schedule given; with ``before``
+    (a job's created_at and id), only those after it in that order."""
+    shape = (status is not None, kind is not None, schedule_id is not None, before is not None)
     cursor = await conn.execute(
-        LIST_JOBS[(status is not None, kind is not None, schedule_id is not None)],
+        LIST_JOBS[shape],
         {
             "workspace": workspace_id,
             "actor": actor_id,
@@ -134,6 +110,8 @@ async def jobs_as_member(
             "kind": kind,
             "schedule": schedule_id,
             "limit": limit,
+            "before_at": None if before is None else before[0],
+            "before_id": None if before is None else before[1],
         },
         binary=True,
     )
@@ -141,3 +119,14 @@ async def jobs_as_member(
     if not rows:
         return None, []
     return str(rows[0][0]), [job_view(row[1:]) for row in rows if row[1] is not None]
+
+
+JOB_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %(job)s"
+
+
+async def job_by_id(conn: AsyncConnection[Any], job_id: uuid.UUID) -> JobView | None:
+    """The job, whoever asks: for a feed whose followers were authorised when they
+    began following (``hubjobs.readmodel.feeds``)."""
+    cursor = await conn.execute(JOB_BY_ID, {"job": job_id}, binary=True)
+    row = await cursor.fetchone()
+    return None if row is None else job_view(row)

@@ -7,7 +7,19 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class JobStatus(StrEnum):
+class SqlLiteral(StrEnum):
+    """A member as a SQL string literal, for statements built from the enum: a status
+    spelled wrong is an AttributeError where the statement is built, never a comparison
+    that quietly matches nothing. (CHECK constraints built from the same enums, rather
+    than a PostgreSQL ENUM type: adding a value is then a constraint swap in an ordinary
+    migration, restores and COPY need no type, and the enum here stays the one list.)"""
+
+    @property
+    def sql(self) -> str:
+        return f"'{self.value}'"
+
+
+class JobStatus(SqlLiteral):
     queued = "queued"
     running = "running"
     succeeded = "succeeded"
@@ -23,7 +35,7 @@ FINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.can
 UNFINISHED_STATUSES = frozenset({JobStatus.queued, JobStatus.running})
 
 
-class ItemState(StrEnum):
+class ItemState(SqlLiteral):
     pending = "pending"
     succeeded = "succeeded"
     skipped = "skipped"

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array
+from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
@@ -29,6 +30,10 @@ FAILED_WINDOW = timedelta(hours=1)
 # The transaction-scoped advisory lock a retention batch holds ("hjsweep1"): one sweep at
 # a time, without locking (and so writing) each row it is about to delete anyway.
 RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
+# In the statement of every write of a job's status, counters or message: the change
+# reaches its streams at commit, with no round trip of its own (readmodel/changes.py).
+NOTIFY = notify_column("id")
+NOTIFY_J = notify_column("j.id")
 
 
 SAME_WORKFLOW = "(CAST(:workflow_id AS text) IS NULL OR workflow_id = :workflow_id)"
@@ -131,7 +136,7 @@ async def set_prepared(
         await conn.execute(
             text(
                 "UPDATE jobs SET total = :total, summary = :summary, updated_at = now() "
-                f"WHERE id = :id RETURNING {JOB_COLUMNS}"
+                f"WHERE id = :id RETURNING {JOB_COLUMNS}, {NOTIFY}"
             ),
             {"id": job_id, "total": total, "summary": summary},
         )
@@ -195,6 +200,66 @@ async def list_items(
     return [ItemView.model_validate(dict(row._mapping)) for row in rows]
 
 
+# --- a job's items as a kind's work reads them -------------------------------------------
+# Every read of ``job_items`` is here (writes too, below): a kind's statement that joins
+# its items with the hub's tables takes its items from one of these.
+
+
+def pending_items_after(job: str, status: str, *, limit: str = ":limit") -> str:
+    """A subquery: the next pending items of the job whose id and status the columns
+    ``job`` and ``status`` hold (``j.id``, ``j.status``) after ``:after`` (up to
+    ``:upto`` when given) in order, ``limit`` of them, none once the job no longer runs:
+    ``ordinal, ref, done_at_snapshot``."""
+    return (
+        f"SELECT ordinal, ref, done_at_snapshot FROM job_items "
+        f"WHERE job_id = {job} AND ordinal > :after AND state = {ItemState.pending.sql} "
+        "AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int)) "
+        f"AND {status} = {JobStatus.running.sql} "
+        f"ORDER BY ordinal LIMIT {limit}"
+    )
+
+
+def failed_items_of(source: str) -> str:
+    """A subquery: the failed items of the job ``source`` names, ``ordinal, ref``."""
+    return (
+        "SELECT ordinal, ref FROM job_items "
+        f"WHERE job_id = {source} AND state = {ItemState.failed.sql}"
+    )
+
+
+async def analyze_items(conn: AsyncConnection) -> None:
+    """Fresh planner statistics for job_items (after a big snapshot: without them the
+    planner takes a fresh 100,000-item job for an empty one)."""
+    await conn.execute(text("ANALYZE job_items"))
+
+
+async def first_pending_ordinal(conn: AsyncConnection, job_id: uuid.UUID) -> int | None:
+    first = (
+        await conn.execute(
+            text(
+                "SELECT min(ordinal) FROM job_items "
+                f"WHERE job_id = :job AND state = {ItemState.pending.sql}"
+            ),
+            {"job": job_id},
+        )
+    ).scalar_one()
+    return None if first is None else int(first)
+
+
+async def item_details(
+    conn: AsyncConnection, job_id: uuid.UUID, low: int, high: int
+) -> list[dict[str, Any] | None]:
+    """What the snapshot froze for the items ``low``…``high``, in order."""
+    rows = await conn.execute(
+        text(
+            "SELECT detail FROM job_items WHERE job_id = :job "
+            "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
+        ),
+        {"job": job_id, "low": low, "high": high},
+    )
+    return [row.detail for row in rows]
+
+
 async def queue_state(conn: AsyncConnection) -> QueueState:
     """Queue figures for the metrics: queued and running now and the oldest queued job
     (ix_jobs_unfinished_status_created), and the jobs that failed in the last
@@ -204,12 +269,12 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
     row = (
         await conn.execute(
             text(
-                "SELECT (SELECT count(*) FROM jobs WHERE status = 'queued') AS queued, "
-                "(SELECT count(*) FROM jobs WHERE status = 'running') AS running, "
-                "(SELECT count(*) FROM jobs WHERE status = 'failed' "
+                f"SELECT (SELECT count(*) FROM jobs WHERE status = {JobStatus.queued.sql}) "
+                f"AS queued, (SELECT count(*) FROM jobs WHERE status = {JobStatus.running.sql}) "
+                f"AS running, (SELECT count(*) FROM jobs WHERE status = {JobStatus.failed.sql} "
                 "AND finished_at > now() - CAST(:window AS interval)) AS failed, "
                 "(SELECT extract(epoch FROM now() - min(created_at)) FROM jobs "
-                "WHERE status = 'queued') AS oldest, "
+                f"WHERE status = {JobStatus.queued.sql}) AS oldest, "
                 "(SELECT count(*) FROM jobs WHERE stuck_since IS NOT NULL) AS stuck"
             ),
             {"window": FAILED_WINDOW},
@@ -316,7 +381,7 @@ async def request_cancel(
         text(
             "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
             "updated_at = now() WHERE id = :id AND cancel_requested_at IS NULL "
-            f"AND status IN {UNFINISHED}"
+            f"AND status IN {UNFINISHED} RETURNING {NOTIFY}"
         ),
         {"id": job_id, "actor": actor_id},
     )
@@ -340,15 +405,15 @@ async def open_job(
             text(
                 f"""
                 WITH opened AS (
-                    UPDATE jobs SET status = 'running',
+                    UPDATE jobs SET status = {JobStatus.running.sql},
                            started_at = COALESCE(started_at, now()), run_id = :run_id,
                            attempts = GREATEST(attempts, :attempts),
                            attempts_failed = GREATEST(attempts_failed, :failed),
                            updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
-                 RETURNING {JOB_COLUMNS}
+                 RETURNING {JOB_COLUMNS}, {NOTIFY}
                 )
-                SELECT * FROM opened
+                SELECT {JOB_COLUMNS} FROM opened
                 UNION ALL
                 SELECT {JOB_COLUMNS} FROM jobs
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
@@ -399,7 +464,7 @@ async def record_outcomes(
     row = (
         await conn.execute(
             text(
-                """
+                f"""
                 WITH o AS (
                     SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
                                          CAST(:codes AS text[]), CAST(:messages AS text[]))
@@ -411,13 +476,13 @@ async def record_outcomes(
                            detail = CASE WHEN :clear THEN NULL ELSE i.detail END
                       FROM o
                      WHERE i.job_id = :job AND i.ordinal = o.ordinal
-                       AND i.ordinal BETWEEN :low AND :high AND i.state = 'pending'
+                       AND i.ordinal BETWEEN :low AND :high AND i.state = {ItemState.pending.sql}
                  RETURNING i.state
                 ), counted AS (
                     SELECT count(*) AS n,
-                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-                           count(*) FILTER (WHERE state = 'skipped') AS skipped,
-                           count(*) FILTER (WHERE state = 'failed') AS failed
+                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS succeeded,
+                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS skipped,
+                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS failed
                       FROM recorded
                 )
                 UPDATE jobs j
@@ -427,7 +492,7 @@ async def record_outcomes(
                   FROM counted c
                  WHERE j.id = :job
              RETURNING j.total, j.processed, j.succeeded, j.skipped, j.failed, c.n AS recorded,
-                       j.cancel_requested_at IS NOT NULL AS cancel_requested
+                       j.cancel_requested_at IS NOT NULL AS cancel_requested, {NOTIFY_J}
                 """
             ),
             {
@@ -460,7 +525,7 @@ async def set_progress(
                 "UPDATE jobs SET total = :total, processed = :processed, "
                 "succeeded = :succeeded, skipped = :skipped, failed = :failed, "
                 "progress_message = :message, updated_at = now() WHERE id = :id "
-                "RETURNING cancel_requested_at IS NOT NULL"
+                f"RETURNING cancel_requested_at IS NOT NULL, {NOTIFY}"
             ),
             {"id": job_id, "message": message, **counters.model_dump()},
         )
@@ -501,7 +566,7 @@ async def finish(
                     UPDATE jobs SET status = :status, result = CAST(:result AS jsonb),
                            result_content_type = :content_type, error_code = :code,
                            error_message = :message,
-                           cancel_requested_at = CASE WHEN :status = 'cancelled'
+                           cancel_requested_at = CASE WHEN :status = {JobStatus.cancelled.sql}
                                THEN COALESCE(cancel_requested_at, now())
                                ELSE cancel_requested_at END,
                            finished_at = now(), expires_at = now() + :retention,
@@ -509,9 +574,9 @@ async def finish(
                            attempts_failed = GREATEST(attempts_failed, :failed),
                            stuck_since = NULL, stuck_reason = NULL, updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED}
-                 RETURNING {JOB_COLUMNS}
+                 RETURNING {JOB_COLUMNS}, {NOTIFY}
                 )
-                SELECT *, true AS changed FROM finished
+                SELECT {JOB_COLUMNS}, true AS changed FROM finished
                 UNION ALL
                 SELECT {JOB_COLUMNS}, false FROM jobs
                  WHERE id = :id AND NOT EXISTS (SELECT 1 FROM finished)
@@ -535,6 +600,30 @@ async def finish(
     values = dict(row._mapping)
     changed = bool(values.pop("changed"))
     return Finished(JobView.model_validate(values), changed)
+
+
+async def withdraw(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    code: str,
+    message: str,
+    retention: timedelta,
+) -> bool:
+    """A job whose start did not get through Temporal, made final (failed) while it is
+    still queued, so that nothing ever runs it: a workflow that starts after all (a
+    request the server took late) opens a final row and ends at once. False when the
+    row is no longer queued: its workflow did start and opened it."""
+    result = await conn.execute(
+        text(
+            f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
+            "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
+            f"updated_at = now() WHERE id = :id AND status = {JobStatus.queued.sql} "
+            f"RETURNING {NOTIFY}"
+        ),
+        {"id": job_id, "code": code, "message": message, "retention": retention},
+    )
+    return result.first() is not None
 
 
 # --- retention --------------------------------------------------------------------------
@@ -584,13 +673,13 @@ async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) 
     left alone. Idempotent: a second call with the same ``keep`` moves nothing."""
     expired = await conn.execute(
         text(
-            """
+            f"""
             UPDATE jobs SET expires_at = now(), updated_at = now()
-             WHERE schedule_id = :schedule AND status = 'succeeded'
+             WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
                AND (expires_at IS NULL OR expires_at > now())
                AND finished_at IS NOT NULL
                AND id NOT IN (SELECT id FROM jobs
-                               WHERE schedule_id = :schedule AND status = 'succeeded'
+                               WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
                                ORDER BY finished_at DESC, id DESC LIMIT :keep)
             """
         ),

@@ -94,6 +94,58 @@ class JobView(BaseModel):
         return self.progress_message or self.counters.describe()
 
 
+# What each surface shows of a job, by JobView's field names (JobView is the one
+# declaration; tests/unit/test_job_columns.py holds these to it). The CLI shows ids a
+# person pastes into the Temporal UI and the result; the API's resource leaves the
+# result to the job's own URL, in its content type.
+CLI_JOB_FIELDS = (
+    "id",
+    "workflow_id",
+    "kind",
+    "status",
+    "total",
+    "processed",
+    "succeeded",
+    "skipped",
+    "failed",
+    "progress_message",
+    "result",
+    "error_code",
+    "error_message",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "workspace_id",
+    "correlation_id",
+    "summary",
+    "cancel_requested_at",
+    "schedule_id",
+    "stuck_since",
+    "stuck_reason",
+)
+API_JOB_FIELDS = (
+    "id",
+    "kind",
+    "status",
+    "workspace_id",
+    "summary",
+    "total",
+    "processed",
+    "succeeded",
+    "skipped",
+    "failed",
+    "progress_message",
+    "error_code",
+    "error_message",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "schedule_id",
+    "stuck_since",
+    "stuck_reason",
+)
+
+
 class ItemView(BaseModel):
     """One item of a job (a page of a course), as listings show it."""
 

@@ -1,9 +1,12 @@
 """Connecting to Temporal, as worker and starter both do, with the one data converter
 every hubjobs client uses (``data_converter``): pydantic models as JSON, encrypted by
-the payload codec when ``HUBJOBS_PAYLOAD_CODEC`` is on."""
+the payload codec when ``HUBJOBS_PAYLOAD_CODEC`` is on. Connecting is bounded
+(HUBJOBS_TEMPORAL_CONNECT_TIMEOUT_SECONDS), and so is every call the client makes
+(hubjobs.temporal.deadlines)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
@@ -15,9 +18,11 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from hubjobs.errors import Unavailable
+from hubjobs.observability.core_logs import forwarding_runtime
 from hubjobs.observability.telemetry import interceptors
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
+from hubjobs.temporal.deadlines import RpcDeadlines
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +52,21 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     address = settings.resolved_temporal_address()
     converter = data_converter(settings)
     try:
-        return await Client.connect(
-            address,
-            namespace=settings.temporal_namespace,
-            data_converter=converter,
-            header_codec_behavior=header_codec(settings),
-            interceptors=interceptors(tracing=settings.tracing_on),
-            runtime=runtime,
+        return await asyncio.wait_for(
+            Client.connect(
+                address,
+                namespace=settings.temporal_namespace,
+                data_converter=converter,
+                header_codec_behavior=header_codec(settings),
+                interceptors=[
+                    RpcDeadlines(settings.temporal_rpc_timeout_seconds),
+                    *interceptors(tracing=settings.tracing_on),
+                ],
+                # The core's log lines go through Python logging (core_logs.py) either way.
+                runtime=runtime or forwarding_runtime(),
+            ),
+            settings.temporal_connect_timeout_seconds,
         )
-    except (RPCError, RuntimeError, OSError) as err:
-        log.warning("cannot reach Temporal at %s: %s", address, err)
+    except (RPCError, RuntimeError, OSError, TimeoutError) as err:
+        log.warning("cannot reach Temporal at %s: %s", address, type(err).__name__)
         raise Unavailable(f"the Temporal server at {address} does not answer") from None

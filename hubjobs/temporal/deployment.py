@@ -1,6 +1,6 @@
 """Worker Deployment versioning: each worker serves one version of the deployment
 (``HUBJOBS_DEPLOYMENT_NAME`` + ``HUBJOBS_BUILD_ID``), new workflows go to the
-deployment's *current* version, and a job workflow (pinned, see workflows/lifecycle.py)
+deployment's *current* version, and a job workflow (pinned, see workflows/job_lifecycle.py)
 finishes on the build that started it, however many builds are deployed meanwhile.
 
 A version that is not current gets no new workflows, so something must make one

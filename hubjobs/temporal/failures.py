@@ -29,6 +29,11 @@ ABANDONED = "abandoned"
 UNAVAILABLE = Unavailable.code
 TERMINATED = "terminated"
 TIMED_OUT = "timed_out"
+# A kind that writes files (a backup's archive, an export's files) could not: the file
+# system is full (ENOSPC, or the quota: EDQUOT), or its folder is read-only, gone or
+# not writable. Refusals: retrying the same write into the same place fails the same way.
+NO_SPACE = "no_space"
+STORAGE_UNAVAILABLE = "storage_unavailable"
 
 # Plain messages for those codes. The detail of a failure goes to the worker's log,
 # never here.
@@ -40,6 +45,10 @@ ERROR_MESSAGES: dict[str, str] = {
     UNAVAILABLE: "The job failed: the database did not answer for longer than allowed.",
     TERMINATED: "The job was terminated in Temporal.",
     TIMED_OUT: "The job timed out in Temporal.",
+    NO_SPACE: "The job failed: no space was left where it writes its files. Its partial "
+    "files were removed; free some space and start it again.",
+    STORAGE_UNAVAILABLE: "The job failed: the folder it writes its files to cannot be "
+    "written (read-only, missing or not permitted).",
 }
 
 

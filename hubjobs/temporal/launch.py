@@ -38,6 +38,8 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
         retry_coefficient=settings.retry_coefficient,
         retry_max_seconds=settings.retry_max_seconds,
         fairness=settings.fairness,
+        handover_pause_seconds=settings.handover_pause_seconds,
+        lifecycle_local_seconds=settings.lifecycle_local_seconds,
     )
 
 

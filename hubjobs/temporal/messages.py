@@ -48,6 +48,21 @@ class JobOptions(BaseModel):
         description="Whether the job's attempts carry its workspace as Temporal fairness "
         "key, so that one workspace's flood never starves another's job.",
     )
+    handover_pause_seconds: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description="After an attempt handed over because its worker could not reach the "
+        "database: the pause before the next attempt (it grows with handovers in a row, "
+        "so that a worker that keeps handing over cannot spin the history).",
+    )
+    lifecycle_local_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="How long a lifecycle step (finishing, reading progress, recording a "
+        "cancellation) may run on the workflow's own worker before any worker takes it.",
+    )
 
 
 class Checkpoint(BaseModel):
@@ -58,6 +73,8 @@ class Checkpoint(BaseModel):
     attempts: int = 0
     attempts_failed: int = 0
     stalls: int = 0
+    outage_since: datetime | None = None
+    handovers: int = 0
 
 
 class JobInput(BaseModel):
@@ -138,6 +155,9 @@ class WorkRequest(BaseModel):
     cursor: dict[str, Any] | None = None
     attempt: int = 1
     attempts_failed: int = 0
+    # Since when the database has not answered the attempts before (they handed over):
+    # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS).
+    outage_since: datetime | None = None
 
 
 class Beat(BaseModel):
@@ -164,12 +184,14 @@ class JobOutcome(BaseModel):
 class WorkResult(BaseModel):
     """What an attempt hands back: the job's outcome once the attempt finished the row;
     otherwise where to carry on (the attempt gave its slot back: its time slice ran
-    out, or its worker is shutting down)."""
+    out, its worker is shutting down, or, with ``outage_since``, its worker could not
+    reach the database since then)."""
 
     outcome: JobOutcome | None = None
     beat: Beat = Field(default_factory=Beat)
     counters: Counters = Field(default_factory=Counters)
     message: str | None = None
+    outage_since: datetime | None = None
 
 
 class FinishJob(BaseModel):
@@ -183,7 +205,7 @@ class FinishJob(BaseModel):
 
 
 # The names every job workflow answers to, whatever its kind: declared by the lifecycle
-# (workflows/lifecycle.py), sent by the client and by attempts. Other services send
+# (workflows/job_lifecycle.py), sent by the client and by attempts. Other services send
 # them too: they are part of the contract and never change.
 CANCEL_SIGNAL = "cancel"
 PROGRESS_SIGNAL = "report_progress"

@@ -20,7 +20,7 @@ from hubjobs.temporal.codec import (
     CodecKeys,
     new_key_entry,
 )
-from tests.codec_keys import ENTRIES, KEYS, NEW_KEY_ID, OLD_KEY_ID, with_codec
+from tests.support.codec_keys import ENTRIES, KEYS, NEW_KEY_ID, OLD_KEY_ID, with_codec
 
 SECRET_WORD = "Quillonwort"
 

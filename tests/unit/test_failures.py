@@ -151,6 +151,8 @@ JOB_CODES = (
     "unavailable",
     "terminated",
     "timed_out",
+    "no_space",
+    "storage_unavailable",
 )
 
 

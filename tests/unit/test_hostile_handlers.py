@@ -31,17 +31,17 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 import worker as worker_module
 from hubjobs.kinds import REGISTRY
+from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.client import data_converter
-from hubjobs.temporal.job_schedules import SCHEDULED_START_WORKFLOW
-from hubjobs.temporal.messages import CANCEL_SIGNAL, PROGRESS_QUERY, PROGRESS_SIGNAL, JobInput
-from hubjobs.temporal.schedules import (
+from hubjobs.temporal.maintenance import (
     MAINTENANCE_PLAN_SIGNAL,
     MAINTENANCE_WORKFLOW,
     RECONCILER_WORKFLOW,
     RETENTION_SWEEP_WORKFLOW,
 )
+from hubjobs.temporal.messages import CANCEL_SIGNAL, PROGRESS_QUERY, PROGRESS_SIGNAL, JobInput
 
 TASK_QUEUE = "hostile"
 NOTHING = object()  # no argument at all

@@ -5,6 +5,7 @@ value or a key of the caller's choosing."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,8 @@ from hubjobs.errors import InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, Registry
 from hubjobs.kinds.base import Prepared, Result
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from tests.hostile import hostile_text
+from hubjobs.kinds.page_export import PAGE_EXPORT
+from tests.support.hostile import hostile_text
 
 
 class Nothing(BaseModel):
@@ -135,3 +137,39 @@ def test_a_refusal_says_where() -> None:
         COURSE_TAGGING.validate({"root_page_id": "not-a-uuid", "tag": "ok", "extra": 1})
     message = refused.value.message
     assert "root_page_id" in message and "extra" in message and "not-a-uuid" not in message
+
+
+# --- strict payloads (issue 19) -----------------------------------------------------------
+
+ROOT = "1c8a9f2e-5f0e-4c9a-9d5b-8f3b7a0e6d21"
+
+
+@pytest.mark.parametrize(
+    "pages_per_file",
+    [True, False, 1e3, 1000.0, 2.5, "1000", "1e3", None, [1000]],
+    ids=repr,
+)
+def test_a_number_is_a_number_and_nothing_else(pages_per_file: object) -> None:
+    """No coercion: ``true`` is not 1 page a file, ``1e3`` (a float in JSON) is not
+    1000, a string of digits is not a number."""
+    with pytest.raises(InvalidInput) as refused:
+        PAGE_EXPORT.validate({"root_page_id": ROOT, "pages_per_file": pages_per_file})
+    assert refused.value.code == "invalid_payload"
+    assert "pages_per_file" in refused.value.message
+
+
+def test_ids_still_come_as_their_text_and_numbers_as_numbers() -> None:
+    """What JSON carries only as text (an id) is read from its text, as a payload that
+    came through Temporal or the API has it; a model's UUID is taken too."""
+    payload = PAGE_EXPORT.validate({"root_page_id": ROOT, "pages_per_file": 7})
+    assert (payload.root_page_id, payload.pages_per_file) == (uuid.UUID(ROOT), 7)
+    assert PAGE_EXPORT.validate({"root_page_id": uuid.UUID(ROOT)}).pages_per_file == 1000
+    tagging = COURSE_TAGGING.validate({"root_page_id": ROOT, "tag": " exam "})
+    assert tagging.root_page_id == uuid.UUID(ROOT)
+
+
+@pytest.mark.parametrize("tag", [7, 7.0, True, ["exam"]], ids=repr)
+def test_a_tag_is_text(tag: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        COURSE_TAGGING.validate({"root_page_id": ROOT, "tag": tag})
+    assert refused.value.code == "invalid_payload"

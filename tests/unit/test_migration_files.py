@@ -2,7 +2,7 @@
 merged side by side would leave two heads, and ``upgrade head`` would refuse), numbered
 revisions, and the repository's alembic.ini (``make migration``, the ``alembic``
 command) pointing at the folder the code migrates from. That the migrations build
-exactly schema.py is test_migrations', on a real database."""
+exactly the tables is test_migrations', on a real database."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubjobs.db.schema import MAX_TAGS_PER_PAGE
 from hubjobs.domain.pages import PageFacts
-from hubjobs.kinds.course_tagging import Outcome, decide, written
+from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
+from hubjobs.kinds.course_tagging import PageOutcome, decide, written
 
 PAGE = PageFacts(available=True, has_tag=False, tag_count=3, version=7)
 GONE = None
@@ -20,7 +20,7 @@ TAGGED = PAGE._replace(has_tag=True, tag_count=4)
 FULL = PAGE._replace(tag_count=MAX_TAGS_PER_PAGE)
 
 
-def as_row(outcome: Outcome | None) -> tuple[str, str | None] | None:
+def as_row(outcome: PageOutcome | None) -> tuple[str, str | None] | None:
     return None if outcome is None else (outcome.state.value, outcome.code)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from hubjobs.domain.text import is_key
 from hubjobs.kinds.page_export import (
     PAGE_EXPORT,
     PageExportPayload,
+    absolute_manifest,
     export_file,
     export_folder,
     files_of,
@@ -47,7 +49,7 @@ def test_pages_split_into_files_of_n(total: int, per_file: int, counts: list[int
     ]
 
 
-def manifest(total: int, per_file: int) -> dict[str, object]:
+def manifest(total: int, per_file: int) -> dict[str, Any]:
     output = {
         "transaction_time": WHEN.isoformat(),
         "workspace_id": str(WORKSPACE),
@@ -55,7 +57,7 @@ def manifest(total: int, per_file: int) -> dict[str, object]:
         "files": files_of(total, per_file),
     }
     payload = PageExportPayload(pages_per_file=per_file)
-    result: dict[str, object] = PAGE_EXPORT.result_of(payload, Counters(total=total), output)
+    result: dict[str, Any] = PAGE_EXPORT.result_of(payload, Counters(total=total), output)
     return result
 
 
@@ -74,6 +76,19 @@ def test_the_manifest_has_the_fhir_bulk_data_shape_and_the_apis_urls() -> None:
         ],
         "error": [],
     }
+
+
+def test_the_manifest_is_absolute_under_the_apis_base_url() -> None:
+    relative = manifest(1500, 1000)
+    for base in ("https://hub.example/jobs-api", "https://hub.example/jobs-api/"):
+        absolute = absolute_manifest(relative, base)
+        assert absolute["request"] == f"https://hub.example/jobs-api{relative['request']}"
+        assert [e["url"] for e in absolute["output"]] == [
+            f"https://hub.example/jobs-api{e['url']}" for e in relative["output"]
+        ]
+        assert [e["count"] for e in absolute["output"]] == [1000, 500]
+        assert absolute_manifest(absolute, base) == absolute  # absolute stays as it is
+    assert relative["request"].startswith("/")  # the stored manifest is untouched
 
 
 def job(result: dict[str, object] | None, kind: str = "page_export") -> JobView:

@@ -29,7 +29,7 @@ from hubjobs.domain.text import (
 )
 from hubjobs.errors import InvalidInput, describe_validation_errors
 from hubjobs.observability.logs import describe_failure
-from tests.hostile import hostile_text
+from tests.support.hostile import hostile_text
 
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # man ZWJ woman ZWJ girl
 RAINBOW_FLAG = "\U0001f3f3\ufe0f\u200d\U0001f308"  # white flag VS16 ZWJ rainbow

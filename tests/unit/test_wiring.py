@@ -17,7 +17,7 @@ import worker
 import workflows
 from activities.base import KindActivities
 from hubjobs.kinds import REGISTRY
-from workflows.lifecycle import JobWorkflow
+from workflows.job_lifecycle import JobWorkflow
 
 
 def workflow_name(cls: type) -> str:

@@ -1,0 +1,111 @@
+"""The lifecycle's local activities, run by the workflow on its own worker (no task
+queue round trip): finish a job whose work could not (it failed, or the workflow was
+cancelled), record a cancellation request that came as a bare signal, record a direct
+start whose input was refused, and ask Temporal to close a cancelled job's run as
+Canceled. Each retries until it lands, so that the read model ends agreeing with
+Temporal.
+
+A worker that cannot reach the database gives up on a step (finishing, reading how far
+the job got, recording a cancellation) after HUBJOBS_OUTAGE_HANDOVER_SECONDS
+(``handing_over``); the workflow then hands the step to any worker as an ordinary
+activity (workflows/job_lifecycle.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from temporalio import activity
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.base import Deps, finish, handing_over, job_not_found, with_outage_retry
+from hubjobs.kinds import REGISTRY, job_rows
+from hubjobs.observability.logs import bind_job
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import JobView
+from hubjobs.temporal.messages import CancelRequest, FinishJob, JobOutcome, RefusedStart
+
+
+class JobStepActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    @activity.defn
+    async def finish_job(self, request: FinishJob) -> JobOutcome:
+        """Writes the final status (see hubjobs.kinds.job_rows); a finished row
+        stays as it is and is returned."""
+
+        async def read(conn: AsyncConnection) -> JobView | None:
+            return await store.get_job(conn, request.job_id)
+
+        with handing_over(self.deps.reach):
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+            if job is None:
+                raise job_not_found()
+            bind_job(job)
+            return await finish(
+                self.deps,
+                job,
+                request.status,
+                error_code=request.error_code,
+                error_message=request.error_message,
+                attempts=request.attempts,
+                attempts_failed=request.attempts_failed,
+            )
+
+    @activity.defn
+    async def durable_progress(self, job_id: uuid.UUID) -> int:
+        """How far the job's work durably got, as its row shows it: what the workflow
+        compares, after an attempt failed, with what it knew before the attempt."""
+
+        async def read(conn: AsyncConnection) -> JobView | None:
+            return await store.get_job(conn, job_id)
+
+        with handing_over(self.deps.reach):
+            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        if job is None:
+            raise job_not_found()
+        kind = REGISTRY.find(job.kind)
+        return kind.durable_progress(job) if kind is not None else job.processed
+
+    @activity.defn
+    async def record_cancel_request(self, job_id: uuid.UUID, request: CancelRequest) -> None:
+        async def record(conn: AsyncConnection) -> None:
+            await store.request_cancel(conn, job_id, request.actor_id)
+
+        with handing_over(self.deps.reach):
+            await with_outage_retry(self.deps.engine, self.deps.settings, record)
+
+    @activity.defn
+    async def record_refused_start(self, refused: RefusedStart) -> None:
+        """A failed row for a direct start whose input did not validate; a row that is
+        there already (this job's, or another job's under the same id) is kept."""
+
+        async def record(conn: AsyncConnection) -> None:
+            await job_rows.record_refused(
+                conn,
+                job_id=refused.job_id,
+                kind=refused.kind,
+                workspace_id=refused.workspace_id,
+                actor_id=refused.actor_id or store.UNKNOWN_ACTOR,
+                correlation_id=refused.correlation_id,
+                payload=refused.payload,
+                code=refused.error_code,
+                message=refused.error_message,
+                retention=self.deps.default_retention,
+                workflow_id=refused.workflow_id,
+            )
+
+        await with_outage_retry(self.deps.engine, self.deps.settings, record, transaction=True)
+
+    @activity.defn
+    async def cancel_run(self, workflow_id: str, run_id: str) -> None:
+        """Asks Temporal to cancel the given run: how a job cancelled by signal closes as
+        Canceled (a workflow cannot cancel itself). A run closed meanwhile is fine."""
+        assert self.deps.client is not None, "the worker's activities have a client"
+        handle = self.deps.client.get_workflow_handle(workflow_id, run_id=run_id)
+        try:
+            await handle.cancel()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise

@@ -1,0 +1,109 @@
+"""The activities of a schedule's firing (workflows/schedule_firing.py): create the firing's
+job with the start checks of that moment, and apply the schedule's ``keep`` once a
+run has succeeded."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from temporalio import activity
+
+from activities.base import Deps, with_outage_retry
+from hubjobs.errors import HubJobsError
+from hubjobs.kinds import get_kind, job_rows
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import JobView
+from hubjobs.schedules.definition import job_id_of_firing
+from hubjobs.temporal.launch import job_start
+from hubjobs.temporal.messages import FiringStart, KeepNewest, ScheduledJob
+
+log = logging.getLogger(__name__)
+
+
+class ScheduleActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    @activity.defn
+    async def open_firing(self, firing: ScheduledJob) -> FiringStart:
+        """The firing's job row, created as a start through the client creates one (the
+        payload valid for its kind, the actor an enabled administrator of the workspace
+        now, the kind's own checks and snapshot), in one transaction. A refused start
+        still gets its row, failed with the refusal's code, so the schedule's runs show
+        it. The job id comes from the firing's workflow id: a retry finds the row."""
+        firing_id = activity.info().workflow_id
+        assert firing_id is not None, "run by the ScheduledStart workflow"
+        job_id = job_id_of_firing(firing_id)
+
+        async def create(conn: AsyncConnection) -> tuple[JobView, HubJobsError | None]:
+            existing = await store.get_job(conn, job_id)
+            if existing is not None:
+                return existing, None
+            try:
+                async with conn.begin_nested():
+                    created = await job_rows.create_job(
+                        conn,
+                        get_kind(firing.kind),
+                        job_id=job_id,
+                        workspace_id=firing.workspace_id,
+                        actor_id=firing.actor_id,
+                        # The firing's workflow id: the schedule and the firing time.
+                        correlation_id=firing_id,
+                        payload=firing.payload,
+                        schedule_id=firing.schedule_id,
+                    )
+                return created.job, None
+            except HubJobsError as refused:
+                await job_rows.record_refused(
+                    conn,
+                    job_id=job_id,
+                    kind=firing.kind,
+                    workspace_id=firing.workspace_id,
+                    actor_id=firing.actor_id,
+                    correlation_id=firing_id,
+                    payload=firing.payload,
+                    code=refused.code,
+                    message=refused.message,
+                    retention=self.deps.default_retention,
+                    schedule_id=firing.schedule_id,
+                )
+                job = await store.get_job(conn, job_id)
+                assert job is not None
+                return job, refused
+
+        job, refused = await with_outage_retry(
+            self.deps.engine,
+            self.deps.settings,
+            create,
+            transaction=True,
+            on_wait=activity.heartbeat,
+        )
+        if refused is not None:
+            log.info("scheduled job %s refused: %s", job.id, refused.code)
+        return FiringStart(
+            job_id=job.id,
+            status=job.status,
+            error_code=job.error_code,
+            error_message=job.error_message,
+            start=None if job.is_final else job_start(job, self.deps.settings),
+        )
+
+    @activity.defn
+    async def keep_newest(self, request: KeepNewest) -> int:
+        """Expires the schedule's successful runs but the newest ``keep``: the retention
+        sweep then removes them, each after its kind's expire hook (a backup's archive
+        goes with its job)."""
+
+        async def expire(conn: AsyncConnection) -> int:
+            return await store.expire_older_runs(conn, request.schedule_id, request.keep)
+
+        expired = await with_outage_retry(self.deps.engine, self.deps.settings, expire)
+        if expired:
+            log.info(
+                "schedule %s: %d older runs expired (keep %d)",
+                request.schedule_id,
+                expired,
+                request.keep,
+            )
+        return expired

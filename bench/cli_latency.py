@@ -1,0 +1,75 @@
+"""Wall time of the CLI commands a person runs while a job runs, each as a process
+against the stack in HUBJOBS_HOME (after `make run`: the demo's profile gives the
+workspace and actor): `tag-course` and `cancel` (targets: 600 ms on a quiet machine),
+`status` and `list` (250 ms). Prints each command's median and best of N runs, and the
+machine's load, which a figure means nothing without. Not a test: the numbers are the
+machine's.
+
+    .venv/bin/python bench/cli_latency.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HUBJOBS = str(Path(sys.executable).parent / "hubjobs")
+REPO = Path(__file__).resolve().parents[1]
+TARGETS_MS = {"tag-course": 600, "cancel": 600, "status": 250, "list": 250}
+
+
+def timed(args: list[str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run([HUBJOBS, *args, "--json"], capture_output=True, text=True)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"hubjobs {' '.join(args)} failed: {done.stderr.strip()}")
+    return took * 1000, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    home = Path(os.environ.get("HUBJOBS_HOME", REPO / ".hubjobs"))
+    profile = json.loads((home / "profile.json").read_text())
+    # Bytecode for hubjobs' own modules, as an install writes it.
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "hubjobs", "starter", "activities"],
+        cwd=REPO,
+        check=True,
+    )
+    times: dict[str, list[float]] = {name: [] for name in TARGETS_MS}
+    for n in range(args.runs + 1):  # the first round warms the page cache
+        tag = f"bench-{uuid.uuid4().hex[:8]}"
+        took, out = timed(["tag-course", "--root-page", profile["root_page_id"], "--tag", tag])
+        job = json.loads(out)["id"]
+        rounds = {
+            "tag-course": took,
+            "status": timed(["status", job])[0],
+            "list": timed(["list", "--limit", "20"])[0],
+            "cancel": timed(["cancel", job])[0],
+        }
+        if n:
+            for name, value in rounds.items():
+                times[name].append(value)
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {os.cpu_count()} cores, {args.runs} runs each")
+    for name, values in times.items():
+        median = statistics.median(values)
+        verdict = "ok" if median <= TARGETS_MS[name] else "over"
+        print(
+            f"  {name:10} median {median:5.0f} ms  best {min(values):5.0f} ms  "
+            f"(target {TARGETS_MS[name]} ms: {verdict})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Creating and finishing a job's row: the kind-aware steps around the read model's
+store (a kind validates, checks, snapshots and builds the result; the store writes).
+
+Creating: validate the payload, check the actor, let the kind check the start and
+snapshot its items, and insert the row, all in the caller's transaction. The starter
+calls this before starting the workflow, so a refused start leaves nothing behind and
+the row exists from the moment a start returns; a job's first attempt calls it again
+for a job started straight through Temporal.
+
+Finishing: the final status, the result of a success (built by the kind from the
+counters), ``expires_at`` from the kind's retention.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hubjobs.domain.access import require_administrator
+from hubjobs.errors import InvalidInput
+from hubjobs.kinds import REGISTRY, JobKind, NewJob
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.store import Finished
+from hubjobs.readmodel.views import Counters, JobView
+
+
+@dataclass(frozen=True)
+class CreatedJob:
+    job: JobView
+    # False when the idempotency key (or the job id) named an existing job.
+    created: bool
+
+
+async def create_job(
+    conn: AsyncConnection,
+    kind: JobKind[Any],
+    *,
+    job_id: uuid.UUID,
+    workspace_id: uuid.UUID,
+    actor_id: uuid.UUID,
+    correlation_id: str,
+    payload: dict[str, Any],
+    idempotency_key: str | None = None,
+    source_job_id: uuid.UUID | None = None,
+    schedule_id: str | None = None,
+    workflow_id: str | None = None,
+) -> CreatedJob:
+    """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
+    model = kind.validate(payload)
+    # Before the idempotency lookup: a start naming an existing job is still a start,
+    # and must not hand that job to an actor who may not start jobs here.
+    await require_administrator(conn, workspace_id, actor_id)
+    if idempotency_key is not None:
+        existing = await store.find_by_idempotency_key(
+            conn, workspace_id, kind.name, idempotency_key
+        )
+        if existing is not None:
+            return CreatedJob(existing, created=False)
+    inserted = await store.insert_job(
+        conn,
+        job_id=job_id,
+        kind=kind.name,
+        workspace_id=workspace_id,
+        actor_id=actor_id,
+        correlation_id=correlation_id,
+        idempotency_key=idempotency_key,
+        payload=model.model_dump(mode="json"),
+        source_job_id=source_job_id,
+        schedule_id=schedule_id,
+        workflow_id=workflow_id,
+    )
+    if not inserted:
+        # Lost a race on the idempotency key, or this id exists already.
+        found = None
+        if idempotency_key is not None:
+            found = await store.find_by_idempotency_key(
+                conn, workspace_id, kind.name, idempotency_key
+            )
+        found = found or await store.get_job(conn, job_id, workspace_id)
+        if found is None or (workflow_id is not None and found.workflow_id != workflow_id):
+            raise InvalidInput("the job id is taken", code="job_id_conflict")
+        return CreatedJob(found, created=False)
+    prepared = await kind.prepare(
+        conn, NewJob(job_id, workspace_id, actor_id, correlation_id, source_job_id), model
+    )
+    job = await store.set_prepared(conn, job_id, total=prepared.total, summary=prepared.summary)
+    return CreatedJob(job, created=True)
+
+
+async def record_refused(
+    conn: AsyncConnection,
+    *,
+    job_id: uuid.UUID,
+    kind: str,
+    workspace_id: uuid.UUID,
+    actor_id: uuid.UUID,
+    correlation_id: str,
+    payload: dict[str, Any],
+    code: str,
+    message: str,
+    retention: timedelta,
+    schedule_id: str | None = None,
+    workflow_id: str | None = None,
+) -> None:
+    """A job started straight through Temporal (or by a schedule's firing) that its
+    start checks refuse still gets a row, failed, so that whoever started it can see
+    why. A job id that names a row already (another job's) changes nothing."""
+    inserted = await store.insert_job(
+        conn,
+        job_id=job_id,
+        kind=kind,
+        workspace_id=workspace_id,
+        actor_id=actor_id,
+        correlation_id=correlation_id,
+        idempotency_key=None,
+        payload=payload,
+        schedule_id=schedule_id,
+        workflow_id=workflow_id,
+    )
+    if not inserted:
+        return
+    await store.finish(
+        conn,
+        job_id,
+        status=JobStatus.failed,
+        retention=retention,
+        error_code=code,
+        error_message=message,
+    )
+
+
+async def finish_job(
+    conn: AsyncConnection,
+    job: JobView,
+    *,
+    status: JobStatus,
+    default_retention: timedelta,
+    counters: Counters | None = None,
+    output: dict[str, Any] | None = None,
+    error_code: str | None = None,
+    error_message: str | None = None,
+    attempts: int = 0,
+    attempts_failed: int = 0,
+) -> Finished | None:
+    """Writes the final status of an unfinished job; a finished row is left as it is.
+    A success gets its kind's result, built from ``counters`` (the job's latest, exact
+    by construction: each batch moves them by the items it recorded)."""
+    kind = REGISTRY.find(job.kind)
+    result = None
+    if status == JobStatus.succeeded and kind is not None:
+        result = kind.result_of(kind.validate(job.payload), counters or job.counters, output)
+    retention = (kind.retention if kind is not None else None) or default_retention
+    return await store.finish(
+        conn,
+        job.id,
+        status=status,
+        retention=retention,
+        result=result,
+        result_content_type=kind.result_content_type if kind and result is not None else None,
+        error_code=error_code,
+        error_message=error_message,
+        attempts=attempts,
+        attempts_failed=attempts_failed,
+    )

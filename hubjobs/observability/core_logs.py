@@ -1,0 +1,35 @@
+"""The Temporal SDK core's own log lines (Rust), forwarded into Python logging under
+``temporalio.core``: they then leave through the process's handler, one JSON object a
+line with HUBJOBS_LOG_JSON like every other line, instead of the core writing coloured
+text to stderr itself."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+
+CORE_LOGGER = "temporalio.core"
+
+
+def core_logging() -> LoggingConfig:
+    """Warnings and errors of the core, forwarded (its default level, not its debug)."""
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+    )
+
+
+@functools.cache
+def forwarding_runtime() -> Runtime:
+    """The runtime of a client without a metrics endpoint (the CLI, the API): one per
+    process, as the SDK's default runtime would be. No ``service_name`` label: the
+    process is known by its scrape target."""
+    return Runtime(telemetry=TelemetryConfig(logging=core_logging(), attach_service_name=False))

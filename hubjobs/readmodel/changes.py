@@ -1,0 +1,106 @@
+"""The read model's change notifications: every write of a job's status, counters or
+message in ``store`` also sends ``pg_notify(CHANNEL, <job id>)`` from the same statement
+(no extra round trip; delivered at commit, and PostgreSQL folds a transaction's
+identical notifications into one). The payload is the job's id, never its content.
+
+``JobChanges`` holds ONE listening connection per process and wakes whoever waits on a
+job when its id arrives. A notification sent while the connection was down is lost, so
+each (re)connection wakes every waiter once: the bounded re-read that catches up on
+what may have been missed. A quiet connection is checked every ``check_seconds`` (a
+dead one otherwise waits for TCP to notice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+
+log = logging.getLogger(__name__)
+CHANNEL = "hubjobs_job_changed"
+
+
+def notify_column(job_id: str) -> str:
+    """A column for a statement's ``RETURNING`` (or select list) that notifies the job
+    whose id the expression ``job_id`` holds, once per row written."""
+    return f"(SELECT 1 FROM pg_notify('{CHANNEL}', CAST({job_id} AS text))) AS notified"
+
+
+class JobChanges:
+    """Wakes the waiters of a job when the read model notifies a change of it."""
+
+    def __init__(self, url: str, *, check_seconds: float = 10, retry_seconds: float = 0.5) -> None:
+        self._url = url
+        self._check = check_seconds
+        self._retry = retry_seconds
+        self._waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        # The listening connection's backend (tests end it to lose notifications) and
+        # how many times it has connected.
+        self.backend_pid: int | None = None
+        self.connections = 0
+
+    @contextlib.contextmanager
+    def subscribe(self, job_id: uuid.UUID) -> Iterator[asyncio.Event]:
+        """An event set at each change of the job (and at each (re)connection): clear it,
+        read the job, then wait on it."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=CHANNEL)
+        event = asyncio.Event()
+        self._waiters.setdefault(job_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            waiting = self._waiters.get(job_id)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[job_id]
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _wake(self, payload: str) -> None:
+        try:
+            job_id = uuid.UUID(payload)
+        except ValueError:
+            return
+        for event in self._waiters.get(job_id, ()):
+            event.set()
+
+    def _wake_all(self) -> None:
+        for waiting in self._waiters.values():
+            for event in waiting:
+                event.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                # The type only: a database error's message may quote values.
+                log.warning("change listener lost its connection: %s", type(err).__name__)
+            self.backend_pid = None
+            await asyncio.sleep(self._retry)
+
+    async def _listen(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
+            await conn.execute(f"LISTEN {CHANNEL}")
+            self.backend_pid = conn.info.backend_pid
+            self.connections += 1
+            # Whatever changed while nobody listened: every waiter reads once.
+            self._wake_all()
+            while True:
+                async for note in conn.notifies(timeout=self._check):
+                    self._wake(note.payload)
+                await conn.execute("SELECT 1")

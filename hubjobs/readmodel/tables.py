@@ -1,0 +1,153 @@
+"""The read model's tables: ``jobs`` (one row a job, kept in step with its workflow)
+and ``job_items`` (a job's snapshotted units of work). Written only by
+``hubjobs.readmodel.store``; statuses and states from ``hubjobs.readmodel.status``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from hubjobs.db.metadata import Base, created_now
+from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+
+
+class Job(Base):
+    """One row per job, kept in step with its workflow: what screens and services read."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(f"status IN {sql_list(JobStatus)}", name="status"),
+        # The same idempotency key in one workspace names one job of a kind.
+        Index(
+            "uq_jobs_idempotency",
+            "workspace_id",
+            "kind",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index("ix_jobs_workspace_created", "workspace_id", text("created_at DESC")),
+        # A workspace's jobs in one status, newest first (list --status): the page is read
+        # off the index, however many jobs of other statuses the workspace holds.
+        Index(
+            "ix_jobs_workspace_status_created",
+            "workspace_id",
+            "status",
+            text("created_at DESC"),
+            "id",
+        ),
+        # Queue state: queued and running counts and the oldest queued job, from the
+        # unfinished rows only (a few thousand entries, not one a job ever run) ...
+        Index(
+            "ix_jobs_unfinished_status_created",
+            "status",
+            "created_at",
+            postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
+        ),
+        # ... and the jobs that failed lately (its ``failed`` counts the last hour).
+        Index(
+            "ix_jobs_failed_finished",
+            "finished_at",
+            postgresql_where=text(f"status = {JobStatus.failed.sql}"),
+        ),
+        Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+        # The reconciler's selection: unfinished rows, least recently touched first.
+        Index(
+            "ix_jobs_unfinished_updated",
+            "updated_at",
+            postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
+        ),
+        # The stuck jobs, for the queue state's count (0005): a handful, if any.
+        Index("ix_jobs_stuck", "stuck_since", postgresql_where=text("stuck_since IS NOT NULL")),
+        # A schedule's runs, newest first: its job listing and its keep step (0003).
+        Index(
+            "ix_jobs_schedule_created",
+            "schedule_id",
+            text("created_at DESC"),
+            postgresql_where=text("schedule_id IS NOT NULL"),
+        ),
+    )
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    workspace_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default=JobStatus.queued)
+    actor_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    correlation_id: Mapped[str] = mapped_column(Text, nullable=False)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    summary: Mapped[str | None] = mapped_column(Text)
+    total: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    processed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    succeeded: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    skipped: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    progress_message: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    result_content_type: Mapped[str | None] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(Text)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    workflow_id: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    run_id: Mapped[str | None] = mapped_column(Text)
+    # Attempts of the job's work started, and those that failed without progress (the
+    # ones its budget counts; a handover or a death after progress is not one).
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    attempts_failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # The job whose failed items this one retries (issue: retry what failed).
+    source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    # The Temporal Schedule whose firing started the job; NULL for a job started by hand.
+    schedule_id: Mapped[str | None] = mapped_column(Text)
+    # Since when the job's workflow tasks keep failing, and as what (the failure's type):
+    # set and cleared by the reconciler (0005).
+    stuck_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stuck_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = created_now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = created_now()
+
+
+class JobItem(Base):
+    """One unit of a job's work, snapshotted when the job was created; its state is
+    written in the same transaction as the work it records. Generic, so that every kind
+    shares one table, one listing and one retry: ``ref`` is what the item is about (a
+    page), ``label`` its name at the snapshot (a title), ``done_at_snapshot`` whether its
+    goal already held then (the page had the tag), ``detail`` what else the kind froze
+    (an exported page's content)."""
+
+    __tablename__ = "job_items"
+    __table_args__ = (
+        PrimaryKeyConstraint("job_id", "ordinal"),
+        CheckConstraint(f"state IN {sql_list(ItemState)}", name="state"),
+        # A job's items in one state, in order: listings filtered by state, retries.
+        Index("ix_job_items_job_state_ordinal", "job_id", "state", "ordinal"),
+    )
+    job_id: Mapped[uuid.UUID] = mapped_column(UUID, ForeignKey("jobs.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    ref: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    label: Mapped[str | None] = mapped_column(Text)
+    done_at_snapshot: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default=ItemState.pending)
+    error_code: Mapped[str | None] = mapped_column(Text)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

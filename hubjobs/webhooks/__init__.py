@@ -1,0 +1,1 @@
+"""Completion webhooks: signing a delivery and the destinations one may go to."""

@@ -1,0 +1,75 @@
+"""The app factory: one FastAPI app of the routers, the request guard and the error
+handlers; with a client given it uses that one, otherwise it connects at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from hubjobs.settings import Settings
+from starter.api import contract, events, health, items, jobs, schedules
+from starter.api.codec import CodecCors, codec_router
+from starter.api.docs_pages import install_docs
+from starter.api.errors import CODEC_ERRORS, install_error_handlers
+from starter.api.guard import RequestGuard
+from starter.api.kind_schemas import install_kind_schemas
+from starter.api.tokens import TokenVerifier
+from starter.client import HubJobsClient
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's OpenAPI id is its route function's name (``start_job``): what a
+    generated client names its methods."""
+    return route.name
+
+
+def create_app(settings: Settings | None = None, client: HubJobsClient | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if client is not None:
+            app.state.client = client
+            yield
+            return
+        app.state.client = await HubJobsClient.connect(settings)
+        try:
+            yield
+        finally:
+            await app.state.client.close()
+
+    app = FastAPI(
+        title="hubjobs",
+        version="1",
+        summary="Durable background jobs for the knowledge hub (FHIR bulk-data style).",
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        docs_url=None,  # served offline instead (install_docs)
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.verifier = TokenVerifier(settings)
+    if client is not None:
+        app.state.client = client
+    for router in (
+        jobs.router,
+        events.router,
+        items.router,
+        schedules.router,
+        health.router,
+        contract.router,
+    ):
+        app.include_router(router)
+    if settings.payload_codec:
+        # Temporal's codec endpoint, for the UI and the CLI (see starter/api/codec.py).
+        codec, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
+        app.include_router(codec)
+        app.add_middleware(CodecCors, origins=origins)
+    install_docs(app)
+    install_kind_schemas(app)
+    app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
+    install_error_handlers(app)
+    return app

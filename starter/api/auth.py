@@ -1,0 +1,76 @@
+"""Who calls: the bearer token's actor, scoped to the workspace in the path; every route
+but /health and /contract depends on it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from hubjobs.schedules.definition import (
+    SCHEDULE_ID_MAX_LENGTH,
+    SCHEDULE_ID_PATTERN,
+)
+from starter.api.tokens import TokenVerifier
+from starter.client import HubJobsClient, WorkspaceJobs
+from starter.schedules import WorkspaceSchedules
+
+# The OpenAPI security scheme (HTTP bearer, a JWT): a generated client sends the header.
+# auto_error off: the token is checked by the verifier, with the API's own codes and
+# messages (401 unauthorized, "a bearer token is required"), not FastAPI's 403.
+BEARER = HTTPBearer(
+    auto_error=False, bearerFormat="JWT", description="A JWT whose `sub` is the actor's id"
+)
+
+
+def bearer_header(
+    request: Request,
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+) -> str | None:
+    """The Authorization header as sent (the verifier reads its scheme and token)."""
+    return request.headers.get("authorization")
+
+
+BearerHeader = Annotated[str | None, Depends(bearer_header)]
+
+
+async def jobs_for(
+    request: Request,
+    workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
+    authorization: BearerHeader,
+) -> WorkspaceJobs:
+    """The workspace's jobs as the token's actor sees them. A token checked against a
+    configured key is checked here, on the loop (microseconds of CPU); one that may need
+    an identity provider's keys fetched (JWKS) is checked in a thread, where the fetch
+    may block."""
+    hub: HubJobsClient = request.app.state.client
+    verifier: TokenVerifier = request.app.state.verifier
+    if verifier.key_set is None:
+        actor = verifier.actor_of(authorization)
+    else:
+        actor = await run_in_threadpool(verifier.actor_of, authorization)
+    return hub.scope(workspace_id, actor)
+
+
+Jobs = Annotated[WorkspaceJobs, Depends(jobs_for)]
+
+
+def schedules_for(jobs: Jobs) -> WorkspaceSchedules:
+    """The workspace's schedules, for the same actor, authorised like its jobs."""
+    return jobs.schedules
+
+
+Schedules = Annotated[WorkspaceSchedules, Depends(schedules_for)]
+
+
+ScheduleId = Annotated[
+    str,
+    Path(
+        description="The schedule's id, <kind>-schedule-<uuid>",
+        max_length=SCHEDULE_ID_MAX_LENGTH,
+        pattern=SCHEDULE_ID_PATTERN,
+    ),
+]

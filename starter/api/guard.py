@@ -1,0 +1,144 @@
+"""The outermost layer of every request (RequestGuard)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from asyncio import FIRST_COMPLETED
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hubjobs.errors import (
+    INTERNAL_ERROR,
+    Unavailable,
+)
+from hubjobs.observability.logs import log_failure
+from starter.api.errors import INTERNAL_MESSAGE, MAX_BODY_BYTES, error
+
+log = logging.getLogger("starter.api")
+access_log = logging.getLogger("hubjobs.api.access")
+
+
+class RequestGuard:
+    """The outermost layer of every request, below Starlette's own error middleware:
+
+    - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
+    - a request that has not started its answer within ``budget`` seconds is answered
+      503 ``unavailable`` at once, and what it waited on is cancelled (0: no budget);
+    - an exception nothing else handled becomes 500 ``internal_error`` here, logged
+      with ``describe_failure`` (type and frames, no message): it never goes further
+      up, where the server would log it with its message;
+    - one access line a request: method, the route's template, status, duration.
+    """
+
+    def __init__(self, app: ASGIApp, budget: float = 0.0) -> None:
+        self.app = app
+        self.budget = budget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            replay = await self._read_body(scope, receive)
+            if replay is None:
+                too_large = error(413, "payload_too_large", "the request body is too large")
+                await too_large(scope, receive, sending)
+            else:
+                await self._within_budget(scope, replay, sending)
+        except Exception as err:
+            log_failure(log, "API call failed", err)
+            if status == 0:
+                await error(500, INTERNAL_ERROR, INTERNAL_MESSAGE)(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "(no route)"
+            access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method", "-"),
+                route,
+                status,
+                (time.monotonic() - started) * 1000,
+            )
+
+    async def _within_budget(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Runs the request; past the budget with no answer started, answers 503 and
+        leaves the request to its cancellation (what it sends then goes nowhere). Once
+        the answer has started (a file streaming, an event stream) the budget is over."""
+        if self.budget <= 0:
+            await self.app(scope, receive, send)
+            return
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cut = False
+
+        async def sending(message: Message) -> None:
+            if cut:
+                return
+            if message["type"] == "http.response.start" and not started.done():
+                started.set_result(None)
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, sending))
+        try:
+            await asyncio.wait({task, started}, timeout=self.budget, return_when=FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is going away: so is the request
+            task.cancel()
+            raise
+        if task.done() or started.done():
+            await task
+            return
+        cut = True
+        task.cancel()
+        task.add_done_callback(_consume_outcome)
+        log.warning("API call past its budget of %.1f s: answered 503", self.budget)
+        unavailable = error(503, Unavailable.code, "the service did not answer in time; try again")
+        await unavailable(scope, receive, send)
+
+    @staticmethod
+    async def _read_body(scope: Scope, receive: Receive) -> Receive | None:
+        """The body read up front (at most ``MAX_BODY_BYTES``, else None), handed on."""
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > MAX_BODY_BYTES:
+                        return None
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return None
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        return replay
+
+
+def _consume_outcome(task: asyncio.Future[None]) -> None:
+    """A request cut at its budget ends in the background: its outcome is not news."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("API call ended after its budget: %s", type(task.exception()).__name__)

@@ -1,0 +1,93 @@
+"""A job's items (keyset-paged) and a finished export's files (streamed)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path as FilePath
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
+
+from hubjobs.errors import (
+    JobNotFound,
+)
+from hubjobs.kinds.page_export import CONTENT_TYPE as EXPORT_CONTENT_TYPE
+from hubjobs.readmodel.status import ItemState
+from hubjobs.readmodel.views import ItemPage
+from starter.api.auth import Jobs
+from starter.api.errors import ERRORS
+from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL
+
+FILE_CHUNK_BYTES = 256 * 1024
+router = APIRouter(tags=["items and files"])
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs/{job_id}/items",
+    response_model=ItemPage,
+    responses={**ERRORS},
+    summary="The job's items in order (each page's id, title, state, code and "
+    "message), keyset-paged: pass `next` as `after` for the following page",
+)
+async def job_items(
+    jobs: Jobs,
+    job_id: uuid.UUID,
+    state: Annotated[ItemState | None, Query(description="Only items in this state")] = None,
+    after: Annotated[
+        int,
+        Query(ge=0, le=MAX_ORDINAL, description="The ordinal to start after (a `next`)"),
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_ITEMS_PAGE)] = 100,
+) -> ItemPage:
+    return await jobs.items(job_id, state=state, after=after, limit=limit)
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs/{job_id}/files/{name}",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "A file of a finished export (one page a line), streamed",
+            "content": {EXPORT_CONTENT_TYPE: {"schema": {"type": "string"}}},
+        },
+        **ERRORS,
+    },
+    summary="Download a file listed in an export's manifest",
+)
+async def job_file(
+    jobs: Jobs,
+    job_id: uuid.UUID,
+    name: Annotated[str, Path(description="A file name from the manifest's output")],
+) -> StreamingResponse:
+    return await stream_file(await jobs.export_file(job_id, name), name)
+
+
+async def stream_file(path: FilePath, name: str) -> StreamingResponse:
+    """The file, streamed a chunk at a time. Opened before the answer starts: removed
+    after that (its job expired), it is still read whole; removed before, it is gone
+    (404, as a job that is)."""
+    try:
+        handle = await asyncio.to_thread(path.open, "rb")
+    except FileNotFoundError:
+        raise JobNotFound("no such file of a job in this workspace") from None
+    size = os.fstat(handle.fileno()).st_size
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await asyncio.to_thread(handle.read, FILE_CHUNK_BYTES):
+                yield chunk
+        finally:
+            handle.close()
+
+    return StreamingResponse(
+        chunks(),
+        media_type=EXPORT_CONTENT_TYPE,
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{name}"',
+        },
+    )

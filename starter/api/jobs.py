@@ -1,0 +1,210 @@
+"""The jobs of a workspace: start one of a kind, read one (202 while it runs, its result
+when done: FHIR bulk data's asynchronous pattern), list them, cancel, retry."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from hubjobs.domain.text import (
+    KEY_MAX_LENGTH,
+    KEY_PATTERN,
+    KIND_PATTERN,
+)
+from hubjobs.errors import (
+    JobFailed,
+    NotFound,
+)
+from hubjobs.kinds.page_export import PAGE_EXPORT, absolute_manifest
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.schedules.definition import (
+    SCHEDULE_ID_MAX_LENGTH,
+    SCHEDULE_ID_PATTERN,
+)
+from starter.api.auth import Jobs
+from starter.api.bodies import no_duplicate_keys
+from starter.api.errors import ERRORS, error
+from starter.api.resources import (
+    JobPage,
+    JobResource,
+    JobResourceFields,
+    job_cursor,
+    read_job_cursor,
+    status_url,
+)
+
+RETRY_AFTER_SECONDS = 2
+router = APIRouter(tags=["jobs"])
+
+
+@router.post(
+    "/workspaces/{workspace_id}/jobs/{kind}",
+    status_code=202,
+    response_model=JobResource,
+    responses={**ERRORS},
+    summary="Start a job of a kind (course_tagging, backup, …)",
+    dependencies=[Depends(no_duplicate_keys)],
+)
+async def start_job(
+    jobs: Jobs,
+    kind: Annotated[str, Path(description="The job kind", max_length=64, pattern=KIND_PATTERN)],
+    payload: Annotated[dict[str, Any], Body(description="The kind's payload")],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            description="Same key, same job: 1 to 128 characters of "
+            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_idempotency_key)",
+            min_length=1,
+            max_length=KEY_MAX_LENGTH,
+            pattern=KEY_PATTERN,
+        ),
+    ] = None,
+    x_correlation_id: Annotated[
+        str | None,
+        Header(
+            description="Carried into traces and logs: 1 to 128 characters of "
+            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
+            min_length=1,
+            max_length=KEY_MAX_LENGTH,
+            pattern=KEY_PATTERN,
+        ),
+    ] = None,
+) -> JSONResponse:
+    job = await jobs.start(
+        kind, payload, correlation_id=x_correlation_id, idempotency_key=idempotency_key
+    )
+    return JSONResponse(
+        JobResource.of(job).model_dump(mode="json"),
+        status_code=202,
+        headers={"Content-Location": status_url(job)},
+    )
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs",
+    response_model=JobPage,
+    responses={**ERRORS},
+    summary="The workspace's jobs, newest first, keyset-paged: pass `next` as `before` "
+    "for the following page",
+)
+async def list_jobs(
+    jobs: Jobs,
+    status: Annotated[JobStatus | None, Query()] = None,
+    schedule_id: Annotated[
+        str | None,
+        Query(
+            description="Only the runs of this schedule",
+            max_length=SCHEDULE_ID_MAX_LENGTH,
+            pattern=SCHEDULE_ID_PATTERN,
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    before: Annotated[
+        str | None,
+        Query(description="A previous page's `next`: the jobs after it", max_length=200),
+    ] = None,
+) -> JobPage:
+    found = await jobs.list(
+        status=status,
+        schedule_id=schedule_id,
+        limit=limit,
+        before=None if before is None else read_job_cursor(before),
+    )
+    return JobPage(
+        jobs=[JobResource.of(job) for job in found],
+        next=job_cursor(found[-1]) if len(found) == limit else None,
+    )
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs/{job_id}",
+    responses={
+        200: {
+            "description": "Finished: the job's result, in its content type",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        202: {
+            "model": JobResource,
+            "description": "Still running (see X-Progress)",
+            "headers": {
+                "X-Progress": {"schema": {"type": "string"}},
+                "Retry-After": {"schema": {"type": "string"}},
+            },
+        },
+        **ERRORS,
+    },
+    response_class=Response,
+    summary="The job's status: 202 while it runs, its result when done",
+)
+async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Response:
+    job = await jobs.get(job_id)
+    if not job.is_final:
+        progress = f"{job.processed}/{job.total}"
+        if job.progress_message:
+            progress += f" {job.progress_message}"
+        return JSONResponse(
+            JobResource.of(job).model_dump(mode="json"),
+            status_code=202,
+            headers={"X-Progress": progress, "Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    if job.status == JobStatus.cancelled:
+        return error(404, "job_cancelled", "the job was cancelled")
+    if job.status == JobStatus.failed:
+        return error(422, job.error_code or JobFailed.code, job.error_message or "the job failed")
+    result = job.result or {}
+    base_url = request.app.state.settings.api_base_url
+    if job.kind == PAGE_EXPORT.name and base_url and result:
+        result = absolute_manifest(result, base_url)
+    return Response(
+        json.dumps(result),
+        status_code=200,
+        media_type=job.result_content_type or "application/json",
+    )
+
+
+@router.delete(
+    "/workspaces/{workspace_id}/jobs/{job_id}",
+    status_code=202,
+    response_model=JobResource,
+    responses={**ERRORS},
+    summary="Cancel the job (a no-op once it has finished)",
+)
+async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResourceFields:
+    job = await jobs.get(job_id)
+    if job.status == JobStatus.cancelled:
+        raise NotFound("the job was cancelled", code="job_cancelled")
+    return JobResource.of(await jobs.cancel(job_id))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/jobs/{job_id}/retry",
+    status_code=202,
+    response_model=JobResource,
+    responses={**ERRORS},
+    summary="Run a finished job's failed items again, as a new job of its kind "
+    "(the same one for every retry of the same job)",
+)
+async def retry_job(
+    jobs: Jobs,
+    job_id: uuid.UUID,
+    x_correlation_id: Annotated[
+        str | None,
+        Header(
+            description="Carried into traces and logs: 1 to 128 characters of "
+            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
+            min_length=1,
+            max_length=KEY_MAX_LENGTH,
+            pattern=KEY_PATTERN,
+        ),
+    ] = None,
+) -> JSONResponse:
+    job = await jobs.retry(job_id, correlation_id=x_correlation_id)
+    return JSONResponse(
+        JobResource.of(job).model_dump(mode="json"),
+        status_code=202,
+        headers={"Content-Location": status_url(job)},
+    )

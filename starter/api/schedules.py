@@ -1,0 +1,100 @@
+"""A workspace's job schedules: create, list, show, pause, unpause, trigger, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+
+from starter.api.auth import ScheduleId, Schedules
+from starter.api.bodies import no_duplicate_keys
+from starter.api.errors import ERRORS
+from starter.api.resources import ScheduleRequest, ScheduleResource, schedule_url
+
+router = APIRouter(tags=["schedules"])
+
+
+@router.post(
+    "/workspaces/{workspace_id}/schedules",
+    status_code=201,
+    response_model=ScheduleResource,
+    responses={**ERRORS},
+    summary="Create a schedule of jobs of a kind (cron or interval)",
+    dependencies=[Depends(no_duplicate_keys)],
+)
+async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONResponse:
+    view = await schedules.create(
+        body.kind,
+        cron=body.cron,
+        every=body.every,
+        time_zone=body.time_zone,
+        payload=body.payload,
+        keep=body.keep,
+    )
+    return JSONResponse(
+        ScheduleResource.of(view).model_dump(mode="json"),
+        status_code=201,
+        headers={"Location": schedule_url(view)},
+    )
+
+
+@router.get(
+    "/workspaces/{workspace_id}/schedules",
+    response_model=list[ScheduleResource],
+    responses={**ERRORS},
+    summary="The workspace's schedules, newest first",
+)
+async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
+    return [ScheduleResource.of(view) for view in await schedules.list()]
+
+
+@router.get(
+    "/workspaces/{workspace_id}/schedules/{schedule_id}",
+    response_model=ScheduleResource,
+    responses={**ERRORS},
+    summary="One schedule: its definition, next firings and recent runs",
+)
+async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+    return ScheduleResource.of(await schedules.get(schedule_id))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/schedules/{schedule_id}/pause",
+    response_model=ScheduleResource,
+    responses={**ERRORS},
+    summary="Pause the schedule (a run under way goes on)",
+)
+async def pause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+    return ScheduleResource.of(await schedules.pause(schedule_id))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/schedules/{schedule_id}/unpause",
+    response_model=ScheduleResource,
+    responses={**ERRORS},
+    summary="Let a paused schedule fire again",
+)
+async def unpause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+    return ScheduleResource.of(await schedules.unpause(schedule_id))
+
+
+@router.post(
+    "/workspaces/{workspace_id}/schedules/{schedule_id}/trigger",
+    status_code=202,
+    response_model=ScheduleResource,
+    responses={**ERRORS},
+    summary="Fire now (422 schedule_running while a run of the schedule is still going)",
+)
+async def trigger_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+    return ScheduleResource.of(await schedules.trigger(schedule_id))
+
+
+@router.delete(
+    "/workspaces/{workspace_id}/schedules/{schedule_id}",
+    status_code=204,
+    response_class=Response,
+    responses={**ERRORS},
+    summary="Delete the schedule from Temporal (its jobs stay)",
+)
+async def delete_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Response:
+    await schedules.delete(schedule_id)
+    return Response(status_code=204)

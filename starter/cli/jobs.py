@@ -1,0 +1,354 @@
+"""The job commands: start each kind, follow, list, inspect, retry and cancel jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hubjobs.domain.text import printable
+from hubjobs.errors import (
+    HubJobsError,
+)
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import ItemPage, JobView
+from starter.client import WorkspaceJobs
+
+if TYPE_CHECKING:
+    from rich.table import Table
+from starter.cli.common import (
+    ActorOpt,
+    JsonOpt,
+    WorkspaceOpt,
+    _scoped,
+    command,
+    run,
+)
+from starter.cli.output import err, follow, job_json, out, print_job, print_json
+
+commands = typer.Typer()
+
+
+def start_job(
+    workspace: uuid.UUID | None,
+    actor: uuid.UUID | None,
+    start: Callable[[WorkspaceJobs], Awaitable[JobView]],
+    *,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Starts a job, follows it with ``--wait`` (a progress bar on a terminal), prints it;
+    exit 1 when a followed job did not succeed."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            job = await start(jobs)
+            if wait:
+                job = await follow(jobs, job, show_bar=not as_json and err().is_terminal)
+            return job
+
+    job = run(go())
+    print_job(job, as_json)
+    if wait and job.status != JobStatus.succeeded:
+        raise typer.Exit(1)
+
+
+@commands.command("tag-course")
+@command
+def tag_course(
+    root_page: Annotated[uuid.UUID, typer.Option("--root-page", help="Root page of the course.")],
+    tag: Annotated[str, typer.Option(help="The tag to add to every page.")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    correlation_id: Annotated[str | None, typer.Option(help="Carried into logs.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tag every page of a course."""
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_course_tagging(
+            root_page_id=root_page,
+            tag=tag,
+            idempotency_key=idempotency_key,
+            correlation_id=correlation_id,
+        ),
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+@commands.command()
+@command
+def backup(
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR)."""
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_backup(idempotency_key=idempotency_key),
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+@commands.command()
+@command
+def export(
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    root_page: Annotated[
+        uuid.UUID | None,
+        typer.Option("--root-page", help="Root page of a course; the whole workspace without."),
+    ] = None,
+    pages_per_file: Annotated[
+        int | None,
+        typer.Option("--pages-per-file", min=1, max=100_000, help="Pages a file (default 1000)."),
+    ] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export a course, or the whole workspace, as NDJSON files of pages; the result is
+    a FHIR bulk-data manifest whose files the API serves."""
+    start_job(
+        workspace,
+        actor,
+        lambda jobs: jobs.start_page_export(
+            root_page_id=root_page,
+            pages_per_file=pages_per_file,
+            idempotency_key=idempotency_key,
+        ),
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+@commands.command()
+@command
+def retry(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the retry to finish.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a finished job's failed items again, as a new job of the same kind (the same
+    one each time for the same JOB)."""
+    start_job(workspace, actor, lambda jobs: jobs.retry(job_id), wait=wait, as_json=as_json)
+
+
+@commands.command()
+@command
+def status(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.get(job_id)
+
+    print_job(run(go()), as_json)
+
+
+def jobs_table(found: list[JobView]) -> Table:
+    from rich.table import Table
+
+    table = Table("id", "kind", "status", "done", "created", "summary")
+    for job in found:
+        table.add_row(
+            str(job.id),
+            job.kind,
+            job.status,
+            f"{job.processed}/{job.total}",
+            job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            job.summary or "",
+        )
+    return table
+
+
+async def watch_list(
+    read: Callable[[], Awaitable[list[JobView]]], interval: float, as_json: bool
+) -> None:
+    """Reads the list every ``interval`` seconds until interrupted: a live table on a
+    terminal, else the list again (a JSON array a line with ``--json``) when it changed."""
+    if not as_json and out().is_terminal:
+        from rich.live import Live
+
+        with Live(jobs_table(await read()), console=out(), auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval)
+                live.update(jobs_table(await read()), refresh=True)
+    last: list[dict[str, object]] | None = None
+    while True:
+        views = await read()
+        found = [job_json(job) for job in views]
+        if found != last:
+            if as_json:
+                sys.stdout.write(json.dumps(found) + "\n")
+            else:
+                out().print(jobs_table(views))
+            sys.stdout.flush()
+            last = found
+        await asyncio.sleep(interval)
+
+
+@commands.command("list")
+@command
+def list_jobs(
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    schedule: Annotated[
+        str | None, typer.Option("--schedule", help="Only the runs of this schedule.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Keep the list up to date until interrupted.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between reads with --watch.")
+    ] = 2.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a workspace's jobs, newest first."""
+    statuses = [s.value for s in JobStatus]
+    if status is not None and status not in statuses:
+        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
+
+    async def go() -> list[JobView]:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+
+            async def read() -> list[JobView]:
+                return await jobs.list(
+                    status=None if status is None else JobStatus(status),
+                    kind=kind,
+                    schedule_id=schedule,
+                    limit=limit,
+                )
+
+            if watch:
+                await watch_list(read, interval, as_json)
+            return await read()
+
+    try:
+        found = run(go())
+    except KeyboardInterrupt:  # the end of --watch
+        return
+    if as_json:
+        print_json([job_json(job) for job in found])
+    else:
+        out().print(jobs_table(found))
+
+
+@commands.command()
+@command
+def items(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    state: Annotated[
+        str | None, typer.Option(help="Only items in this state (e.g. failed).")
+    ] = None,
+    after: Annotated[
+        int, typer.Option(min=0, help="Start after this ordinal (a previous page's next).")
+    ] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a job's items (each page's outcome, code and message), in order, a page
+    at a time."""
+
+    async def go() -> ItemPage:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.items(job_id, state=state, after=after, limit=limit)
+
+    page = run(go())
+    if as_json:
+        print_json(page.model_dump(mode="json"))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("#", "page", "title", "state", "code", "message")
+    for item in page.items:
+        # Titles are the hub's users' text: printed as text, never as markup.
+        table.add_row(
+            str(item.ordinal),
+            str(item.ref or ""),
+            Text(printable(item.label or "")),
+            item.state.value,
+            item.error_code or "",
+            Text(item.error_message or ""),
+        )
+    out().print(table)
+    if page.next is not None:
+        out().print(f"more: --after {page.next}")
+
+
+@commands.command()
+@command
+def cancel(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    reason: Annotated[str | None, typer.Option(help="Why, for the record.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ask a job to stop; work already done stays done."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            return await jobs.cancel(job_id, reason=reason)
+
+    print_job(run(go()), as_json)
+
+
+@commands.command()
+@command
+def watch(
+    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Follow a job to its end: a progress bar, or one JSON line per change."""
+
+    async def go() -> JobView:
+        client, jobs = await _scoped(workspace, actor)
+        async with client:
+            if not as_json:
+                return await follow(jobs, await jobs.get(job_id), show_bar=True)
+            last = None
+            async for job in jobs.watch(job_id):
+                sys.stdout.write(json.dumps(job_json(job)) + "\n")
+                sys.stdout.flush()
+                last = job
+            assert last is not None
+            return last
+
+    job = run(go())
+    if not as_json:
+        print_job(job, False)

@@ -1,0 +1,149 @@
+"""What an operator runs: migrations, the API server, tokens, codec keys, the health
+check, restore."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from starter.client import HubJobsClient
+
+if TYPE_CHECKING:
+    pass
+from starter.cli.common import (
+    ActorOpt,
+    JsonOpt,
+    actor_of,
+    command,
+    run,
+    settings_now,
+)
+from starter.cli.output import out, print_json
+
+commands = typer.Typer()
+
+
+@commands.command()
+@command
+def migrate(as_json: JsonOpt = False) -> None:
+    """Apply the database migrations (HUBJOBS_DATABASE_URL), e.g. before workers start."""
+    from hubjobs.db.engine import sync_engine
+    from hubjobs.db.migrate import schema_version, upgrade
+
+    url = settings_now().resolved_database_url()
+    upgrade(url)
+    engine = sync_engine(url)
+    with engine.connect() as conn:
+        version = schema_version(conn)
+    engine.dispose()
+    if as_json:
+        print_json({"schema_version": version})
+    else:
+        out().print(f"schema at {version}")
+
+
+@commands.command()
+@command
+def api() -> None:
+    """Serve the HTTP API (HUBJOBS_API_HOST, HUBJOBS_API_PORT) until interrupted."""
+    import uvicorn
+
+    from hubjobs.observability.logs import setup_logging
+    from starter.api import create_app
+
+    settings = settings_now()
+    setup_logging(json_lines=settings.log_json, level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        # The app writes its own access line (the route's template, not the path and
+        # query as sent: those are the caller's text).
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@commands.command()
+@command
+def token(
+    actor: ActorOpt = None,
+    ttl: Annotated[int, typer.Option(help="Seconds the token is valid.", min=1)] = 3600,
+    as_json: JsonOpt = False,
+) -> None:
+    """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
+    from starter.api.tokens import mint
+
+    value = mint(actor_of(actor), settings_now(), ttl_seconds=ttl)
+    if as_json:
+        print_json({"token": value})
+    else:
+        sys.stdout.write(value + "\n")
+
+
+@commands.command("codec-key")
+@command
+def codec_key(
+    key_id: Annotated[str, typer.Option("--id", help="The new key's id, e.g. 2026-05.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a new AES-256 key entry (kid:base64key) to add to HUBJOBS_CODEC_KEYS."""
+    from hubjobs.temporal.codec import new_key_entry
+
+    entry = new_key_entry(key_id)
+    if as_json:
+        print_json({"key_id": key_id, "entry": entry})
+    else:
+        sys.stdout.write(entry + "\n")
+
+
+@commands.command()
+@command
+def health(as_json: JsonOpt = False) -> None:
+    """Check that PostgreSQL and Temporal answer (exit 1 if not): for container health checks."""
+    from starter.api.health import check_health
+
+    async def go() -> Any:
+        client = await HubJobsClient.connect(settings_now())
+        async with client:
+            return await check_health(client)
+
+    report = run(go())
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        out().print(f"database {report.database}, temporal {report.temporal}")
+    if report.status != "ok":
+        raise typer.Exit(1)
+
+
+@commands.command()
+@command
+def restore(
+    archive: Annotated[Path, typer.Argument(metavar="ARCHIVE", help="A backup archive.")],
+    database_url: Annotated[str, typer.Option(help="An empty database to restore into.")],
+    attachments_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild an empty database and its attachment files from an archive."""
+    from hubjobs.ops.restore import restore as restore_archive
+
+    folder = attachments_dir or settings_now().resolved_attachments_dir
+    report = restore_archive(archive, database_url, folder)
+    if as_json:
+        print_json(report.as_dict())
+        return
+    out().print(f"Restored backup {report.backup_id} of {report.created_at}")
+    for table, rows in report.tables.items():
+        out().print(f"  {table:24} {rows:>10} rows")
+    out().print(
+        f"  {'attachments':24} {report.attachments:>10} files ({report.attachment_bytes} bytes)"
+    )
+    out().print(f"Schema {report.archive_schema_version} -> {report.schema_version}")

@@ -1,0 +1,127 @@
+"""What a command prints: whole values as text or JSON, a progress bar on a terminal,
+and errors as one plain line on stderr with their exit code (2 for what the caller
+got wrong, 1 otherwise). rich is imported on first use: `--json` never loads it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from hubjobs.errors import (
+    UnknownKind,
+)
+from hubjobs.readmodel.views import CLI_JOB_FIELDS, JobView
+from starter.client import WorkspaceJobs
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+# Off a terminal (piped, logged) nothing is cut to 80 columns: ids, links and paths are
+# pasted from there. Tables take the width their values need, not this one.
+UNBOUNDED_WIDTH = 100_000
+
+
+@functools.cache
+def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=UNBOUNDED_WIDTH)
+    return console
+
+
+def out() -> Console:
+    """The console of what a command prints as text (rich, imported on first use)."""
+    return _console(False)
+
+
+def err() -> Console:
+    """The console of progress bars and error lines."""
+    return _console(True)
+
+
+CALLER_CODES = frozenset({UnknownKind.code})
+
+
+_json_errors = False
+
+
+def errors_as_json(on: bool) -> None:
+    """With ``--json`` an error is ``{"error": {"code", "message"}}`` on stderr."""
+    global _json_errors
+    _json_errors = on
+
+
+def error_line(message: str, code: str) -> None:
+    if _json_errors:
+        sys.stderr.write(json.dumps({"error": {"code": code, "message": message}}) + "\n")
+        return
+    err().print(
+        f"error: {message} [{code}]",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,  # one line, however long, whatever the terminal's width
+    )
+
+
+def exit_code_of(code: str) -> int:
+    return 2 if code.startswith("invalid") or code in CALLER_CODES else 1
+
+
+def job_json(job: JobView) -> dict[str, Any]:
+    data = job.model_dump(mode="json")
+    return {key: data[key] for key in CLI_JOB_FIELDS}
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+def print_job(job: JobView, as_json: bool) -> None:
+    if as_json:
+        print_json(job_json(job))
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in job_json(job).items():
+        if value is not None:
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    out().print(table)
+
+
+async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobView:
+    """Waits for the job, with a progress bar on a terminal."""
+    if not show_bar:
+        return await jobs.wait(job.id)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=32),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err(),
+    ) as bar:
+        task = bar.add_task(job.kind, total=job.total or None)
+        async for current in jobs.watch(job.id, interval=0.25):
+            bar.update(
+                task,
+                total=current.total or None,
+                completed=current.processed,
+                description=f"{current.kind} ({current.status})",
+            )
+            job = current
+    if job.progress_message:
+        err().print(job.progress_message, markup=False, highlight=False)
+    return job

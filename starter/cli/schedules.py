@@ -1,0 +1,221 @@
+"""`hubjobs schedule …`: recurring jobs, each a Temporal Schedule whose every firing is a
+job."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hubjobs.errors import (
+    InvalidPayload,
+)
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient
+
+if TYPE_CHECKING:
+    from hubjobs.schedules.definition import ScheduleView
+    from starter.schedules import WorkspaceSchedules
+from starter.cli.common import (
+    ActorOpt,
+    JsonOpt,
+    R,
+    WorkspaceOpt,
+    command,
+    run,
+    scope_of,
+)
+from starter.cli.output import out, print_json
+
+schedule_app = typer.Typer(
+    name="schedule",
+    help="Recurring jobs: each schedule is a Temporal Schedule whose every firing is a job.",
+    no_args_is_help=True,
+)
+
+
+ScheduleArg = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedule's id.")]
+
+
+async def _schedules(
+    workspace: uuid.UUID | None, actor: uuid.UUID | None
+) -> tuple[HubJobsClient, WorkspaceSchedules]:
+    workspace_id, actor_id = scope_of(workspace, actor)
+    client = await HubJobsClient.connect(Settings())
+    return client, client.schedules(workspace_id, actor_id)
+
+
+def schedule_json(view: ScheduleView) -> dict[str, Any]:
+    return view.model_dump(mode="json") | {"timing": view.timing.describe()}
+
+
+def print_schedule(view: ScheduleView, as_json: bool) -> None:
+    if as_json:
+        print_json(schedule_json(view))
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in schedule_json(view).items():
+        if key in ("cron", "every_seconds", "time_zone") or value in (None, [], {}):
+            continue
+        if key == "recent_runs":
+            value = ", ".join(str(run["job_id"]) for run in value)
+        elif key == "next_runs":
+            value = ", ".join(value[:3])
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    out().print(table)
+
+
+def on_schedules(
+    workspace: uuid.UUID | None,
+    actor: uuid.UUID | None,
+    act: Callable[[WorkspaceSchedules], Awaitable[R]],
+) -> R:
+    async def go() -> R:
+        client, schedules = await _schedules(workspace, actor)
+        async with client:
+            return await act(schedules)
+
+    return run(go())
+
+
+@schedule_app.command("create")
+@command
+def schedule_create(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="The job kind (backup, …).")],
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    cron: Annotated[
+        str | None,
+        typer.Option(help='When, as a cron expression: "0 3 * * *" is 03:00 every day.'),
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option(help="When, as an interval instead: 30s, 15m, 1h30m, 7d.")
+    ] = None,
+    time_zone: Annotated[
+        str | None,
+        typer.Option("--time-zone", help="The cron expression's IANA time zone (default UTC)."),
+    ] = None,
+    payload: Annotated[
+        str | None, typer.Option(help="The kind's payload, a JSON object (default {}).")
+    ] = None,
+    keep: Annotated[
+        int | None,
+        typer.Option(help="Keep the newest N successful runs; older ones expire."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run jobs of a kind on a schedule.
+
+    The actor must stay an enabled administrator of the workspace: every firing checks
+    it again, and a firing refused is a failed job with the refusal's code."""
+    parsed: Any = None
+    if payload is not None:
+        try:
+            parsed = json.loads(payload)
+        except ValueError:
+            raise InvalidPayload("the payload is not valid JSON") from None
+        if not isinstance(parsed, dict):
+            raise InvalidPayload("the payload must be a JSON object")
+    view = on_schedules(
+        workspace,
+        actor,
+        lambda schedules: schedules.create(
+            kind, cron=cron, every=every, time_zone=time_zone, payload=parsed, keep=keep
+        ),
+    )
+    print_schedule(view, as_json)
+
+
+@schedule_app.command("list")
+@command
+def schedule_list(
+    workspace: WorkspaceOpt = None, actor: ActorOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List a workspace's schedules, newest first."""
+    found = on_schedules(workspace, actor, lambda schedules: schedules.list())
+    if as_json:
+        print_json([schedule_json(view) for view in found])
+        return
+    from rich.table import Table
+
+    table = Table("kind", "when", "keep", "paused", "next run")
+    table.add_column("id", no_wrap=True)
+    for view in found:
+        table.add_row(
+            view.kind,
+            view.timing.describe(),
+            str(view.keep or ""),
+            "yes" if view.paused else "no",
+            view.next_runs[0].strftime("%Y-%m-%d %H:%M:%S") if view.next_runs else "",
+            view.id,
+        )
+    out().print(table)
+
+
+@schedule_app.command("show")
+@command
+def schedule_show(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one schedule: its definition, next firings and recent runs' jobs."""
+    print_schedule(on_schedules(workspace, actor, lambda s: s.get(schedule)), as_json)
+
+
+@schedule_app.command("pause")
+@command
+def schedule_pause(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stop the firings until unpaused (a run under way goes on)."""
+    print_schedule(on_schedules(workspace, actor, lambda s: s.pause(schedule)), as_json)
+
+
+@schedule_app.command("unpause")
+@command
+def schedule_unpause(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Let a paused schedule fire again."""
+    print_schedule(on_schedules(workspace, actor, lambda s: s.unpause(schedule)), as_json)
+
+
+@schedule_app.command("trigger")
+@command
+def schedule_trigger(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fire now (refused with schedule_running while a run of it is still going)."""
+    print_schedule(on_schedules(workspace, actor, lambda s: s.trigger(schedule)), as_json)
+
+
+@schedule_app.command("delete")
+@command
+def schedule_delete(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove the schedule from Temporal; its jobs stay."""
+    on_schedules(workspace, actor, lambda s: s.delete(schedule))
+    if as_json:
+        print_json({"deleted": schedule})
+    else:
+        out().print(f"deleted {schedule}")

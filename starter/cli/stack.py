@@ -1,0 +1,286 @@
+"""The embedded stack and the demo, for development: up, down, a worker, demo data,
+the demo job."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hubjobs.errors import Unavailable
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
+from hubjobs.settings import DEV_SECRET_FILE, PROFILE_FILE, Settings
+from starter.client import HubJobsClient
+
+if TYPE_CHECKING:
+    pass
+from starter.cli.common import (
+    JsonOpt,
+    R,
+    command,
+    run,
+    settings_now,
+)
+from starter.cli.output import err, follow, job_json, out, print_job, print_json
+
+commands = typer.Typer()
+
+
+@commands.command()
+@command
+def up(
+    worker: Annotated[
+        bool, typer.Option("--worker", help="Start a background worker too (`down` stops it).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start (or find running) the embedded PostgreSQL and Temporal dev server.
+
+    A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
+    (`port_taken`) when someone else holds one: workers keep the addresses they read."""
+    from hubjobs.devstack import embedded
+
+    s = settings_now()
+    wanted_codec = codec_endpoint(s) if s.payload_codec else None
+    info = embedded.up(
+        s.home,
+        postgres_port=s.postgres_port,
+        temporal_port=s.temporal_port,
+        ui_port=s.temporal_ui_port,
+        ui_codec_endpoint=wanted_codec,
+    )
+    codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
+    metrics_url = metrics_url_of(s)
+    write_dev_secret(s)
+    if worker:
+        from hubjobs.devstack.background_worker import start_worker
+
+        start_worker(s.home)
+    if as_json:
+        print_json(
+            {
+                "database_url": info.database_url,
+                "temporal_address": info.temporal_address,
+                "ui_url": info.ui_url,
+                "metrics_url": metrics_url,
+                "ui_codec_endpoint": codec,
+            }
+        )
+    else:
+        out().print(f"PostgreSQL   {info.database_url}")
+        out().print(f"Temporal     {info.temporal_address}")
+        out().print(f"Temporal UI  {info.ui_url}")
+        out().print(f"Metrics      {metrics_url}  (served by a running worker)")
+        if codec:
+            out().print(f"UI codec     {codec}  (served by `hubjobs api`)")
+    if codec != wanted_codec:
+        err().print(
+            f"note: the running Temporal UI decodes payloads at {codec or 'no endpoint'}, "
+            f"not {wanted_codec or 'none'}: `hubjobs down` then `hubjobs up` to change it",
+            markup=False,
+            highlight=False,
+        )
+
+
+def write_dev_secret(settings: Settings) -> None:
+    """A token secret for the embedded stack (HUBJOBS_HOME/dev-token-secret, readable by
+    its owner only), so `hubjobs token` and `hubjobs api` work as they are; never
+    written, nor read, while a token key is configured."""
+    if settings.api_jwt_secret or settings.api_jwt_public_key or settings.api_jwks_url:
+        return
+    path = settings.home / DEV_SECRET_FILE
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+
+
+def metrics_url_of(settings: Settings) -> str | None:
+    """The worker's metrics endpoint (None when HUBJOBS_METRICS_PORT=0 turns it off)."""
+    if not settings.metrics_port:
+        return None
+    return f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+
+
+def codec_endpoint(settings: Settings) -> str:
+    """Where the embedded UI's browser reaches the API's codec endpoint."""
+    host = settings.api_host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{settings.api_port}/codec"
+
+
+@commands.command()
+@command
+def down(as_json: JsonOpt = False) -> None:
+    """Stop the background worker and the embedded stack.
+
+    Their data and addresses stay in the state folder: the next `hubjobs up` brings the
+    stack back on the same ports."""
+    from hubjobs.devstack import embedded
+    from hubjobs.devstack.background_worker import stop_worker
+
+    stop_worker(settings_now().home)
+    embedded.down(settings_now().home)
+    if as_json:
+        print_json({"stopped": True})
+    else:
+        out().print("stopped")
+
+
+@commands.command()
+@command
+def worker() -> None:
+    """Run a worker until interrupted (same as `python worker.py`)."""
+    import worker as worker_module
+    from hubjobs.observability.logs import setup_logging
+
+    settings = settings_now()
+    setup_logging(json_lines=settings.log_json, level=settings.log_level)
+    run(worker_module.run(settings))
+
+
+def write_profile(settings: Settings, ids: dict[str, Any]) -> Path:
+    """Records the demo's workspace, actor and course in HUBJOBS_HOME: the CLI's defaults
+    from then on (flags and HUBJOBS_WORKSPACE / HUBJOBS_ACTOR override them)."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    path = settings.home / PROFILE_FILE
+    path.write_text(json.dumps(ids, indent=2) + "\n")
+    return path
+
+
+async def _seed(pages: int) -> dict[str, Any]:
+    from hubjobs.db.engine import async_engine
+    from hubjobs.devstack.demo_data import seed_demo as seed
+
+    engine = async_engine(settings_now().resolved_database_url(), pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            course = await seed(conn, pages)
+    finally:
+        await engine.dispose()
+    return {
+        "workspace_id": str(course.workspace_id),
+        "actor_id": str(course.actor_id),
+        "root_page_id": str(course.root_page_id),
+        "pages": pages,
+    }
+
+
+@commands.command("seed-demo")
+@command
+def seed_demo(
+    pages: Annotated[int, typer.Option(min=1, max=1_000_000, help="Pages in the course.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a workspace, an administrator and a course of N pages; they become the
+    CLI's defaults (HUBJOBS_HOME/profile.json)."""
+    ids = run(_seed(pages))
+    write_profile(settings_now(), ids)
+    if as_json:
+        print_json(ids)
+    else:
+        for key, value in ids.items():
+            out().print(f"{key:14} {value}")
+
+
+async def _unless_worker_exits(home: Path, pid: int, work: Awaitable[R]) -> R:
+    """``work``, unless the background worker exits first (a job would then wait for
+    ever): refused as ``unavailable``, pointing at the worker's log."""
+    from hubjobs.devstack.background_worker import LOG_FILE
+    from hubjobs.devstack.embedded import pid_alive
+
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.5)
+        if not task.done() and not pid_alive(pid):
+            task.cancel()
+            raise Unavailable(f"the worker exited; its output is in {home / LOG_FILE}")
+    return task.result()
+
+
+def next_steps(settings: Settings, ids: dict[str, Any], job: JobView) -> dict[str, Any]:
+    """What the demo leaves running and the commands to try next."""
+    from hubjobs.devstack import embedded
+
+    stack = embedded.read_stack(settings.home)
+    ui = stack.ui_url if stack else None
+    return {
+        "workspace_id": ids["workspace_id"],
+        "actor_id": ids["actor_id"],
+        "root_page_id": ids["root_page_id"],
+        "ui_url": ui
+        and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job.workflow_id}",
+        "metrics_url": metrics_url_of(settings),
+        "next": [
+            "hubjobs list",
+            f"hubjobs tag-course --root-page {ids['root_page_id']} --tag week-2 --wait",
+            f"hubjobs items {job.id}",
+        ],
+    }
+
+
+def print_next_steps(steps: dict[str, Any]) -> None:
+    rows = [
+        ("Workspace", steps["workspace_id"]),
+        ("Actor", steps["actor_id"]),
+        ("Root page", steps["root_page_id"]),
+        ("Temporal UI", steps["ui_url"]),
+        ("Metrics", steps["metrics_url"]),
+    ]
+    out().print()
+    for label, value in rows:
+        if value is not None:
+            out().print(f"{label:12} {value}", markup=False, highlight=False)
+    out().print("\nA worker keeps serving (`hubjobs down` or `make down` stops it). Try:")
+    for line in steps["next"]:
+        out().print(f"  {line}", markup=False, highlight=False)
+
+
+@commands.command()
+@command
+def demo(
+    pages: Annotated[int, typer.Option(min=1, max=1_000_000)] = 500,
+    tag: str = "onboarding-2026",
+    as_json: JsonOpt = False,
+) -> None:
+    """Seed a demo course (its workspace and actor become the CLI's defaults), start a
+    background worker and tag the course with it; the worker keeps serving."""
+    from hubjobs.devstack.background_worker import start_worker
+    from hubjobs.kinds.course_tagging import COURSE_TAGGING
+
+    # Refused before anything is seeded.
+    COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
+    settings = settings_now()
+    ids = run(_seed(pages))
+    write_profile(settings, ids)
+    pid = start_worker(settings.home)
+
+    async def go() -> JobView:
+        client = await HubJobsClient.connect(settings)
+        async with client:
+            jobs = client.scope(uuid.UUID(ids["workspace_id"]), uuid.UUID(ids["actor_id"]))
+            root = uuid.UUID(ids["root_page_id"])
+            job = await jobs.start_course_tagging(root_page_id=root, tag=tag)
+            if not as_json:
+                out().print(f"Started {job.summary}  (job {job.id})", markup=False)
+            return await _unless_worker_exits(
+                settings.home, pid, follow(jobs, job, show_bar=not as_json)
+            )
+
+    job = run(go())
+    steps = next_steps(settings, ids, job)
+    if as_json:
+        print_json(job_json(job) | {"demo": steps, "ui_url": steps["ui_url"]})
+    else:
+        print_job(job, False)
+        print_next_steps(steps)
+    if job.status != JobStatus.succeeded:
+        raise typer.Exit(1)

@@ -1,0 +1,296 @@
+"""Starting, reading and cancelling jobs through the client on the real servers: refused
+starts leave nothing behind, idempotency keys give one job, and one workspace never
+sees another's jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+
+from hubjobs.devstack.demo_data import DemoCourse, create_account, create_course, create_workspace
+from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient
+from tests.support.helpers import edit
+
+TAG = "Onboarding-2026"
+
+
+async def _count(engine: AsyncEngine, table: str) -> int:
+    async with engine.connect() as conn:
+        n: int = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+    return n
+
+
+async def _workflows_on_queue(temporal: Client, settings: Settings) -> int:
+    return len([wf async for wf in temporal.list_workflows(f'TaskQueue = "{settings.task_queue}"')])
+
+
+async def _workflows_with_id(temporal: Client, workflow_id: str) -> int:
+    """Runs with this id as visibility lists them. Visibility lags a start a little, so
+    wait (boundedly) for the first run to show before counting."""
+    deadline = time.monotonic() + 10
+    while True:
+        runs = [wf async for wf in temporal.list_workflows(f'WorkflowId = "{workflow_id}"')]
+        if runs or time.monotonic() > deadline:
+            return len(runs)
+        await asyncio.sleep(0.1)
+
+
+async def _account(
+    engine: AsyncEngine,
+    workspace_id: uuid.UUID,
+    *,
+    role: str = "administrator",
+    enabled: bool = True,
+) -> uuid.UUID:
+    async with engine.begin() as conn:
+        return await create_account(conn, workspace_id, role=role, enabled=enabled)
+
+
+async def _workspace_with_course(engine: AsyncEngine, pages: int) -> tuple[uuid.UUID, uuid.UUID]:
+    """Another workspace and the root page of a course in it."""
+    async with engine.begin() as conn:
+        workspace_id = await create_workspace(conn, "Elsewhere")
+        root = (await create_course(conn, workspace_id, pages, title="Elsewhere"))[0]
+    return workspace_id, root
+
+
+async def _assert_refused(
+    engine: AsyncEngine,
+    temporal: Client,
+    settings: Settings,
+    start: Callable[[], Awaitable[object]],
+    error_type: type[HubJobsError],
+    code: str,
+) -> None:
+    with pytest.raises(error_type) as caught:
+        await start()
+    assert caught.value.code == code
+    # A plain message a person can read, never a stack trace or SQL.
+    assert caught.value.message and "Traceback" not in caught.value.message
+    assert "SELECT" not in caught.value.message.upper()
+    assert await _count(engine, "jobs") == 0
+    assert await _count(engine, "job_items") == 0
+    assert await _workflows_on_queue(temporal, settings) == 0
+
+
+async def test_refused_starts_leave_nothing_behind(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    course: DemoCourse,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    root = course.root_page_id
+    reader = await _account(engine, course.workspace_id, role="reader")
+    editor = await _account(engine, course.workspace_id, role="editor")
+    disabled = await _account(engine, course.workspace_id, enabled=False)
+    other_workspace, other_root = await _workspace_with_course(engine, 3)
+    outsider = await _account(engine, other_workspace)
+    trashed_root = course.page_ids[2]
+    await edit(engine, trashed_root, trashed=True)
+
+    def start(
+        workspace: uuid.UUID, actor: uuid.UUID, page: uuid.UUID = root, tag: str = TAG
+    ) -> Callable[[], Awaitable[object]]:
+        return lambda: hub.scope(workspace, actor).start_course_tagging(root_page_id=page, tag=tag)
+
+    ws, admin = course.workspace_id, course.actor_id
+    cases: list[tuple[Callable[[], Awaitable[object]], type[HubJobsError], str]] = [
+        (start(uuid.uuid4(), admin), NotFound, "workspace_not_found"),
+        (start(ws, reader), Forbidden, "actor_not_administrator"),
+        (start(ws, editor), Forbidden, "actor_not_administrator"),
+        # Not an enabled member: the same answer as a workspace that does not exist.
+        (start(ws, disabled), NotFound, "workspace_not_found"),
+        (start(ws, outsider), NotFound, "workspace_not_found"),
+        (start(ws, uuid.uuid4()), NotFound, "workspace_not_found"),
+        (start(ws, admin, page=uuid.uuid4()), NotFound, "page_not_found"),
+        (start(ws, admin, page=other_root), NotFound, "page_not_found"),
+        (start(ws, admin, page=trashed_root), InvalidInput, "page_trashed"),
+        (start(ws, admin, tag=""), InvalidInput, "invalid_payload"),
+        (start(ws, admin, tag="   \t "), InvalidInput, "invalid_payload"),
+        (start(ws, admin, tag="x" * 65), InvalidInput, "invalid_payload"),
+        (start(ws, admin, tag="bell\x07"), InvalidInput, "invalid_payload"),
+        (start(ws, admin, tag="a\nb"), InvalidInput, "invalid_payload"),
+        (
+            lambda: hub.scope(ws, admin).start("no_such_kind", {}),
+            InvalidInput,
+            "unknown_kind",
+        ),
+        (
+            lambda: hub.scope(ws, admin).start(
+                "course_tagging", {"root_page_id": str(root), "tag": TAG, "extra": 1}
+            ),
+            InvalidInput,
+            "invalid_payload",
+        ),
+    ]
+    for run, error_type, code in cases:
+        await _assert_refused(engine, temporal, settings, run, error_type, code)
+
+    # The same starts, put right, are accepted: the refusals were about what they named.
+    ok = await hub.scope(ws, admin).start_course_tagging(root_page_id=root, tag="x" * 64)
+    assert ok.status == "queued" and ok.payload["tag"] == "x" * 64
+    assert await _count(engine, "jobs") == 1
+    await temporal.get_workflow_handle(ok.workflow_id).terminate("test over")
+
+
+async def test_a_reader_cannot_take_over_an_idempotency_key(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
+) -> None:
+    """A start with a key an administrator used is still a start: a reader or an
+    outsider is refused, and does not get the existing job back."""
+    admin_jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await admin_jobs.start_course_tagging(
+        root_page_id=course.root_page_id, tag=TAG, idempotency_key="key-1"
+    )
+    reader = await _account(engine, course.workspace_id, role="reader")
+    outsider_workspace, _ = await _workspace_with_course(engine, 1)
+    outsider = await _account(engine, outsider_workspace)
+    for actor, code in ((reader, "actor_not_administrator"), (outsider, "workspace_not_found")):
+        with pytest.raises(HubJobsError) as caught:
+            await hub.scope(course.workspace_id, actor).start_course_tagging(
+                root_page_id=course.root_page_id, tag=TAG, idempotency_key="key-1"
+            )
+        assert caught.value.code == code
+    assert await _count(engine, "jobs") == 1
+    await temporal.get_workflow_handle(job.workflow_id).terminate("test over")
+
+
+async def test_the_same_idempotency_key_gives_the_same_job(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client, worker: None
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    first = await jobs.start_course_tagging(
+        root_page_id=course.root_page_id, tag=TAG, idempotency_key="sequential"
+    )
+    second = await jobs.start_course_tagging(
+        root_page_id=course.root_page_id, tag=TAG, idempotency_key="sequential"
+    )
+    assert second.id == first.id and second.workflow_id == first.workflow_id
+
+    # Two starts at once with one key: one row, one workflow, one run of the job.
+    a, b = await asyncio.gather(
+        jobs.start_course_tagging(
+            root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+        ),
+        jobs.start_course_tagging(
+            root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+        ),
+    )
+    assert a.id == b.id
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(text("SELECT count(*) FROM jobs WHERE idempotency_key = 'together'"))
+        ).scalar_one()
+        items = (
+            await conn.execute(
+                text("SELECT count(*) FROM job_items WHERE job_id = :id"), {"id": a.id}
+            )
+        ).scalar_one()
+    assert rows == 1
+    assert items == 30
+    assert await _workflows_with_id(temporal, a.workflow_id) == 1
+
+    done = await jobs.wait(a.id, timeout=60)
+    assert done.status == "succeeded"
+    assert (done.processed, done.succeeded) == (30, 30)
+    # Every page got the tag once: one revision per page, not two.
+    async with engine.connect() as conn:
+        revisions = (
+            await conn.execute(
+                text("SELECT count(*) FROM page_revisions WHERE change_summary = :s"),
+                {"s": "Course tag Concurrent added"},
+            )
+        ).scalar_one()
+    assert revisions == 30
+    assert await _workflows_with_id(temporal, a.workflow_id) == 1
+    # A start with the key after the job finished still names the finished job.
+    again = await jobs.start_course_tagging(
+        root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+    )
+    assert again.id == a.id and again.status == "succeeded"
+    assert await _workflows_with_id(temporal, a.workflow_id) == 1
+    assert (await jobs.wait(first.id, timeout=60)).status == "succeeded"
+
+
+async def test_the_row_is_queued_as_soon_as_the_start_returns(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT status, total, started_at FROM jobs WHERE id = :id"), {"id": job.id}
+            )
+        ).one()
+    assert (row.status, row.total, row.started_at) == ("queued", 30, None)
+    assert (await jobs.get(job.id)).status == "queued"
+    assert await _workflows_with_id(temporal, job.workflow_id) == 1
+    await temporal.get_workflow_handle(job.workflow_id).terminate("test over")
+
+
+async def test_one_workspace_never_sees_another_workspaces_jobs(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
+) -> None:
+    a = course.workspace_id
+    job = await hub.scope(a, course.actor_id).start_course_tagging(
+        root_page_id=course.root_page_id, tag=TAG
+    )
+    b, b_root = await _workspace_with_course(engine, 2)
+    b_reader = await _account(engine, b, role="reader")
+    b_admin = await _account(engine, b)
+    b_job = await hub.scope(b, b_admin).start_course_tagging(root_page_id=b_root, tag=TAG)
+
+    with pytest.raises(NotFound) as not_found:
+        await hub.scope(b, b_reader).get(job.id)
+    assert not_found.value.code == "job_not_found"
+    with pytest.raises(NotFound) as forbidden:
+        await hub.scope(a, b_reader).get(job.id)
+    assert forbidden.value.code == "workspace_not_found"
+    with pytest.raises(NotFound) as forbidden_list:
+        await hub.scope(a, b_reader).list()
+    assert forbidden_list.value.code == "workspace_not_found"
+    with pytest.raises(NotFound) as not_found_cancel:
+        await hub.scope(b, b_admin).cancel(job.id)
+    assert not_found_cancel.value.code == "job_not_found"
+
+    assert [j.id for j in await hub.scope(b, b_reader).list()] == [b_job.id]
+    assert [j.id for j in await hub.scope(a, course.actor_id).list()] == [job.id]
+
+    # A reader of A reads A's jobs but cannot cancel them.
+    a_reader = await _account(engine, a, role="reader")
+    reader_jobs = hub.scope(a, a_reader)
+    assert (await reader_jobs.get(job.id)).id == job.id
+    assert [j.id for j in await reader_jobs.list()] == [job.id]
+    with pytest.raises(Forbidden) as not_admin:
+        await reader_jobs.cancel(job.id)
+    assert not_admin.value.code == "actor_not_administrator"
+    assert (await reader_jobs.get(job.id)).cancel_requested_at is None
+
+    for workflow_id in (job.workflow_id, b_job.workflow_id):
+        await temporal.get_workflow_handle(workflow_id).terminate("test over")
+
+
+async def test_cancelling_a_finished_job_changes_nothing(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, worker: None
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    done = await jobs.wait(job.id, timeout=60)
+    assert done.status == "succeeded"
+
+    after = await jobs.cancel(job.id, reason="too late")
+    assert after.status == "succeeded"
+    assert after.cancel_requested_at is None and after.cancel_requested_by is None
+    again = await jobs.get(job.id)
+    assert again == done

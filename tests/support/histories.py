@@ -1,0 +1,28 @@
+"""Recording workflow histories for the replay test.
+
+Set HUBJOBS_RECORD_HISTORIES=1 and run the tests that call ``record`` to refresh the
+files in tests/histories/; commit them when a workflow change is meant to be
+compatible with runs already in flight. Each recording is named after the generation
+of the workflow code that made it (``<name>_v2.json``): a new generation adds files
+and never overwrites an older one's, which must keep replaying while runs recorded
+by that code may still be open (files without a suffix are the first generation)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio.client import WorkflowHandle
+
+FOLDER = Path(__file__).resolve().parents[1] / "histories"
+# Bump when a workflow change makes new runs' histories differ (a ``workflow.patched``).
+# v3: lifecycle steps hand over to any worker (``lifecycle-steps-hand-over``).
+GENERATION = "v3"
+
+
+async def record(handle: WorkflowHandle[object, object], name: str) -> None:
+    if os.environ.get("HUBJOBS_RECORD_HISTORIES") != "1":
+        return
+    history = await handle.fetch_history()
+    FOLDER.mkdir(exist_ok=True)
+    (FOLDER / f"{name}_{GENERATION}.json").write_text(history.to_json())

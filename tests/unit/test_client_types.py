@@ -1,0 +1,44 @@
+"""The Python client refuses a ``str`` where it declares a ``uuid.UUID`` (issue 19), with
+a ``TypeError`` that names the argument, before it connects to anything: a string id
+used to reach the database and come back as "the root page does not exist"."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from hubjobs.settings import Settings
+from starter.client import HubJobsClient
+
+WS, ACTOR, PAGE = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+
+
+def client() -> HubJobsClient:
+    # Nothing answers there: a call that got as far as connecting would fail otherwise.
+    return HubJobsClient(settings=Settings(database_url="postgresql://x@127.0.0.1:1/x"))
+
+
+@pytest.mark.parametrize(
+    ("workspace", "actor", "name"),
+    [(str(WS), ACTOR, "workspace_id"), (WS, str(ACTOR), "actor_id"), (WS, 7, "actor_id")],
+)
+def test_a_scope_takes_uuids(workspace: Any, actor: Any, name: str) -> None:
+    with pytest.raises(TypeError, match=rf"{name} must be a uuid\.UUID, not "):
+        client().scope(workspace, actor)
+
+
+async def test_a_start_takes_a_uuid_root_page() -> None:
+    jobs = client().scope(WS, ACTOR)
+    with pytest.raises(TypeError, match=r"root_page_id must be a uuid\.UUID, not str"):
+        await jobs.start_course_tagging(root_page_id=str(PAGE), tag="exam")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"root_page_id must be a uuid\.UUID or None, not str"):
+        await jobs.start_page_export(root_page_id=str(PAGE))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call", ["get", "cancel", "items", "retry"])
+async def test_job_calls_take_a_uuid_job_id(call: str) -> None:
+    jobs = client().scope(WS, ACTOR)
+    with pytest.raises(TypeError, match=r"job_id must be a uuid\.UUID, not str"):
+        await getattr(jobs, call)(str(uuid.uuid4()))

@@ -1,0 +1,52 @@
+"""What a generated client reads from the OpenAPI document: a bearer security scheme on
+every workspace route (not a header parameter), each kind's payload and result as
+schemas, the error codes as an enum (tests/unit/test_error_codes.py), named
+operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hubjobs.kinds import REGISTRY
+from hubjobs.settings import Settings
+from starter.api.app import create_app
+
+
+def document() -> dict[str, Any]:
+    schema: dict[str, Any] = create_app(Settings()).openapi()
+    return schema
+
+
+def test_workspace_routes_use_the_bearer_scheme() -> None:
+    schema = document()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "A JWT whose `sub` is the actor's id",
+    }
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            names = [p["name"].lower() for p in operation.get("parameters", [])]
+            assert "authorization" not in names, path
+            if path.startswith("/workspaces/"):
+                assert operation["security"] == [{"HTTPBearer": []}], path
+
+
+def test_each_kind_has_its_payload_and_result() -> None:
+    schema = document()
+    components = schema["components"]["schemas"]
+    start = schema["paths"]["/workspaces/{workspace_id}/jobs/{kind}"]["post"]
+    body = start["requestBody"]["content"]["application/json"]["schema"]
+    done = schema["paths"]["/workspaces/{workspace_id}/jobs/{job_id}"]["get"]["responses"]["200"]
+    result = done["content"]["application/json"]["schema"]
+    for kind in REGISTRY:
+        payload_ref = f"#/components/schemas/{kind.payload.__name__}"
+        result_ref = f"#/components/schemas/{kind.result.__name__}"
+        assert body["x-kind-payloads"][kind.name] == {"$ref": payload_ref}
+        assert result["x-kind-results"][kind.name] == {"$ref": result_ref}
+        assert {"$ref": payload_ref} in body["anyOf"] and {"$ref": result_ref} in result["anyOf"]
+        assert components[kind.payload.__name__]["type"] == "object"
+        published = kind.result.model_json_schema(mode="serialization")["properties"]
+        assert components[kind.result.__name__]["properties"].keys() == published.keys()
+    assert components["CourseTaggingPayload"]["required"] == ["root_page_id", "tag"]

@@ -1,0 +1,62 @@
+"""Eager activity dispatch, turned off for one activity at a time.
+
+The server may hand an activity a workflow task schedules straight back to the worker
+that completed the task (eager dispatch: no trip through the task queue). That is what
+a time slice's next attempt wants, and exactly what the attempt after a handover does
+not: its worker just found it cannot reach the database. The SDK (1.35) has no
+per-activity option for it, only a per-worker one, so the worker's workflow
+interceptor (``NoEagerDispatch``) sets the command's ``disable_eager_execution`` for an
+activity the workflow starts inside ``not_eagerly()``. Replay is unaffected: the flag is
+not part of what the SDK checks for determinism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from temporalio import workflow
+from temporalio.worker import (
+    Interceptor,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+_EAGER = "_hubjobs_dispatch_eagerly"
+
+
+@contextmanager
+def not_eagerly() -> Iterator[None]:
+    """Activities started in the block go through the task queue (to whichever worker
+    polls), never eagerly to this worker."""
+    instance = workflow.instance()
+    setattr(instance, _EAGER, False)
+    try:
+        yield
+    finally:
+        setattr(instance, _EAGER, True)
+
+
+class NoEagerDispatch(Interceptor):
+    """The worker's interceptor that honours ``not_eagerly()``."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _Inbound
+
+
+class _Inbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_Outbound(outbound))
+
+
+class _Outbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        if not getattr(workflow.instance(), _EAGER, True):
+            input = dataclasses.replace(input, disable_eager_execution=True)
+        return super().start_activity(input)

@@ -1,0 +1,611 @@
+"""The lifecycle every job workflow shares, written once. A kind's workflow only names
+its kind and its work activity (see ``kind_workflow``).
+
+A job runs as attempts of its kind's work activity, each carrying on from the cursor
+of the one before. The first opens the read-model row, and the attempt that completes
+the work finishes it, so a small job is one activity and two workflow tasks. Between
+attempts the workflow judges each failure: only attempts that made no durable progress
+count against the kind's attempts (see hubjobs.temporal.failures); an attempt that
+handed its job over (time slice over, worker shutting down) costs nothing.
+
+Cancellation, by the ``cancel`` signal or from Temporal (the UI), is recorded in the
+read model, where the running attempt looks between its steps; the attempt then ends
+the job cancelled itself, its work done kept. The workflow finishes the row through a
+local activity only when no attempt can: a failure, or no attempt running.
+
+A worker that cannot reach the database hands the job over: its attempt returns after
+a bounded wait with when the outage began (``outage_since``), carried to the next
+attempt, which starts after a short pause and never eagerly on the same worker. A
+lifecycle step that its local activity cannot get through within the job's
+``lifecycle_local_seconds`` runs again as an ordinary activity, on any worker.
+
+Deterministic: no I/O here; activities are called by reference, their modules passed
+through the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+from temporalio import workflow
+from temporalio.common import Priority, RetryPolicy, VersioningBehavior
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.base import OUT_OF_REACH
+    from activities.job_steps import JobStepActivities
+    from hubjobs.domain.text import is_key
+    from hubjobs.kinds import JobKind
+    from hubjobs.readmodel.status import JobStatus
+    from hubjobs.readmodel.views import Counters
+    from hubjobs.temporal import search_attributes as sa
+    from hubjobs.temporal.failures import (
+        INVALID_PAYLOAD,
+        backoff_seconds,
+        exhausted_code,
+        judge,
+        message_for,
+    )
+    from hubjobs.temporal.handler_args import Refused, read_argument
+    from hubjobs.temporal.messages import (
+        CANCEL_SIGNAL,
+        PROGRESS_QUERY,
+        PROGRESS_SIGNAL,
+        CancelRequest,
+        Checkpoint,
+        FinishJob,
+        JobInput,
+        JobOptions,
+        JobOutcome,
+        JobProgress,
+        JobProgressReport,
+        RefusedStart,
+        StartInput,
+        WorkRequest,
+        WorkResult,
+        job_id_from_workflow_id,
+    )
+
+from workflows.dispatch import not_eagerly
+from workflows.versioning import declare_workflow
+
+# The read model must end up agreeing with Temporal: lifecycle writes retry until they land.
+LIFECYCLE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+)
+LOCAL_TIMEOUT = timedelta(seconds=60)
+# A lifecycle step its local activity did not get through in time (the workflow's worker
+# cannot reach the database) runs as an ordinary activity on whichever worker polls,
+# tried again a second after each failure until it lands. Patched: recorded histories
+# ran their steps as local activities only.
+LIFECYCLE_HANDOVER = "lifecycle-steps-hand-over"
+HANDED_OVER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=1.0, maximum_attempts=0
+)
+# The activity polls a worker keeps waiting (the SDK's default maximum): how many
+# attempts in a row an idle cut-off worker may get back after it handed one over.
+WORKER_POLLS = 5
+# A local step whose worker found it cannot reach the database is handed over at once.
+LOCAL_LIFECYCLE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+    non_retryable_error_types=[OUT_OF_REACH],
+)
+# One attempt per activity: the workflow, not Temporal's retry policy, decides what a
+# failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+ATTEMPT_TIMEOUT = timedelta(hours=6)
+# Patches: what a run started on this build does differently from one recorded before.
+# A job cancelled by signal closes as Canceled in Temporal, not Completed (the UI's list
+# then tells it from a success); before, such runs completed.
+CLOSE_CANCELLED_AS_CANCELED = "close-cancelled-as-canceled"
+
+W = TypeVar("W", bound="JobWorkflow")
+
+
+# Job workflows are pinned: a running job finishes on the build that started it. A job
+# lives for minutes or hours across many workflow tasks, and a new build may change the
+# lifecycle's commands; replaying its history on that build could fail it midway. A kind
+# whose workflow is one short step could auto-upgrade instead; none does today.
+JOB_VERSIONING = VersioningBehavior.PINNED
+
+
+def kind_workflow(
+    kind: JobKind[Any], *, versioning: VersioningBehavior
+) -> Callable[[type[W]], type[W]]:
+    """Declares a kind's workflow: its Temporal type comes from the kind's name, and its
+    versioning behaviour is stated where it is declared (pinned: stays on the build that
+    started it; auto-upgrade: moves to the current build at its next workflow task). See
+    workflows/versioning.py for the twin an unversioned worker runs."""
+    declare_versioned = declare_workflow(kind.workflow_type, versioning)
+
+    def declare(cls: type[W]) -> type[W]:
+        cls.kind = kind
+        return declare_versioned(cls)
+
+    return declare
+
+
+class FailJob(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code)
+        self.code = code
+        self.message = message
+
+
+class JobWorkflow:
+    """Base of every kind's workflow: subclasses set ``work`` (the kind's work activity,
+    by reference) and a ``@workflow.run`` that calls ``run_job``."""
+
+    kind: ClassVar[JobKind[Any]]
+    work: ClassVar[Callable[..., Any]]
+
+    def __init__(self) -> None:
+        self.job: JobInput | None = None
+        self.status = JobStatus.queued
+        self.counters = Counters()
+        self.message: str | None = None
+        self.cancel_request: CancelRequest | None = None
+        self.cursor: dict[str, Any] | None = None
+        self.progress_mark = 0
+        self.attempts = 0
+        self.attempts_failed = 0
+        self.stalls = 0
+        self.refused_signals = 0
+        self.outage_since: datetime | None = None
+        self.handovers = 0
+        self.running: workflow.ActivityHandle[WorkResult] | None = None
+
+    # --- signals and query ------------------------------------------------------
+    # Each takes its arguments untyped and reads them itself (hubjobs.temporal.handler_args):
+    # nothing sent from outside (the Temporal CLI, the UI, another SDK) can fail a
+    # workflow task. An argument that does not read is refused: logged, counted in the
+    # progress query's ``refused_signals``, and it changes nothing.
+
+    @workflow.signal(name=CANCEL_SIGNAL)
+    async def cancel(self, *args: Any) -> None:
+        """Cancellation: no argument, ``null``, ``{}`` or ``{"actor_id", "reason"}`` (who
+        asked, when known). Recorded in the read model at once, where the running
+        attempt looks between its steps. Once finished, a no-op."""
+        read = read_argument(CancelRequest, args, optional=True)
+        if isinstance(read, Refused):
+            self._refuse(CANCEL_SIGNAL, read)
+            return
+        if self.cancel_request is not None or self.status.is_final:
+            return
+        self.cancel_request = read.value
+        await self._record_cancel(read.value)
+
+    @workflow.signal(name=PROGRESS_SIGNAL)
+    def report_progress(self, *args: Any) -> None:
+        """How far the running attempt got (sent by attempts about once a second); a
+        report behind what is known already (a late one from an earlier attempt) is
+        ignored."""
+        read = read_argument(JobProgressReport, args)
+        if isinstance(read, Refused):
+            self._refuse(PROGRESS_SIGNAL, read)
+            return
+        report = read.value
+        behind = report.counters.processed < self.counters.processed
+        if self.status == JobStatus.running and not behind:
+            self.report(report.counters, report.message)
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self, *args: Any) -> JobProgress:
+        """The job's progress as of the last report; any argument is ignored."""
+        return JobProgress(
+            status=self.status,
+            counters=self.counters,
+            message=self.message,
+            cancel_requested=self.cancel_request is not None,
+            attempts=self.attempts,
+            attempts_failed=self.attempts_failed,
+            refused_signals=self.refused_signals,
+        )
+
+    def _refuse(self, name: str, refused: Refused) -> None:
+        self.refused_signals += 1
+        workflow.logger.warning(
+            "signal %s refused: %s", name, refused.reason, extra=self._log_ids()
+        )
+
+    def _log_ids(self) -> dict[str, str]:
+        if self.job is None:
+            return {}
+        return {"job_id": str(self.job.job_id), "correlation_id": self.job.correlation_id}
+
+    # --- the lifecycle ----------------------------------------------------------------
+
+    async def run_job(self, args: Sequence[Any]) -> JobOutcome:
+        """The input arrives as plain JSON (``StartInput``, the published contract) and
+        is read here: a service in another language that sends a bad one gets a workflow
+        failed at once with ``invalid_payload`` naming the field (and a failed row when
+        the job id and workspace can be read), never a workflow task retrying forever."""
+        job = await self._read_input(args)
+        self.job = job
+        if job.checkpoint is not None:
+            self._restore(job.checkpoint)
+        self.status = JobStatus.running
+        workflow.upsert_search_attributes(
+            [
+                sa.JOB_KIND.value_set(job.kind),
+                sa.WORKSPACE_ID.value_set(str(job.workspace_id)),
+                sa.JOB_ACTOR.value_set(str(job.actor_id)),
+                sa.JOB_ID.value_set(str(job.job_id)),
+                sa.JOB_STATUS.value_set(JobStatus.running),
+            ]
+        )
+        cancelled_in_temporal = False
+        try:
+            outcome = await self._attempt_until_done(job)
+        except asyncio.CancelledError:
+            cancelled_in_temporal = True
+            outcome = await self._cancelled_in_temporal()
+        except FailJob as failure:
+            workflow.logger.warning(
+                "job failed: %s",
+                failure.code,
+                extra={"job_id": str(job.job_id), "correlation_id": job.correlation_id},
+            )
+            outcome = await self._finish(JobStatus.failed, failure.code, failure.message)
+        self._close(outcome)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if outcome.status == JobStatus.cancelled:
+            if cancelled_in_temporal:
+                # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
+                # Canceled there too, now that the read model says so.
+                raise asyncio.CancelledError()
+            if workflow.patched(CLOSE_CANCELLED_AS_CANCELED):
+                await self._close_as_canceled()
+        if outcome.status == JobStatus.failed:
+            raise ApplicationError(
+                outcome.error_message or "", type=outcome.error_code, non_retryable=True
+            )
+        return outcome
+
+    async def _attempt_until_done(self, job: JobInput) -> JobOutcome:
+        options = job.options
+        while True:
+            if self.cancel_request is not None:
+                return await self._finish(JobStatus.cancelled)
+            self.attempts += 1
+            request = WorkRequest(
+                job=job,
+                cursor=self.cursor,
+                attempt=self.attempts,
+                attempts_failed=self.attempts_failed,
+                outage_since=self.outage_since,
+            )
+            with not_eagerly() if self.outage_since is not None else nullcontext():
+                self.running = workflow.start_activity_method(
+                    type(self).work,
+                    request,
+                    start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
+                    retry_policy=ONE_ATTEMPT,
+                    summary=f"{self.kind.title}, attempt {self.attempts}",
+                    priority=self._priority(job),
+                )
+            try:
+                # Shielded: cancelled from Temporal, the attempt is not cut mid-step; it
+                # sees the recorded request and ends the job itself.
+                result: WorkResult = await asyncio.shield(self.running)
+            except ActivityError as err:
+                self.running = None
+                await self._after_failure(err, job)
+                continue
+            self.running = None
+            if result.outcome is not None:
+                return result.outcome
+            # Handed over: carry on in a new attempt, at no cost.
+            if result.beat.progress > self.progress_mark:
+                self.stalls = 0
+            self.progress_mark = max(self.progress_mark, result.beat.progress)
+            self.cursor = result.beat.cursor
+            if result.outage_since is not None:
+                await self._after_handover(result.outage_since, options)
+            else:
+                self.outage_since = None
+                self.handovers = 0
+                self.report(result.counters, result.message)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+
+    async def _after_handover(self, since: datetime, options: JobOptions) -> None:
+        """The attempt's worker could not reach the database since ``since``: the next
+        attempt carries that on (the outage is measured across attempts) and starts
+        after a pause (a cancellation cuts it short), on whichever worker polls. The
+        task queue gives an attempt to the longest-waiting poll, so an idle cut-off
+        worker may well get the next few back, one for each of its polls (it hands them
+        over at once): the pause stays ``handover_pause_seconds`` for as many handovers
+        in a row as a worker has polls, then grows by as much every as many, up to the
+        longest wait between attempts, so that while no worker reaches the database
+        the handovers cost the history little."""
+        self.outage_since = since
+        self.handovers += 1
+        steps = 1 + (self.handovers - 1) // WORKER_POLLS
+        pause = min(options.handover_pause_seconds * steps, options.retry_max_seconds)
+        workflow.logger.info("attempt %d handed over: database out of reach", self.attempts)
+        if pause > 0:
+            try:
+                await workflow.wait_condition(
+                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=pause)
+                )
+            except TimeoutError:
+                pass
+
+    async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
+        """Judges a failed attempt; raises FailJob when the job must end, otherwise
+        waits out the backoff (a cancellation cuts it short)."""
+        judged = judge(err)
+        if judged.refusal is not None:
+            raise FailJob(judged.refusal, message_for(judged.refusal, judged.message))
+        if judged.beat is not None and judged.beat.cursor is not None:
+            self.cursor = judged.beat.cursor
+        # The row, not the last heartbeat (throttled, it may lag the last commit), says
+        # whether the attempt moved the job on.
+        progress: int = await self._lifecycle(
+            JobStepActivities.durable_progress, job.job_id, summary="Read how far the job got"
+        )
+        if progress > self.progress_mark:
+            self.progress_mark = progress
+            self.stalls = 0
+        else:
+            self.stalls += 1
+            self.attempts_failed += 1
+        workflow.logger.info(
+            "attempt %d failed (%s progress, %d in a row without)",
+            self.attempts,
+            "after" if self.stalls == 0 else "without",
+            self.stalls,
+        )
+        if self.stalls >= job.options.max_attempts:
+            code = exhausted_code(judged)
+            raise FailJob(code, message_for(code))
+        wait = backoff_seconds(self.stalls, job.options)
+        if wait > 0:
+            try:
+                await workflow.wait_condition(
+                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=wait)
+                )
+            except TimeoutError:
+                pass
+
+    async def _cancelled_in_temporal(self) -> JobOutcome:
+        """Cancelled from Temporal: record it where the attempt looks, let the running
+        attempt end the job (its work done kept), or end it here."""
+        if self.cancel_request is None:
+            self.cancel_request = CancelRequest(reason="cancelled in Temporal")
+            await self._record_cancel(self.cancel_request)
+        if self.running is not None:
+            try:
+                result = await self.running
+                if result.outcome is not None:
+                    return result.outcome
+            except ActivityError:
+                pass
+        return await self._finish(JobStatus.cancelled)
+
+    # --- local activities and bookkeeping ------------------------------------------------
+
+    async def _record_cancel(self, request: CancelRequest) -> None:
+        await workflow.wait_condition(lambda: self.job is not None)
+        assert self.job is not None
+        await self._lifecycle(
+            JobStepActivities.record_cancel_request,
+            self.job.job_id,
+            request,
+            summary="Record the cancellation request",
+        )
+
+    async def _finish(
+        self, status: JobStatus, code: str | None = None, message: str | None = None
+    ) -> JobOutcome:
+        assert self.job is not None
+        outcome: JobOutcome = await self._lifecycle(
+            JobStepActivities.finish_job,
+            FinishJob(
+                job_id=self.job.job_id,
+                status=status,
+                error_code=code,
+                error_message=message,
+                attempts=self.attempts,
+                attempts_failed=self.attempts_failed,
+            ),
+            summary=f"Finish the job as {status}",
+        )
+        return outcome
+
+    async def _lifecycle(self, step: Callable[..., Any], *args: Any, summary: str) -> Any:
+        """A lifecycle step, as a local activity on this worker (no task queue round
+        trip). Its attempts give up on a database this worker cannot reach (a retryable
+        ``database_out_of_reach``), and past the job's ``lifecycle_local_seconds`` the
+        step goes to whichever worker polls, as an ordinary activity tried until it
+        lands: a local activity would keep the workflow on this worker however long it
+        retried. A refusal (no such job) goes straight up either way."""
+        if not workflow.patched(LIFECYCLE_HANDOVER):
+            return await workflow.execute_local_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
+                summary=summary,
+            )
+        assert self.job is not None
+        bound = timedelta(seconds=self.job.options.lifecycle_local_seconds)
+        try:
+            return await workflow.execute_local_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=min(bound, LOCAL_TIMEOUT),
+                schedule_to_close_timeout=bound,
+                retry_policy=LOCAL_LIFECYCLE_RETRY,
+                summary=summary,
+            )
+        except (ActivityError, ApplicationError) as err:
+            # A local activity stopped by its non-retryable types fails with its own
+            # error, not one wrapped in an ActivityError.
+            cause = err.cause if isinstance(err, ActivityError) else err
+            if (
+                isinstance(cause, ApplicationError)
+                and cause.non_retryable
+                and cause.type != OUT_OF_REACH
+            ):
+                raise
+            workflow.logger.info("%s: handed to any worker", summary)
+        with not_eagerly():
+            handed = workflow.start_activity_method(
+                step,
+                args=args,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=HANDED_OVER_RETRY,
+                summary=f"{summary} (handed to any worker)",
+            )
+        return await handed
+
+    def _close(self, outcome: JobOutcome) -> None:
+        self.status = outcome.status
+        self.report(outcome.counters, outcome.error_message or outcome.status)
+        workflow.upsert_search_attributes([sa.JOB_STATUS.value_set(outcome.status)])
+
+    def report(self, counters: Counters, message: str | None) -> None:
+        """Progress for the query and the Temporal UI's current details."""
+        self.counters = counters
+        self.message = message or counters.describe()
+        workflow.set_current_details(
+            f"**{counters.processed} / {counters.total}** done: {counters.succeeded} succeeded, "
+            f"{counters.skipped} skipped, {counters.failed} failed"
+        )
+
+    def _priority(self, job: JobInput) -> Priority:
+        """The kind's priority and the workspace as fairness key, set on every attempt:
+        a job started straight through Temporal, with no priority of its own, gets
+        what a start through the client gets (hubjobs.temporal.launch.priority_of)."""
+        return Priority(
+            priority_key=self.kind.priority,
+            fairness_key=str(job.workspace_id) if job.options.fairness else None,
+        )
+
+    async def _read_input(self, args: Sequence[Any]) -> JobInput:
+        """The workflow's input as a JobInput, what a direct start left out filled in
+        (the job id and correlation id from the workflow id); refused with
+        ``invalid_payload`` naming the field, after a failed row when it can have one."""
+        read = read_argument(StartInput, args)
+        problem = read.reason if isinstance(read, Refused) else None
+        if not isinstance(read, Refused) and read.value.kind not in (None, self.kind.name):
+            problem = f"kind: this workflow runs {self.kind.name} jobs"
+        if problem is not None or isinstance(read, Refused):
+            message = f"The job's input is not valid: {problem}."
+            await self._record_refused_start(args, message)
+            raise ApplicationError(message, type=INVALID_PAYLOAD, non_retryable=True)
+        start = read.value
+        workflow_id = workflow.info().workflow_id
+        job_id = start.job_id or job_id_from_workflow_id(workflow_id, self.kind.name)
+        return JobInput(
+            job_id=job_id,
+            kind=self.kind.name,
+            workspace_id=start.workspace_id,
+            actor_id=start.actor_id,
+            correlation_id=start.correlation_id or _default_correlation_id(workflow_id, job_id),
+            payload=start.payload,
+            options=start.options,
+            checkpoint=start.checkpoint,
+        )
+
+    async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:
+        """A failed row for a refused input whose job id and workspace can be read, so
+        that the caller finds out why in the read model too."""
+        refused = _refused_start(args, self.kind.name, workflow.info().workflow_id, message)
+        if refused is None:
+            return
+        await workflow.execute_local_activity_method(
+            JobStepActivities.record_refused_start,
+            refused,
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Record the refused start",
+        )
+
+    async def _close_as_canceled(self) -> None:
+        """A job cancelled by signal: ask Temporal to cancel this run, so that it closes
+        as Canceled (a workflow cannot close itself so), then end when it arrives."""
+        info = workflow.info()
+        await workflow.execute_local_activity_method(
+            JobStepActivities.cancel_run,
+            args=[info.workflow_id, info.run_id],
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
+            summary="Close the run as cancelled",
+        )
+        await workflow.wait_condition(lambda: False)
+
+    def _checkpoint(self) -> Checkpoint:
+        return Checkpoint(
+            cursor=self.cursor,
+            progress=self.progress_mark,
+            attempts=self.attempts,
+            attempts_failed=self.attempts_failed,
+            stalls=self.stalls,
+            outage_since=self.outage_since,
+            handovers=self.handovers,
+        )
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        self.cursor = checkpoint.cursor
+        self.progress_mark = checkpoint.progress
+        self.attempts = checkpoint.attempts
+        self.attempts_failed = checkpoint.attempts_failed
+        self.stalls = checkpoint.stalls
+        self.outage_since = checkpoint.outage_since
+        self.handovers = checkpoint.handovers
+
+
+def _default_correlation_id(workflow_id: str, job_id: uuid.UUID) -> str:
+    return workflow_id if is_key(workflow_id) else str(job_id)
+
+
+def _refused_start(
+    args: Sequence[Any], kind: str, workflow_id: str, message: str
+) -> RefusedStart | None:
+    """What a refused input says of its job, read field by field: None unless a job id
+    (given, or from the workflow id) and a workspace can be read."""
+    raw = args[0] if len(args) == 1 and isinstance(args[0], dict) else {}
+    workspace = _uuid_or_none(raw.get("workspace_id"))
+    if workspace is None:
+        return None
+    job_id = _uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
+    correlation = raw.get("correlation_id")
+    payload = raw.get("payload")
+    return RefusedStart(
+        job_id=job_id,
+        kind=kind,
+        workspace_id=workspace,
+        actor_id=_uuid_or_none(raw.get("actor_id")),
+        correlation_id=correlation
+        if isinstance(correlation, str) and is_key(correlation)
+        else _default_correlation_id(workflow_id, job_id),
+        workflow_id=workflow_id,
+        payload=payload if isinstance(payload, dict) else {},
+        error_code=INVALID_PAYLOAD,
+        error_message=message,
+    )
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,156 @@
+"""A job schedule's firing (hubjobs.schedules.definition): what turns the same input,
+started by a Temporal Schedule every time, into one new job each time.
+
+1. ``open_firing`` (an activity) creates the job's row with the start checks of this
+   moment, its id derived from this workflow's id (the schedule id and the firing
+   time): a refused start is a failed row with its code, and the firing fails with it.
+2. The kind's workflow runs as this workflow's child, ``<kind>-<job id>`` like any job,
+   and the firing waits for it: the schedule's overlap policy (skip) then keeps two
+   runs of one schedule from overlapping. The child outlives a terminated firing
+   (parent close policy: abandon); cancelling the firing in Temporal cancels the job
+   (as cancelling any job from Temporal does) and ends the firing cancelled; a job
+   cancelled on its own (by signal, or its own run in the UI) ends the firing completed,
+   saying so.
+3. After a successful run of a schedule with ``keep``, its older successful runs
+   expire now (a local activity); the retention sweep removes them, hooks first.
+
+Deterministic: no I/O here; the activities' module is passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.schedule_firing import ScheduleActivities
+    from hubjobs.readmodel.status import JobStatus
+    from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
+    from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
+    from hubjobs.temporal.handler_args import Refused, read_argument
+    from hubjobs.temporal.launch import priority_of, search_attributes_of
+    from hubjobs.temporal.messages import (
+        FiringOutcome,
+        FiringStart,
+        JobOutcome,
+        JobStart,
+        KeepNewest,
+        ScheduledJob,
+    )
+
+from workflows.versioning import declare_workflow
+
+# Creating the row rides out database outages itself; this retries what else may go
+# wrong (a worker lost mid-way) a few times, then the firing fails, visible in the
+# schedule's recent runs, rather than blocking the schedule's next firings for good.
+OPEN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+)
+OPEN_TIMEOUT = timedelta(minutes=10)
+# The keep step is a lifecycle write: it retries until it lands.
+KEEP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+)
+KEEP_TIMEOUT = timedelta(seconds=60)
+
+
+# Auto-upgrade: a firing only opens its job and waits for it (the job's own workflow is
+# pinned); moving to a new build at its next task keeps no old build alive for it.
+@declare_workflow(SCHEDULED_START_WORKFLOW, VersioningBehavior.AUTO_UPGRADE)
+class ScheduledStartWorkflow:
+    @workflow.run
+    async def run(self, *args: Any) -> FiringOutcome:
+        # Untyped and read here (hubjobs.temporal.handler_args): a start of this workflow
+        # by hand with a bad input fails it at once instead of its workflow tasks.
+        read = read_argument(ScheduledJob, args)
+        if isinstance(read, Refused):
+            raise ApplicationError(
+                f"The firing's input is not valid: {read.reason}.",
+                type=INVALID_PAYLOAD,
+                non_retryable=True,
+            )
+        firing = read.value
+        opened: FiringStart = await workflow.execute_activity_method(
+            ScheduleActivities.open_firing,
+            firing,
+            start_to_close_timeout=OPEN_TIMEOUT,
+            retry_policy=OPEN_RETRY,
+            summary="Create the job, checking the start as of now",
+        )
+        if opened.start is None:
+            if opened.status == JobStatus.failed:
+                code = opened.error_code or PROCESSING_FAILED
+                raise ApplicationError(
+                    message_for(code, opened.error_message), type=code, non_retryable=True
+                )
+            return FiringOutcome(job_id=opened.job_id, status=opened.status)
+        # Shielded, so that a cancellation of this firing is told apart from its job
+        # ending cancelled on its own (by signal or from the UI): the firing then ends
+        # Canceled, its job cancelled through it; otherwise it reports the job's end.
+        child = asyncio.create_task(self._run_job(opened.start))
+        try:
+            outcome = await asyncio.shield(child)
+        except asyncio.CancelledError:
+            child.cancel()
+            with contextlib.suppress(ChildWorkflowError):
+                await child
+            raise
+        except WorkflowAlreadyStartedError:
+            # Started by someone else meanwhile (the reconciler, for a row it found
+            # queued without its workflow): it runs on its own, and the schedule's
+            # next successful run applies its keep.
+            workflow.logger.warning("the job's workflow runs already: not waiting for it")
+            return FiringOutcome(job_id=opened.job_id, status=JobStatus.running)
+        except ChildWorkflowError as err:
+            cause = err.cause
+            if isinstance(cause, CancelledError):
+                return FiringOutcome(job_id=opened.job_id, status=JobStatus.cancelled)
+            refusal = cause if isinstance(cause, ApplicationError) and cause.type else None
+            code = refusal.type if refusal is not None and refusal.type else PROCESSING_FAILED
+            message = message_for(code, refusal.message if refusal is not None else None)
+            raise ApplicationError(message, type=code, non_retryable=True) from None
+        expired = 0
+        if outcome.status == JobStatus.succeeded and firing.keep:
+            expired = await workflow.execute_local_activity_method(
+                ScheduleActivities.keep_newest,
+                KeepNewest(schedule_id=firing.schedule_id, keep=firing.keep),
+                start_to_close_timeout=KEEP_TIMEOUT,
+                retry_policy=KEEP_RETRY,
+                summary=f"Keep the newest {firing.keep} successful runs",
+            )
+        return FiringOutcome(job_id=opened.job_id, status=outcome.status, expired=expired)
+
+    async def _run_job(self, start: JobStart) -> JobOutcome:
+        """The kind's workflow as this firing's child, ``<kind>-<job id>`` like any job."""
+        outcome: JobOutcome = await workflow.execute_child_workflow(
+            start.workflow_type,
+            start.input,
+            id=start.workflow_id,
+            task_queue=workflow.info().task_queue,
+            result_type=JobOutcome,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=search_attributes_of(start),
+            static_summary=start.summary,
+            static_details=start.details,
+            priority=priority_of(start),
+        )
+        return outcome
