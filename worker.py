@@ -55,6 +55,10 @@ from workflows.versioning import is_declared, unversioned
 
 log = logging.getLogger("hubjobs.worker")
 
+# A pooled connection used within this many seconds is handed out unpinged: a ping is a
+# transaction of its own, three for a one-page job otherwise (hubjobs.db.engine).
+POOL_PING_AFTER_IDLE_SECONDS = 5.0
+
 # Imported once by the worker and shared by every workflow run: the sandbox would
 # otherwise import them again for each run (measured: twice the latency per job). The
 # shared lifecycle too: it holds no state of its own, only each kind's tiny workflow
@@ -240,6 +244,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         settings.resolved_database_url(),
         pool_size=max(5, settings.max_concurrent_activities * settings.tagging_lanes + 2),
         options=ConnectOptions.of(settings, Purpose.BATCH, Purpose.LIFECYCLE),
+        ping_after_idle=POOL_PING_AFTER_IDLE_SECONDS,
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -18,8 +18,8 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
@@ -30,8 +30,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.deadline import deadline
+from hubjobs.db.engine import set_local_budget
 from hubjobs.db.errors import answered_late, is_outage
+from hubjobs.db.limits import Purpose, budget
 from hubjobs.errors import HubJobsError, JobNotFound
 from hubjobs.kinds import REGISTRY, JobKind, job_rows
 from hubjobs.observability.logs import bind_job
@@ -260,6 +263,8 @@ class WorkContext(Generic[P]):
     started: float = field(default_factory=time.monotonic)
     # The progress message a kind last gave (``report``); None: the counters say it.
     message: str | None = None
+    # Set when the kind's last unit of work finished the row in its own transaction.
+    finished: store.Finished | None = None
     _reported: float = field(default_factory=time.monotonic)
     _last_report: JobProgressReport | None = None
     _sending: asyncio.Task[None] | None = None
@@ -317,6 +322,25 @@ class WorkContext(Generic[P]):
             budget=self.settings.db_batch_timeout_seconds,
         )
 
+    async def finish_in(
+        self, conn: AsyncConnection, counters: Counters, output: dict[str, Any] | None
+    ) -> store.Finished:
+        """Finishes the job as succeeded in the caller's unit of work (the kind's last
+        batch, whose commit then lands the work and the final row at once: one commit a
+        small job fewer). The caller hands the result to ``finished`` once its unit has
+        landed, and the attempt then writes nothing more."""
+        finished = await job_rows.finish_job(
+            conn,
+            self.job,
+            status=JobStatus.succeeded,
+            default_retention=self.deps.default_retention,
+            counters=counters,
+            output=output,
+        )
+        if finished is None:
+            raise job_not_found()
+        return finished
+
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
         """Like ``db`` for work holding its own connection (a backup's snapshot): after
         an outage it runs again whole."""
@@ -367,6 +391,23 @@ async def _signal_progress(handle: WorkflowHandle[Any, Any], report: JobProgress
         await handle.signal(PROGRESS_SIGNAL, report, rpc_timeout=PROGRESS_RPC_TIMEOUT)
     except (RuntimeError, RPCError) as err:
         log.debug("progress report not delivered: %s", err)
+
+
+@asynccontextmanager
+async def beating(beat: Callable[[], None], every: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeats every ``every`` seconds while the body runs: a step that may take long
+    in one statement (a snapshot of a million pages) still shows its attempt alive."""
+
+    async def keep_beating() -> None:
+        while True:
+            await asyncio.sleep(every)
+            beat()
+
+    task = asyncio.create_task(keep_beating())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 async def ride_out_outages(
@@ -501,12 +542,15 @@ class KindActivities(Generic[P]):
             if isinstance(end, Paused):
                 return WorkResult(beat=ctx.beat_state, counters=ctx.counters)
             done = isinstance(end, Done)
-            outcome = await self.finish(
-                job,
-                JobStatus.succeeded if done else JobStatus.cancelled,
-                counters=ctx.counters,
-                output=end.output if isinstance(end, Done) else None,
-            )
+            if done and ctx.finished is not None:
+                outcome = after_finish(self.deps, ctx.finished)
+            else:
+                outcome = await self.finish(
+                    job,
+                    JobStatus.succeeded if done else JobStatus.cancelled,
+                    counters=ctx.counters,
+                    output=end.output if isinstance(end, Done) else None,
+                )
             return WorkResult(outcome=outcome, beat=ctx.beat_state, counters=outcome.counters)
         except Refused as err:
             log.info("job refused: %s", err.code)
@@ -547,12 +591,33 @@ class KindActivities(Generic[P]):
         *,
         on_wait: Callable[[], None],
     ) -> JobView:
-        """Moves the job to running for this attempt; a job started straight through
-        Temporal has no row yet: it is created with the checks a start through the
-        client makes, and a refused one gets a failed row and fails at once."""
+        """Moves the job to running for this attempt, taking its items first when no
+        attempt has yet (hubjobs.kinds.job_rows.take_snapshot), in one transaction: a
+        small job's first attempt commits once before its work. A job started straight
+        through Temporal has no row yet: it is created with the checks a start through
+        the client makes, and a refused one gets a failed row and fails at once; a job
+        whose snapshot is refused (its course trashed since the start) fails with the
+        refusal's code."""
         job = request.job
+        settings = self.deps.settings
 
-        async def open_row(conn: AsyncConnection) -> JobView | None:
+        async def open_row(conn: AsyncConnection) -> JobView | HubJobsError | None:
+            row = await store.get_job(conn, job.job_id)
+            if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
+                return None
+            if not row.is_final and row.snapshot_at is None:
+                # A snapshot reads the whole course: the bulk budget, and its own
+                # server-side bounds for this transaction.
+                bound = current_deadline()
+                if bound is not None:
+                    bound.extend(settings.db_bulk_timeout_seconds)
+                bulk = budget(settings, Purpose.BULK)
+                await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
+                try:
+                    async with conn.begin_nested():
+                        await job_rows.take_snapshot(conn, row)
+                except HubJobsError as err:
+                    return err
             return await store.open_job(
                 conn,
                 job.job_id,
@@ -592,16 +657,24 @@ class KindActivities(Generic[P]):
                 return err
             return None
 
-        engine, settings = self.deps.engine, self.deps.settings
-        opened = await with_outage_retry(engine, settings, open_row, on_wait=on_wait)
-        if opened is not None:
+        async def open_once() -> JobView | None:
+            opened = await with_outage_retry(
+                self.deps.engine, settings, open_row, transaction=True, on_wait=on_wait
+            )
+            if isinstance(opened, HubJobsError):
+                raise Refused(opened.message, code=opened.code)
             return opened
-        refused = await with_outage_retry(
-            engine, settings, create_row, transaction=True, on_wait=on_wait
-        )
-        if refused is not None:
-            raise Refused(refused.message, code=refused.code)
-        opened = await with_outage_retry(engine, settings, open_row, on_wait=on_wait)
+
+        async with beating(on_wait):
+            opened = await open_once()
+            if opened is not None:
+                return opened
+            refused = await with_outage_retry(
+                self.deps.engine, settings, create_row, transaction=True, on_wait=on_wait
+            )
+            if refused is not None:
+                raise Refused(refused.message, code=refused.code)
+            opened = await open_once()
         assert opened is not None
         return opened
 
@@ -648,11 +721,18 @@ async def finish(
     finished = await with_outage_retry(deps.engine, deps.settings, write)
     if finished is None:
         raise job_not_found()
+    if finished.changed and finished.job.status == JobStatus.cancelled:
+        kind = REGISTRY.find(finished.job.kind)
+        if kind is not None and kind.discard is not None:
+            await kind.discard(finished.job, deps.settings)
+    return after_finish(deps, finished)
+
+
+def after_finish(deps: Deps, finished: store.Finished) -> JobOutcome:
+    """What follows the final write, wherever it was made: the metrics and the log line
+    of the attempt that moved the row, and the outcome for the workflow."""
     final = finished.job
     if finished.changed:
-        kind = REGISTRY.find(final.kind)
-        if final.status == JobStatus.cancelled and kind is not None and kind.discard is not None:
-            await kind.discard(final, deps.settings)
         seconds = None
         if final.started_at is not None and final.finished_at is not None:
             seconds = (final.finished_at - final.started_at).total_seconds()

@@ -63,7 +63,7 @@ from hubjobs.kinds.course_tagging import (
     written,
 )
 from hubjobs.readmodel import store
-from hubjobs.readmodel.store import ItemOutcome, Recorded
+from hubjobs.readmodel.store import Finished, ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,15 @@ class Item(NamedTuple):
     page_id: uuid.UUID
     done_at_snapshot: bool
     page: PageFacts
+
+
+class Landed(NamedTuple):
+    """A batch that landed: the last ordinal it covered, what it recorded, and the final
+    row when it was the job's last and finished it in its own transaction."""
+
+    after: int
+    recorded: Recorded
+    finished: Finished | None = None
 
 
 @dataclass(frozen=True)
@@ -138,10 +147,11 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         # pending: go over them, a batch at a time, before succeeding.
         after = 0
         while True:
-            recorded = await self.one_batch(ctx, after, None)
-            if recorded is None:
+            landed = await self.one_batch(ctx, after, None)
+            if landed is None:
                 return finished
-            after, result = recorded
+            after, result = landed.after, landed.recorded
+            ctx.finished = landed.finished or ctx.finished
             ended = self.after_batch(ctx, result, cursor=after)
             if ended is not None:
                 return ended
@@ -183,10 +193,10 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
 
     async def one_batch(
         self, ctx: WorkContext[CourseTaggingPayload], after: int, upto: int | None
-    ) -> tuple[int, Recorded] | None:
+    ) -> Landed | None:
         """The pending items after ``after`` (up to ordinal ``upto``, if given), a
         batch of them, in one transaction (one commit, one WAL flush, for its pages,
-        revisions, items and counters)."""
+        revisions, items and counters, and the final row when it was the last)."""
         try:
             return await ctx.db(
                 partial(self.tag_batch, ctx=ctx, after=after, upto=upto), transaction=True
@@ -236,16 +246,18 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         after: int,
         upto: int | None = None,
         careful: bool = False,
-    ) -> tuple[int, Recorded] | None:
+    ) -> Landed | None:
         """Tags the next batch after ``after`` (up to ordinal ``upto``); None when no
         pending item is left there. ``careful`` (on an autocommit connection): a failing
-        batch write is retried page by page; otherwise it raises BatchWriteFailed."""
+        batch write is retried page by page; otherwise it raises BatchWriteFailed. The
+        batch that records the job's last items finishes it, in the same transaction,
+        unless a cancellation was asked for (the attempt then ends it cancelled)."""
         job = ctx.job
         batch = await self.read_batch(conn, ctx, after, upto)
         if not batch.actor_ok:
             raise ActorUnavailable()
         if batch.cancel_requested:
-            return after, Recorded(ctx.counters, 0, cancel_requested=True)
+            return Landed(after, Recorded(ctx.counters, 0, cancel_requested=True))
         if not batch.items:
             return None
         outcomes = await self._tag(conn, ctx, batch.items, careful=careful)
@@ -260,7 +272,11 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         if result.recorded:
             delta = Counter(outcome.state.value for outcome in outcomes.values())
             self.deps.metrics.items_processed(self.kind.name, dict(delta))
-        return batch.items[-1].ordinal, result
+        counters = result.counters
+        finished = None
+        if counters.processed >= counters.total and not result.cancel_requested:
+            finished = await ctx.finish_in(conn, counters, self.done(ctx).output)
+        return Landed(batch.items[-1].ordinal, result, finished)
 
     async def read_batch(
         self,
@@ -399,7 +415,7 @@ class Lanes:
         self.lanes = max(1, ctx.settings.tagging_lanes)
         self.total = ctx.counters.total
         self.starts = iter(range(after, self.total, self.size))
-        self.running: dict[asyncio.Task[tuple[int, Recorded] | None], int] = {}
+        self.running: dict[asyncio.Task[Landed | None], int] = {}
         self.landed: set[int] = set()
         self.frontier = after
         self.cancel_requested = False
@@ -423,15 +439,16 @@ class Lanes:
         for task in landed:
             start = self.running.pop(task)
             try:
-                recorded = task.result()
+                landed_batch = task.result()
             except Exception as err:
                 self.failure = self.failure or err
                 continue
             self.landed.add(start)
-            if recorded is not None:
-                result = recorded[1]
+            if landed_batch is not None:
+                result = landed_batch.recorded
                 if result.counters.processed >= self.ctx.counters.processed:
                     self.ctx.counters = result.counters
+                self.ctx.finished = landed_batch.finished or self.ctx.finished
                 self.cancel_requested = self.cancel_requested or result.cancel_requested
         while self.frontier in self.landed:
             self.landed.remove(self.frontier)

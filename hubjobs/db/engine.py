@@ -9,10 +9,16 @@ the running code's deadline (hubjobs.db.deadline), its connecting included: a un
 work under ``deadline(…)`` ends by then whatever the server does. The pool's pre-ping
 is ours for that reason (SQLAlchemy pings before any event could put the connection
 under the deadline): a connection back from the pool is pinged once it is watched, and
-one that fails is replaced."""
+one that fails is replaced. A worker's engine pings only a connection that sat in the
+pool a while (``ping_after_idle``): a ping is a transaction of its own, and a one-page
+job's attempt checks out three connections within milliseconds (issue 22: a job's
+commits). One the server dropped within that while fails its first statement as a
+disconnect, which the unit of work rides out like any outage, and SQLAlchemy then
+replaces every connection the pool held from before."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by the functions that make engines: URLs need no SQLAlchemy
@@ -47,11 +53,16 @@ NO_PREPARE = {"prepare_threshold": None}
 
 
 def async_engine(
-    url: str, *, pool_size: int = 10, options: ConnectOptions | None = None
+    url: str,
+    *,
+    pool_size: int = 10,
+    options: ConnectOptions | None = None,
+    ping_after_idle: float = 0.0,
 ) -> AsyncEngine:
     """An engine whose connections are opened with ``options`` (the defaults: bounded
     connecting and TCP keepalives, no server-side timeouts) and kept under the running
-    code's deadline."""
+    code's deadline; one back from the pool is pinged when it sat there longer than
+    ``ping_after_idle`` seconds (0: always)."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -72,12 +83,28 @@ def async_engine(
     dialect = engine.dialect
 
     def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        _watch_and_ping(dialect, dbapi_connection, record)
+        _watch_and_ping(dialect, dbapi_connection, record, ping_after_idle)
 
     event.listen(engine.sync_engine.pool, "connect", _fresh)
     event.listen(engine.sync_engine.pool, "checkout", checkout)
     event.listen(engine.sync_engine.pool, "checkin", _unwatch)
     return engine
+
+
+async def set_local_budget(conn: Any, seconds: float, lock_seconds: float) -> None:
+    """The server-side bounds of the rest of ``conn``'s transaction (a SQLAlchemy
+    AsyncConnection): for a unit of work that needs more than its connection was opened
+    with (a snapshot in an attempt's opening transaction); 0 is none."""
+    from sqlalchemy import text
+
+    await conn.execute(
+        text(
+            "SELECT set_config('statement_timeout', :statement, true), "
+            "set_config('lock_timeout', :lock, true), "
+            "set_config('idle_in_transaction_session_timeout', :statement, true)"
+        ),
+        {"statement": f"{int(seconds * 1000)}", "lock": f"{int(lock_seconds * 1000)}"},
+    )
 
 
 async def _connect_within_deadline(conninfo: str) -> psycopg.AsyncConnection[Any]:
@@ -94,10 +121,13 @@ def _fresh(dbapi_connection: Any, record: Any) -> None:
     record.info["hubjobs_fresh"] = True
 
 
-def _watch_and_ping(dialect: Any, dbapi_connection: Any, record: Any) -> None:
+def _watch_and_ping(
+    dialect: Any, dbapi_connection: Any, record: Any, ping_after_idle: float
+) -> None:
     """On checkout: the connection goes under the current deadline, and one that sat in
-    the pool is pinged (a server restarted meanwhile); a failed ping replaces it, a ping
-    cut by the deadline fails the checkout as ``DeadlineExceeded``."""
+    the pool longer than ``ping_after_idle`` is pinged (a server restarted meanwhile);
+    a failed ping replaces it, a ping cut by the deadline fails the checkout as
+    ``DeadlineExceeded``."""
     from sqlalchemy import exc
 
     from hubjobs.db.deadline import watch
@@ -108,6 +138,9 @@ def _watch_and_ping(dialect: Any, dbapi_connection: Any, record: Any) -> None:
     record.info["hubjobs_deadline"] = bound
     if record.info.pop("hubjobs_fresh", False):
         return
+    returned = record.info.get("hubjobs_returned_at")
+    if returned is not None and time.monotonic() - returned < ping_after_idle:
+        return
     try:
         dialect.do_ping(dbapi_connection)  # SQLAlchemy's own pre-ping statement
     except Exception as err:
@@ -117,6 +150,8 @@ def _watch_and_ping(dialect: Any, dbapi_connection: Any, record: Any) -> None:
 
 
 def _unwatch(dbapi_connection: Any, record: Any) -> None:
+    if record is not None:
+        record.info["hubjobs_returned_at"] = time.monotonic()
     bound = record.info.pop("hubjobs_deadline", None) if record is not None else None
     if bound is not None and dbapi_connection is not None:
         bound.unwatch(dbapi_connection.driver_connection)

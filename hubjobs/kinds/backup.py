@@ -67,7 +67,13 @@ def progress_line(steps: int, total: int, nbytes: int, stage: str) -> str:
     return f"{steps} of {total} {what}, {nbytes / 1e6:.1f} MB read ({stage})"
 
 
+async def check(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> str:
+    """Nothing to check but the actor (the shared start's): any administrator may."""
+    return "Back up the hub"
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> Prepared:
+    """By the first attempt: what the backup holds (the attachments, counted then)."""
     attachments = (await conn.execute(text("SELECT count(*) FROM attachments"))).scalar_one()
     return Prepared(
         total=len(HUB_TABLES) + int(attachments),
@@ -94,6 +100,7 @@ BACKUP = JobKind(
     title="Backup",
     payload=BackupPayload,
     result=BackupResult,
+    check=check,
     prepare=prepare,
     build_result=build_result,
     expire=expire,

@@ -1,10 +1,10 @@
 """What a job kind is, declared once in its kind module: its name, payload and result
-models, how a start is checked and its items snapshotted, its retention, attempts,
-priority and expire hook. Its workflow and activities live in ``workflows/<name>.py``
-and ``activities/<name>.py`` and name it (``@kind_workflow(KIND)``, ``kind = KIND``);
-the worker finds them there from the registry. Everything else (the read-model row,
-status moves, retries, cancellation, progress, search attributes, retention) is the
-shared lifecycle's.
+models, how a start is checked and (by its first attempt) its items snapshotted, its
+retention, attempts, priority and expire hook. Its workflow and activities live in
+``workflows/<name>.py`` and ``activities/<name>.py`` and name it
+(``@kind_workflow(KIND)``, ``kind = KIND``); the worker finds them there from the
+registry. Everything else (the read-model row, status moves, retries, cancellation,
+progress, search attributes, retention) is the shared lifecycle's.
 """
 
 from __future__ import annotations
@@ -52,8 +52,13 @@ class Prepared:
     summary: str
 
 
-# Checks the start (raising a typed HubJobsError) and snapshots the job's items, in the
-# transaction that inserts the job row: a refused start leaves nothing behind.
+# Checks the start (raising a typed HubJobsError) in the transaction that inserts the
+# job row, so that a refused start leaves nothing behind; returns the job's summary.
+# Bounded whatever the job's size: a start returns within a second (issue 22).
+Check = Callable[[AsyncConnection, NewJob, Any], Awaitable[str]]
+# Snapshots the job's items, in the transaction of its first attempt that opens it
+# (what the items were then is what the job works on); may refuse too (the course was
+# trashed since the start), and the job then fails with that code.
 Prepare = Callable[[AsyncConnection, NewJob, Any], Awaitable[Prepared]]
 # (payload, final counters, what the work handed back) -> the result of a success.
 BuildResult = Callable[[Any, Counters, dict[str, Any] | None], Result]
@@ -76,6 +81,9 @@ class JobKind(Generic[P]):
     prepare: Prepare
     build_result: BuildResult
     result_content_type: str = "application/json"
+    # The start's own checks and summary; None: none beyond the shared ones, and the
+    # kind's title as summary.
+    check: Check | None = None
     # None takes the deployment's default (HUBJOBS_RETENTION_HOURS).
     retention: timedelta | None = None
     # Attempts in a row without progress before the job fails; None takes the

@@ -1,8 +1,8 @@
 """Course tagging (seed 000): add a tag to every page of a course, each update guarded
-by the ETag read. The items are the course's pages, snapshotted at start, each noting
-whether it already had the tag ("the same tag" is ``tag_key()`` in the database, the
-one definition snapshot and job share). A retry runs a finished job's failed pages
-again.
+by the ETag read. The items are the course's pages, snapshotted by the job's first
+attempt (at ``jobs.snapshot_at``), each noting whether it already had the tag then
+("the same tag" is ``tag_key()`` in the database, the one definition snapshot and job
+share). A retry runs a finished job's failed pages again.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def written(changed: bool, broken: bool, *, reread: bool) -> PageOutcome | None:
     return CONFLICT if reread else None
 
 
-# --- the start ----------------------------------------------------------------------------
+# --- the start and the snapshot -------------------------------------------------------------
 
 # The course: the root and every descendant reachable through pages not in the trash, in
 # a stable order (depth, then title), each noting whether it already had the tag.
@@ -148,16 +148,29 @@ FAILED_ITEMS = f"""
 """
 
 
+async def check(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> str:
+    """The start's checks, by key: the course's root is a page of the workspace out of
+    the trash (a retry: some failed page of its source is left); the summary."""
+    if job.source_job_id is not None:
+        if not await store.any_failed_item(conn, job.source_job_id):
+            raise InvalidInput(
+                "no failed page of that job is left to retry", code="nothing_to_retry"
+            )
+        return f"Retry tagging the failed pages with {payload.tag}"
+    title = await course_root(conn, payload.root_page_id, job.workspace_id)
+    return f"Tag course {title} with {payload.tag}"
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> Prepared:
+    """The snapshot, taken by the job's first attempt: the course as it is then (a page
+    trashed or moved out since the start is not in it, one added is), each page noting
+    whether it had the tag then. A root gone or trashed since the start refuses the job
+    (``page_not_found``, ``page_trashed``), as the start would have."""
     params: dict[str, Any] = {"workspace": job.workspace_id, "tag": payload.tag}
     if job.source_job_id is not None:
         total = await store.insert_items(
             conn, job.job_id, FAILED_ITEMS, {**params, "source": job.source_job_id}
         )
-        if total == 0:
-            raise InvalidInput(
-                "no failed page of that job is left to retry", code="nothing_to_retry"
-            )
         return Prepared(total=total, summary=f"Retry tagging {total} pages with {payload.tag}")
     title = await course_root(conn, payload.root_page_id, job.workspace_id)
     total = await store.insert_items(
@@ -187,6 +200,7 @@ COURSE_TAGGING = JobKind(
     title="Course tagging",
     payload=CourseTaggingPayload,
     result=CourseTaggingResult,
+    check=check,
     prepare=prepare,
     build_result=build_result,
     # Interactive: someone waits for their course; ahead of backups and exports.

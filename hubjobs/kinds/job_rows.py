@@ -1,11 +1,15 @@
 """Creating and finishing a job's row: the kind-aware steps around the read model's
 store (a kind validates, checks, snapshots and builds the result; the store writes).
 
-Creating: validate the payload, check the actor, let the kind check the start and
-snapshot its items, and insert the row, all in the caller's transaction. The starter
-calls this before starting the workflow, so a refused start leaves nothing behind and
-the row exists from the moment a start returns; a job's first attempt calls it again
-for a job started straight through Temporal.
+Creating: validate the payload, check the actor, let the kind check the start, and
+insert the row, all in the caller's transaction: a few statements by key, whatever the
+job's size. The starter calls this before starting the workflow, so a refused start
+leaves nothing behind and the row exists from the moment a start returns; a job's first
+attempt calls it again for a job started straight through Temporal.
+
+Snapshotting: the job's first attempt takes its items (the kind's ``prepare``) in the
+transaction that opens it, so that a start does not wait for a course of a million
+pages; what the pages were then is what the job works on.
 
 Finishing: the final status, the result of a success (built by the kind from the
 counters), ``expires_at`` from the kind's retention.
@@ -61,6 +65,8 @@ async def create_job(
         )
         if existing is not None:
             return CreatedJob(existing, created=False)
+    new_job = NewJob(job_id, workspace_id, actor_id, correlation_id, source_job_id)
+    summary = kind.title if kind.check is None else await kind.check(conn, new_job, model)
     inserted = await store.insert_job(
         conn,
         job_id=job_id,
@@ -73,8 +79,9 @@ async def create_job(
         source_job_id=source_job_id,
         schedule_id=schedule_id,
         workflow_id=workflow_id,
+        summary=summary,
     )
-    if not inserted:
+    if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
         found = None
         if idempotency_key is not None:
@@ -85,11 +92,21 @@ async def create_job(
         if found is None or (workflow_id is not None and found.workflow_id != workflow_id):
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
-    prepared = await kind.prepare(
-        conn, NewJob(job_id, workspace_id, actor_id, correlation_id, source_job_id), model
-    )
-    job = await store.set_prepared(conn, job_id, total=prepared.total, summary=prepared.summary)
-    return CreatedJob(job, created=True)
+    return CreatedJob(inserted, created=True)
+
+
+async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:
+    """Takes the job's items unless they were taken (by an earlier attempt): the kind's
+    snapshot, then the row's total, summary and ``snapshot_at``, in the caller's
+    transaction (the attempt's opening one). Raises the kind's HubJobsError when the job
+    cannot go on (its course is gone since the start). Returns whether it took them."""
+    kind = REGISTRY.get(job.kind)
+    if not await store.snapshot_due(conn, job.id):
+        return False
+    new_job = NewJob(job.id, job.workspace_id, job.actor_id, job.correlation_id, job.source_job_id)
+    prepared = await kind.prepare(conn, new_job, kind.validate(job.payload))
+    await store.set_snapshot(conn, job.id, total=prepared.total, summary=prepared.summary)
+    return True
 
 
 async def record_refused(
@@ -122,7 +139,7 @@ async def record_refused(
         schedule_id=schedule_id,
         workflow_id=workflow_id,
     )
-    if not inserted:
+    if inserted is None:
         return
     await store.finish(
         conn,

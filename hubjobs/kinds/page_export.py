@@ -107,7 +107,7 @@ def export_file(settings: Settings, job: JobView, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-# --- the start --------------------------------------------------------------------------
+# --- the start and the snapshot -------------------------------------------------------------
 
 # Every page's exported fields, frozen: id, title, markdown, tags, version, updatedAt.
 FROZEN = (
@@ -127,7 +127,16 @@ WORKSPACE_PAGES = f"""{WORKSPACE}
 """
 
 
+async def check(conn: AsyncConnection, job: NewJob, payload: PageExportPayload) -> str:
+    """A course export's root is a page of the workspace out of the trash."""
+    if payload.root_page_id is None:
+        return "Export the workspace's pages"
+    title = await course_root(conn, payload.root_page_id, job.workspace_id)
+    return f"Export course {title}"
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: PageExportPayload) -> Prepared:
+    """By the first attempt: the pages as they are then, their fields frozen."""
     params: dict[str, Any] = {"workspace": job.workspace_id}
     if payload.root_page_id is None:
         total = await store.insert_items(conn, job.job_id, WORKSPACE_PAGES, params)
@@ -191,6 +200,7 @@ PAGE_EXPORT = JobKind(
     title="Page export",
     payload=PageExportPayload,
     result=PageExportResult,
+    check=check,
     prepare=prepare,
     build_result=build_result,
     expire=expire,

@@ -30,6 +30,9 @@ FAILED_WINDOW = timedelta(hours=1)
 # The transaction-scoped advisory lock a retention batch holds ("hjsweep1"): one sweep at
 # a time, without locking (and so writing) each row it is about to delete anyway.
 RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
+# The class of the per-job advisory locks (two int4 keys: a space apart from the
+# single-key ones) that a job's snapshot is taken under ("snap").
+SNAPSHOT_LOCK = int.from_bytes(b"snap", "big")
 # In the statement of every write of a job's status, counters or message: the change
 # reaches its streams at commit, with no round trip of its own (readmodel/changes.py).
 NOTIFY = notify_column("id")
@@ -70,8 +73,11 @@ async def insert_job(
     source_job_id: uuid.UUID | None = None,
     schedule_id: str | None = None,
     workflow_id: str | None = None,
-) -> bool:
-    """Inserts a queued row; False when the idempotency key (or the id) already names one.
+    summary: str | None = None,
+) -> JobView | None:
+    """Inserts a queued row, its items still to be taken (``snapshot_at`` NULL: the
+    job's first attempt takes them), and returns it; None when the idempotency key (or
+    the id) already names one.
     A concurrent insert with the same key waits on the unique index, then finds it.
     ``workflow_id``: the id Temporal has, for a job started straight through it under an
     id of its starter's choosing (by default ``<kind>-<job id>``)."""
@@ -79,10 +85,10 @@ async def insert_job(
         await conn.execute(
             text(
                 "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload, source_job_id, schedule_id) "
+                "correlation_id, idempotency_key, payload, source_job_id, schedule_id, summary) "
                 "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
-                ":key, CAST(:payload AS jsonb), :source, :schedule) "
-                "ON CONFLICT DO NOTHING RETURNING id"
+                ":key, CAST(:payload AS jsonb), :source, :schedule, :summary) "
+                f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}"
             ),
             {
                 "id": job_id,
@@ -96,10 +102,11 @@ async def insert_job(
                 "payload": _json(payload),
                 "source": source_job_id,
                 "schedule": schedule_id,
+                "summary": summary,
             },
         )
     ).first()
-    return row is not None
+    return None if row is None else _view(row)
 
 
 async def insert_items(
@@ -129,19 +136,33 @@ async def insert_items(
     return int(inserted.scalar_one())
 
 
-async def set_prepared(
+async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
+    """Whether the unfinished job's items are still to be taken. When they are, the
+    caller's transaction first takes the job's snapshot lock, so that two attempts
+    taking them at once (one presumed dead) do so one after the other: the second then
+    finds them taken. The lock is the job's own, not its row's: a cancellation request
+    written meanwhile does not wait for a long snapshot."""
+    due = text(f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}")
+    if not (await conn.execute(due, {"id": job_id})).scalar():
+        return False
+    await conn.execute(
+        text("SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text)))"),
+        {"class": SNAPSHOT_LOCK, "id": job_id},
+    )
+    return bool((await conn.execute(due, {"id": job_id})).scalar())
+
+
+async def set_snapshot(
     conn: AsyncConnection, job_id: uuid.UUID, *, total: int, summary: str
-) -> JobView:
-    row = (
-        await conn.execute(
-            text(
-                "UPDATE jobs SET total = :total, summary = :summary, updated_at = now() "
-                f"WHERE id = :id RETURNING {JOB_COLUMNS}, {NOTIFY}"
-            ),
-            {"id": job_id, "total": total, "summary": summary},
-        )
-    ).one()
-    return _view(row)
+) -> None:
+    """Records that the job's items were taken (``total`` of them), now."""
+    await conn.execute(
+        text(
+            "UPDATE jobs SET total = :total, summary = :summary, snapshot_at = now(), "
+            f"updated_at = now() WHERE id = :id AND snapshot_at IS NULL RETURNING {NOTIFY}"
+        ),
+        {"id": job_id, "total": total, "summary": summary},
+    )
 
 
 # --- reading --------------------------------------------------------------------------
@@ -225,6 +246,14 @@ def failed_items_of(source: str) -> str:
         "SELECT ordinal, ref FROM job_items "
         f"WHERE job_id = {source} AND state = {ItemState.failed.sql}"
     )
+
+
+async def any_failed_item(conn: AsyncConnection, source_job_id: uuid.UUID) -> bool:
+    """Whether the job has a failed item (a retry's start check, by index)."""
+    found = await conn.execute(
+        text(f"SELECT EXISTS ({failed_items_of(':source')})"), {"source": source_job_id}
+    )
+    return bool(found.scalar())
 
 
 async def analyze_items(conn: AsyncConnection) -> None:

@@ -117,6 +117,8 @@ class Job(Base):
     # set and cleared by the reconciler (0005).
     stuck_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     stuck_reason: Mapped[str | None] = mapped_column(Text)
+    # When the job's first attempt took its items; NULL until then (0006).
+    snapshot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

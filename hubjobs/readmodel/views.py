@@ -75,6 +75,9 @@ class JobView(BaseModel):
     # deploy): the job is not moving, whatever its status says.
     stuck_since: datetime | None = None
     stuck_reason: str | None = None
+    # When the job's items were taken (by its first attempt, not its start): what a page
+    # was then is what "had the tag at snapshot" means. None until then.
+    snapshot_at: datetime | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -122,6 +125,7 @@ CLI_JOB_FIELDS = (
     "schedule_id",
     "stuck_since",
     "stuck_reason",
+    "snapshot_at",
 )
 API_JOB_FIELDS = (
     "id",
@@ -143,6 +147,7 @@ API_JOB_FIELDS = (
     "schedule_id",
     "stuck_since",
     "stuck_reason",
+    "snapshot_at",
 )
 
 

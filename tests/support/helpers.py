@@ -18,10 +18,16 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
-from activities.course_tagging import BatchWriteFailed, BeforeWrite, CourseTaggingActivities
+from activities.course_tagging import (
+    BatchWriteFailed,
+    BeforeWrite,
+    CourseTaggingActivities,
+    Landed,
+)
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
+from hubjobs.kinds import job_rows
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
 from hubjobs.kinds.job_rows import create_job
 from hubjobs.observability.telemetry import JobMetrics
@@ -289,7 +295,10 @@ async def tagger_for(
         metrics=JobMetrics(MetricMeter.noop),
         hooks={"before_write": before_write},
     )
-    async with engine.begin() as conn:  # opened for an attempt, as the attempt would
+    async with engine.begin() as conn:  # snapshotted and opened, as an attempt would
+        row = await store.get_job(conn, job_id)
+        assert row is not None
+        await job_rows.take_snapshot(conn, row)
         job = await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
     assert job is not None
     request = WorkRequest(
@@ -315,7 +324,7 @@ async def tagger_for(
 
 async def tag_one_batch(
     tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
-) -> tuple[int, store.Recorded] | None:
+) -> Landed | None:
     """One batch as an attempt runs it: in one transaction, or again page by page when
     the batch write fails."""
     try:
