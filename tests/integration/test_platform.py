@@ -69,9 +69,10 @@ async def test_a_third_kind_runs_through_the_whole_lifecycle(
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start("toy_echo", {"message": "hello"}, idempotency_key="k1")
     assert job.kind == "toy_echo" and job.workflow_id == f"toy_echo-{job.id}"
-    assert job.summary == "Echo a message"
+    assert job.summary == "Echo"  # no start check of its own: the kind's title
     done = await jobs.wait(job.id, timeout=30)
     assert done.status == "succeeded" and done.result == {"echo": "hello"}
+    assert done.summary == "Echo a message"  # its snapshot's, by its first attempt
     assert done.expires_at is not None and done.finished_at is not None
     assert await jobs.start("toy_echo", {"message": "hello"}, idempotency_key="k1") == done
     outcome = await temporal.get_workflow_handle(done.workflow_id).result()

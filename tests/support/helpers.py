@@ -270,10 +270,11 @@ async def all_runs_history(client: Client, workflow_id: str) -> list[list[Histor
 
 
 async def create_tagging_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uuid.UUID:
-    """A course-tagging job's row and snapshot, as a start makes them (no workflow)."""
+    """A course-tagging job's row, as a start makes it, and its snapshot, as its first
+    attempt takes it (no workflow)."""
     job_id = uuid.uuid4()
     async with engine.begin() as conn:
-        await create_job(
+        created = await create_job(
             conn,
             COURSE_TAGGING,
             job_id=job_id,
@@ -282,6 +283,7 @@ async def create_tagging_job(engine: AsyncEngine, course: DemoCourse, tag: str) 
             correlation_id="c-1",
             payload={"root_page_id": str(course.root_page_id), "tag": tag},
         )
+        await job_rows.take_snapshot(conn, created.job)
     return job_id
 
 
