@@ -77,6 +77,9 @@ def async_engine(
         driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
+        # The connection used last goes out first: a busy process keeps reusing a few
+        # warm ones (unpinged within ``ping_after_idle``), the rest age in the pool.
+        pool_use_lifo=True,
         hide_parameters=True,
         async_creator=connect,
     )

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from hubjobs.devstack.demo_data import DemoCourse, create_workspace
+from hubjobs.kinds import job_rows
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient
@@ -37,8 +38,13 @@ async def test_every_outcome_of_the_table(
 
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=f"  {TAG} ")
-    # The row exists from the moment the start returns, with the snapshot taken.
-    assert job.status == "queued"
+    # The row exists from the moment the start returns; its first attempt takes the
+    # snapshot (tests/integration/test_snapshot.py). Taken here as that attempt would,
+    # so that the course can change between the snapshot and the work.
+    assert (job.status, job.total, job.snapshot_at) == ("queued", 0, None)
+    async with engine.begin() as conn:
+        assert await job_rows.take_snapshot(conn, job)
+    job = await jobs.get(job.id)
     assert job.total == 30 - 1 - 9
     assert job.summary == f"Tag course Onboarding with {TAG}, 20 pages"
     snapshot = await items_of(engine, job.id)
