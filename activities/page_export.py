@@ -106,7 +106,9 @@ class PageExportActivities(KindActivities[PageExportPayload]):
     @staticmethod
     def _output(ctx: WorkContext[PageExportPayload]) -> dict[str, Any]:
         return ExportOutput(
-            transaction_time=ctx.job.created_at,
+            # When the pages were frozen: the first attempt's snapshot (a job snapshotted
+            # at its start, before 0006, has its creation time there).
+            transaction_time=ctx.job.snapshot_at or ctx.job.created_at,
             workspace_id=ctx.job.workspace_id,
             job_id=ctx.job.id,
             files=files_of(ctx.job.total, ctx.payload.pages_per_file),

@@ -3,9 +3,9 @@ of pages, a new file every N pages, from one consistent snapshot. The result is 
 manifest in the FHIR bulk-data shape; the files are downloaded through the API with the
 same bearer token.
 
-The snapshot is the items: each page's exported fields are frozen into its item when
-the job starts (one statement, one transaction: that is the manifest's
-``transactionTime``), so an export resumed after a crash writes the same lines a whole
+The snapshot is the items: each page's exported fields are frozen into its item by the
+job's first attempt (one statement, in the transaction that opens the job: its
+``snapshot_at`` is the manifest's ``transactionTime``), so an export resumed after a crash writes the same lines a whole
 one would, however the pages changed meanwhile. File k holds the items of ordinals
 (k-1)*N+1 … k*N; it is written whole under a temporary name, fsynced and renamed, and
 only then are its items recorded (and their frozen copy dropped): a file is either

@@ -137,19 +137,20 @@ async def insert_items(
 
 
 async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
-    """Whether the unfinished job's items are still to be taken. When they are, the
-    caller's transaction first takes the job's snapshot lock, so that two attempts
-    taking them at once (one presumed dead) do so one after the other: the second then
-    finds them taken. The lock is the job's own, not its row's: a cancellation request
-    written meanwhile does not wait for a long snapshot."""
-    due = text(f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}")
-    if not (await conn.execute(due, {"id": job_id})).scalar():
-        return False
+    """Whether the unfinished job's items are still to be taken, asked under the job's
+    snapshot lock, which the caller's transaction then holds: two attempts taking them
+    at once (one presumed dead) do so one after the other, and the second finds them
+    taken. The lock is the job's own, not its row's: a cancellation request written
+    meanwhile does not wait for a long snapshot."""
     await conn.execute(
         text("SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text)))"),
         {"class": SNAPSHOT_LOCK, "id": job_id},
     )
-    return bool((await conn.execute(due, {"id": job_id})).scalar())
+    due = await conn.execute(
+        text(f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}"),
+        {"id": job_id},
+    )
+    return bool(due.scalar())
 
 
 async def set_snapshot(

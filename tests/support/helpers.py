@@ -287,6 +287,18 @@ async def create_tagging_job(engine: AsyncEngine, course: DemoCourse, tag: str) 
     return job_id
 
 
+async def snapshot_now(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
+    """Takes a started job's snapshot as its first attempt would, before any worker runs:
+    for a test that changes the hub between the snapshot and the work."""
+    async with engine.begin() as conn:
+        job = await store.get_job(conn, job_id)
+        assert job is not None
+        assert await job_rows.take_snapshot(conn, job)
+        taken = await store.get_job(conn, job_id)
+    assert taken is not None
+    return taken
+
+
 async def tagger_for(
     engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None, batch: int = 50
 ) -> tuple[CourseTaggingActivities, WorkContext[CourseTaggingPayload]]:

@@ -27,6 +27,7 @@ from tests.support.helpers import (
     job_revisions,
     processed_of,
     run_endings,
+    snapshot_now,
     wait_until_final,
     wait_until_processed,
     workflow_closed,
@@ -61,7 +62,6 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
         first = WorkerProcess("worker-1", env, tmp_path)
         workers.append(first)
         job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-        assert job.total == PAGES
 
         await wait_until_processed(engine, job.id, KILL_AFTER, first, timeout=60)
         assert first.alive(), f"worker-1 died before the kill:\n{first.tail()}"
@@ -128,8 +128,10 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
     )
     env = hubjobs_env(settings, tmp_path, tagging_batch_size=10)
     workers: list[WorkerProcess] = []
-    # Started (its snapshot read the pages) before the lock, and before any worker runs.
+    # Started and snapshotted (as its first attempt would) before the lock, and before
+    # any worker runs: each attempt then blocks on its first batch.
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    await snapshot_now(engine, job.id)
     lock_conn = await engine.connect()
     await lock_conn.begin()
     await lock_conn.execute(text("LOCK TABLE pages IN ACCESS EXCLUSIVE MODE"))

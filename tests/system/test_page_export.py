@@ -32,7 +32,13 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.messages import SweepResult
 from starter.api import create_app
 from starter.client import HubJobsClient
-from tests.support.helpers import edit, processed_of, wait_until_final, wait_until_processed
+from tests.support.helpers import (
+    edit,
+    processed_of,
+    snapshot_now,
+    wait_until_final,
+    wait_until_processed,
+)
 from tests.support.processes import WorkerProcess, hubjobs_env, hubjobs_json
 from tests.support.servers import bearer, running_worker, seed
 
@@ -115,7 +121,8 @@ def assert_manifest(job: JobView, files: dict[str, list[Page]], per_file: int) -
     assert job.result is not None
     manifest = job.result
     assert set(manifest) == MANIFEST_KEYS, manifest.keys()
-    assert datetime.fromisoformat(manifest["transactionTime"]) == job.created_at
+    # When the first attempt froze the pages.
+    assert datetime.fromisoformat(manifest["transactionTime"]) == job.snapshot_at
     assert manifest["request"] == f"/workspaces/{job.workspace_id}/jobs/page_export"
     assert manifest["requiresAccessToken"] is True
     assert manifest["error"] == []
@@ -178,8 +185,11 @@ async def test_a_20000_page_course_is_exported_once_each_as_it_was_at_the_start(
     started = time.monotonic()
     job = await jobs.start_page_export(root_page_id=course.root_page_id, pages_per_file=per_file)
     start_seconds = time.monotonic() - started
-    assert (job.total, job.kind) == (pages, "page_export")
-    # After the start, before any worker runs: edits, a trashed page, a new page.
+    assert (job.total, job.kind, job.snapshot_at) == (0, "page_export", None)
+    # The snapshot, as the first attempt takes it; then, before any worker runs: edits, a
+    # trashed page, a new page.
+    job = await snapshot_now(engine, job.id)
+    assert job.total == pages
     await edit_after_start(engine, course.page_ids[100:151])
     async with engine.begin() as conn:
         await conn.execute(
@@ -248,6 +258,7 @@ async def test_a_whole_workspace_is_exported_and_nothing_of_another(
     snapshot = await pages_now(engine, expected)
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     job = await jobs.start_page_export(pages_per_file=250)
+    await snapshot_now(engine, job.id)  # as the first attempt takes it
     await edit_after_start(engine, second[:20])
     async with running_worker(temporal, settings):
         done = await jobs.wait(job.id, timeout=120)
@@ -276,12 +287,14 @@ async def test_a_worker_killed_mid_export_is_finished_by_another_exactly(
     env = hubjobs_env(settings, tmp_path, heartbeat_timeout_seconds=3, work_slice_seconds=30)
     workers: list[WorkerProcess] = []
     try:
-        first = WorkerProcess("worker-1", env, tmp_path)
-        workers.append(first)
         job = await jobs.start_page_export(
             root_page_id=course.root_page_id, pages_per_file=per_file
         )
+        # The snapshot as the first attempt takes it, then edits, then the first worker.
+        await snapshot_now(engine, job.id)
         await edit_after_start(engine, course.page_ids[5000:5011])
+        first = WorkerProcess("worker-1", env, tmp_path)
+        workers.append(first)
         t0 = time.monotonic()
         await wait_until_processed(engine, job.id, kill_after, first, timeout=90)
         print(f"\nreached {kill_after} in {time.monotonic() - t0:.1f} s")
