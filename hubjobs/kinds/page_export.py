@@ -5,11 +5,12 @@ same bearer token.
 
 The snapshot is the items: each page's exported fields are frozen into its item by the
 job's first attempt (one statement, in the transaction that opens the job: its
-``snapshot_at`` is the manifest's ``transactionTime``), so an export resumed after a crash writes the same lines a whole
-one would, however the pages changed meanwhile. File k holds the items of ordinals
-(k-1)*N+1 … k*N; it is written whole under a temporary name, fsynced and renamed, and
-only then are its items recorded (and their frozen copy dropped): a file is either
-complete and counted, or rewritten from the snapshot by the next attempt.
+``snapshot_at`` is the manifest's ``transactionTime``), so an export resumed after a
+crash writes the same lines a whole one would, however the pages changed meanwhile.
+File k holds the items of ordinals (k-1)*N+1 … k*N; it is written whole under a
+temporary name, fsynced and renamed, and only then are its items recorded (and their
+frozen copy dropped): a file is either complete and counted, or rewritten from the
+snapshot by the next attempt.
 """
 
 from __future__ import annotations

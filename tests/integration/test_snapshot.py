@@ -106,7 +106,7 @@ async def test_two_attempts_taking_the_snapshot_at_once_take_it_once(
         return took
 
     took = await asyncio.gather(first(), second())
-    assert took == [True, False]
+    assert list(took) == [True, False]
     after = await row_of(engine, job.id)
     assert after is not None and after.total == 30 and after.snapshot_at is not None
     items = await items_of(engine, job.id)
