@@ -2,8 +2,8 @@
 durable, on an idle server with a pause between runs, against the floor that does the
 same writes, on the same Temporal server. Runs alternate.
 
-* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call: its row, its
-  snapshot, the workflow's start) run by a ``hubjobs worker`` process;
+* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call: its row and the
+  workflow's start; the snapshot is the first attempt's) run by a ``hubjobs worker`` process;
 * the floor: ``BareDbJob`` (bench/bare_workflows.py, importing only temporalio, in the
   default sandbox) whose one activity does a one-page job's writes in one transaction
   -- read the page's version, the ETag-guarded update, its revision, the item's

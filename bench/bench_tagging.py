@@ -3,11 +3,11 @@
 Three contenders, each on an identical course of its own (same demo tree, same
 database, fsync on), in rotating order round after round:
 
-* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call, its snapshot
-  included) until the job's read-model row is final, run by a ``hubjobs worker``
-  process with its default batch and chunk sizes;
+* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call; the snapshot is
+  its first attempt's) until the job's read-model row is final, run by a ``hubjobs
+  worker`` process with its default batch and chunk sizes;
 * the floor: the least SQL doing the same durable work, timed from its first
-  statement: the snapshot as the product's start takes it (the job's row, then one
+  statement: the snapshot as the product's first attempt takes it (the job's row, then one
   recursive INSERT … SELECT walking the course by parent and inserting one job_items
   row per page with whether it had the tag, and ``ANALYZE job_items`` from 10,000
   items, as the product does), committed; then in one transaction one UPDATE adding
@@ -118,7 +118,7 @@ async def hubjobs_once(
     return seconds, {**phases(t0, returned, seen, job), "peak RSS MB": rss}
 
 
-# The snapshot as the product's start takes it (hubjobs.kinds.course_tagging: the
+# The snapshot as the product's first attempt takes it (hubjobs.kinds.course_tagging: the
 # course walked by parent, one item per page in (depth, title, id) order, whether it had
 # the tag under tag_key()), preceded by the job's row.
 FLOOR_SNAPSHOT = (
@@ -397,8 +397,8 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     figures = speed_figures(sizes, med) + (hubjobs_figures(sizes, ours, phases_of) if ours else [])
     notes = [
         f"tagging: medians of {args.rounds} rounds, contenders alternating; hubjobs from "
-        "the start call (snapshot included) to a final read-model row; the floor from its "
-        "snapshot's first statement to its last commit",
+        "the start call to a final read-model row (the snapshot is the first attempt's); "
+        "the floor from its snapshot's first statement to its last commit",
         *(
             f"tagging: hubjobs at {pages:,} pages: "
             + describe_phases({k: v for k, v in phases_of[pages].items() if "RSS" not in k}, "s")

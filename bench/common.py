@@ -47,7 +47,7 @@ from hubjobs.devstack.embedded import (
     wait_for_port,
 )
 from hubjobs.kinds import get_kind
-from hubjobs.kinds.job_rows import create_job
+from hubjobs.kinds.job_rows import create_job, take_snapshot
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
@@ -453,11 +453,11 @@ async def add_attachment(engine: AsyncEngine, folder: Path, page: uuid.UUID, dat
 
 
 async def snapshot_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uuid.UUID:
-    """A course-tagging job recorded as a start records it (row and item snapshot), with
-    no workflow: the floor and the seed loop work on it."""
+    """A course-tagging job recorded as a start records it and with its items as its
+    first attempt snapshots them, with no workflow: the seed loop works on it."""
     job_id = uuid.uuid4()
     async with engine.begin() as conn:
-        await create_job(
+        created = await create_job(
             conn,
             get_kind("course_tagging"),
             job_id=job_id,
@@ -466,6 +466,7 @@ async def snapshot_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uui
             correlation_id="bench",
             payload={"root_page_id": str(course.root_page_id), "tag": tag},
         )
+        await take_snapshot(conn, created.job)
     return job_id
 
 
