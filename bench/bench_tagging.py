@@ -28,6 +28,7 @@ both 100,000 and 1,000,000 pages measured, the 1M course's pages/s against the 1
     python bench/bench_tagging.py --pages 100000 --rounds 3 --seed-seconds 0   # seed loop in full
     python bench/bench_tagging.py --sizes 1000,10000,100000,1000000 --rounds 1  # the plot to 1M
     python bench/bench_tagging.py --pages 1000000 --rounds 1 --only hubjobs,floor
+    python bench/bench_tagging.py --pages 100000 --only hubjobs,floor --settings tagging_lanes=3
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=lambda text: tuple(text.split(",")),
         default=CONTENDERS,
         help=f"contenders, comma-separated (default {','.join(CONTENDERS)})",
+    )
+    parser.add_argument(
+        "--settings",
+        default="",
+        help="HUBJOBS_* settings of the worker, name=value comma-separated (lower case)",
     )
     parser.add_argument(
         "--seed-seconds",
@@ -366,7 +372,12 @@ def hubjobs_figures(
 async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     sizes: list[int] = [args.pages] if args.pages else list(args.sizes)
     chosen = [c for c in CONTENDERS if c in args.only]
-    hub = await stack.hub("jobs")
+    settings: dict[str, str] = dict(
+        item.split("=", 1) for item in args.settings.split(",") if item.strip()
+    )
+    hub = await stack.hub(
+        "jobs" + "".join(f"_{k[:12]}{v}" for k, v in settings.items()), **settings
+    )
     assert hub.worker is not None
     rates: dict[str, dict[int, list[float]]] = {c: {s: [] for s in sizes} for c in chosen}
     where: dict[str, dict[int, list[dict[str, float]]]] = {
