@@ -49,6 +49,7 @@ from hubjobs.temporal.messages import (
     WorkRequest,
     WorkResult,
 )
+from hubjobs.webhooks.policy import checked
 
 log = logging.getLogger(__name__)
 # A progress report is a courtesy: never wait long on Temporal for one.
@@ -562,8 +563,12 @@ class KindActivities(Generic[P]):
                 workflow_id=workflow_id,
             )
 
-        async def create_row(conn: AsyncConnection) -> HubJobsError | None:
+        async def create_row(
+            conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
+        ) -> HubJobsError | None:
             try:
+                if notify_refused is not None:
+                    raise notify_refused
                 async with conn.begin_nested():
                     await job_rows.create_job(
                         conn,
@@ -574,6 +579,7 @@ class KindActivities(Generic[P]):
                         correlation_id=job.correlation_id,
                         payload=job.payload,
                         workflow_id=workflow_id,
+                        notify_url=notify_url,
                     )
             except HubJobsError as err:
                 await job_rows.record_refused(
@@ -596,8 +602,20 @@ class KindActivities(Generic[P]):
         opened = await with_outage_retry(engine, settings, open_row, on_wait=on_wait)
         if opened is not None:
             return opened
+        # A direct start's notify_url gets the checks a start through the client makes
+        # (off the event loop: it resolves the host) before its row is created.
+        notify_refused: HubJobsError | None = None
+        notify_url: str | None = None
+        try:
+            notify_url = await checked(settings, job.notify_url)
+        except HubJobsError as err:
+            notify_refused = err
         refused = await with_outage_retry(
-            engine, settings, create_row, transaction=True, on_wait=on_wait
+            engine,
+            settings,
+            lambda conn: create_row(conn, notify_url, notify_refused),
+            transaction=True,
+            on_wait=on_wait,
         )
         if refused is not None:
             raise Refused(refused.message, code=refused.code)

@@ -21,7 +21,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hubjobs.db.arrays import int_array
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
-from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+from hubjobs.readmodel.status import (
+    UNFINISHED_STATUSES,
+    ItemState,
+    JobStatus,
+    NotifyState,
+    sql_list,
+)
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
 
 UNFINISHED = sql_list(UNFINISHED_STATUSES)
@@ -70,18 +76,23 @@ async def insert_job(
     source_job_id: uuid.UUID | None = None,
     schedule_id: str | None = None,
     workflow_id: str | None = None,
+    notify_url: str | None = None,
 ) -> bool:
-    """Inserts a queued row; False when the idempotency key (or the id) already names one.
-    A concurrent insert with the same key waits on the unique index, then finds it.
-    ``workflow_id``: the id Temporal has, for a job started straight through it under an
-    id of its starter's choosing (by default ``<kind>-<job id>``)."""
+    """Inserts a queued row (with a ``notify_url``, its webhook pending); False when the
+    idempotency key (or the id) already names one. A concurrent insert with the same key
+    waits on the unique index, then finds it. ``workflow_id``: the id Temporal has, for a
+    job started straight through it under an id of its starter's choosing (by default
+    ``<kind>-<job id>``)."""
     row = (
         await conn.execute(
             text(
                 "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload, source_job_id, schedule_id) "
+                "correlation_id, idempotency_key, payload, source_job_id, schedule_id, "
+                "notify_url, notify_state) "
                 "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
-                ":key, CAST(:payload AS jsonb), :source, :schedule) "
+                ":key, CAST(:payload AS jsonb), :source, :schedule, CAST(:notify AS text), "
+                f"CASE WHEN CAST(:notify AS text) IS NULL THEN NULL "
+                f"ELSE {NotifyState.pending.sql} END) "
                 "ON CONFLICT DO NOTHING RETURNING id"
             ),
             {
@@ -96,6 +107,7 @@ async def insert_job(
                 "payload": _json(payload),
                 "source": source_job_id,
                 "schedule": schedule_id,
+                "notify": notify_url,
             },
         )
     ).first()
@@ -600,6 +612,35 @@ async def finish(
     values = dict(row._mapping)
     changed = bool(values.pop("changed"))
     return Finished(JobView.model_validate(values), changed)
+
+
+# --- completion webhooks ----------------------------------------------------------------
+
+
+async def record_notify(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    state: NotifyState,
+    attempt: int,
+    error: str | None = None,
+) -> bool:
+    """A try of the job's completion webhook: its number (the count only grows), how the
+    delivery stands and the failure, if any. A delivery recorded final (delivered,
+    refused, failed) stays so: a late try of a retried activity changes nothing. False
+    when the row is gone or final already."""
+    result = await conn.execute(
+        text(
+            "UPDATE jobs SET notify_state = CAST(:state AS text), "
+            "notify_attempts = GREATEST(notify_attempts, :attempt), "
+            "notify_last_error = COALESCE(CAST(:error AS text), notify_last_error), "
+            "notified_at = CASE WHEN CAST(:state AS text) = "
+            f"{NotifyState.delivered.sql} THEN now() ELSE notified_at END, updated_at = now() "
+            f"WHERE id = :id AND notify_state = {NotifyState.pending.sql} RETURNING {NOTIFY}"
+        ),
+        {"id": job_id, "state": state, "attempt": attempt, "error": error},
+    )
+    return result.first() is not None
 
 
 async def withdraw(

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.status import ItemState, JobStatus, NotifyState
 
 
 class Counters(BaseModel):
@@ -75,6 +75,13 @@ class JobView(BaseModel):
     # deploy): the job is not moving, whatever its status says.
     stuck_since: datetime | None = None
     stuck_reason: str | None = None
+    # The completion webhook, when the start named one (see hubjobs/webhooks/): its URL,
+    # its delivery's state, tries, last failure ("code: message") and success time.
+    notify_url: str | None = None
+    notify_state: NotifyState | None = None
+    notify_attempts: int = 0
+    notify_last_error: str | None = None
+    notified_at: datetime | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -122,6 +129,10 @@ CLI_JOB_FIELDS = (
     "schedule_id",
     "stuck_since",
     "stuck_reason",
+    "notify_state",
+    "notify_attempts",
+    "notify_last_error",
+    "notified_at",
 )
 API_JOB_FIELDS = (
     "id",
@@ -143,6 +154,10 @@ API_JOB_FIELDS = (
     "schedule_id",
     "stuck_since",
     "stuck_reason",
+    "notify_state",
+    "notify_attempts",
+    "notify_last_error",
+    "notified_at",
 )
 
 
