@@ -560,6 +560,7 @@ class JobWorkflow:
             payload=start.payload,
             options=start.options,
             checkpoint=start.checkpoint,
+            notify_url=start.notify_url,
         )
 
     async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:
