@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         StartInput,
         WorkRequest,
         WorkResult,
+        completion_workflow_id,
         job_id_from_workflow_id,
     )
     from hubjobs.webhooks.destinations import InvalidNotifyUrl
@@ -504,7 +505,7 @@ class JobWorkflow:
                     retry_max_seconds=options.webhook_retry_max_seconds,
                     deadline_seconds=options.webhook_deadline_seconds,
                 ),
-                id=f"{workflow.info().workflow_id}-notify",
+                id=completion_workflow_id(job.kind, job.job_id),
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 cancellation_type=ChildWorkflowCancellationType.ABANDON,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -287,8 +287,14 @@ class RefusedStart(BaseModel):
 # --- completion webhooks ---------------------------------------------------------------
 
 # The workflow type of a job's completion delivery (workflows/completion_delivery.py),
-# started by the job's workflow as its child under ``<job workflow id>-notify``.
+# started by the job's workflow as its child.
 COMPLETION_DELIVERY_WORKFLOW = "CompletionDelivery"
+
+
+def completion_workflow_id(kind: str, job_id: uuid.UUID) -> str:
+    """The delivery's workflow id, ``<kind>-<job id>-notify``: beside its job's own id in
+    the Temporal UI, and from the job id (one delivery a job), not the workflow id."""
+    return f"{kind}-{job_id}-notify"
 
 
 class CompletionRequest(BaseModel):
