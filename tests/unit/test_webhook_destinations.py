@@ -49,7 +49,7 @@ def resolving(table: dict[str, list[str]]) -> Iterator[None]:
             raise socket.gaierror("no such host")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in table[host]]
 
-    with patch.object(destinations.socket, "getaddrinfo", getaddrinfo):
+    with patch("hubjobs.webhooks.destinations.socket.getaddrinfo", getaddrinfo):
         yield
 
 
