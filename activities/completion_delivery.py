@@ -7,8 +7,11 @@ already records as final is not sent again, and the receiver deduplicates the re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,6 +27,20 @@ from hubjobs.webhooks.delivery import Completion, DeliveryFailed, DeliveryRefuse
 from hubjobs.webhooks.policy import WebhooksNotConfigured, signing_secret
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# How often a try heartbeats while the receiver takes its time: a worker that dies
+# mid-delivery is noticed within the heartbeat timeout, not the try's whole timeout.
+HEARTBEAT_SECONDS = 1.0
+
+
+async def heartbeating(work: Awaitable[T]) -> T:
+    """``work``, heartbeating every second until it is done."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_SECONDS)
+        if done:
+            return task.result()
+        activity.heartbeat()
 
 
 def completion_of(job: JobView) -> Completion:
@@ -80,12 +97,14 @@ class CompletionDeliveryActivities:
             if secret is None:
                 raise WebhooksNotConfigured()
             async with httpx.AsyncClient(trust_env=False) as client:
-                await deliver(
-                    client,
-                    job.notify_url,
-                    completion_of(job),
-                    secret=secret,
-                    allowed=self.deps.settings.webhook_allowed_hosts,
+                await heartbeating(
+                    deliver(
+                        client,
+                        job.notify_url,
+                        completion_of(job),
+                        secret=secret,
+                        allowed=self.deps.settings.webhook_allowed_hosts,
+                    )
                 )
         except DeliveryFailed as failed:
             log.info("completion webhook not taken (try %d): %s", attempt, failed.message)

@@ -30,8 +30,10 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.versioning import declare_workflow
 
-# One try: the POST's own timeout, and room to read and write the row around it.
+# One try: the POST's own timeout, and room to read and write the row around it; a try
+# heartbeats every second, so a worker that dies mid-try is noticed within a few.
 TRY_TIMEOUT = timedelta(seconds=TIMEOUT_SECONDS + 20)
+TRY_HEARTBEAT = timedelta(seconds=5)
 # Recording the end is a lifecycle write: retried until it lands.
 RECORD_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -60,6 +62,7 @@ class CompletionDelivery:
                 CompletionDeliveryActivities.deliver_completion,
                 request,
                 start_to_close_timeout=TRY_TIMEOUT,
+                heartbeat_timeout=TRY_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(seconds=request.deadline_seconds),
                 retry_policy=retry,
                 summary="Deliver the completion webhook",
