@@ -106,11 +106,13 @@ class CompletionDeliveryActivities:
                         allowed=self.deps.settings.webhook_allowed_hosts,
                     )
                 )
-        except DeliveryFailed as failed:
+        except (DeliveryFailed, WebhooksNotConfigured) as failed:
+            # A worker without the secret is a deployment to fix, not a receiver's
+            # refusal: tried again, with the reason on the row.
             log.info("completion webhook not taken (try %d): %s", attempt, failed.message)
             await self._record(job.id, NotifyState.pending, attempt, described(failed))
-            raise ApplicationError(failed.message, type=failed.code) from None
-        except (DeliveryRefused, WebhooksNotConfigured) as refused:
+            raise ApplicationError(failed.message, type=DeliveryFailed.code) from None
+        except DeliveryRefused as refused:
             log.warning("completion webhook refused: %s", refused.message)
             await self._record(job.id, NotifyState.refused, attempt, described(refused))
             raise ApplicationError(

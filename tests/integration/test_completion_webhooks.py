@@ -144,6 +144,27 @@ async def test_a_redirect_is_not_followed_and_the_delivery_is_refused(
     await record(child, "completion_delivery_refused")
 
 
+async def test_a_receiver_that_never_takes_it_is_recorded_failed_at_the_deadline(
+    temporal: Client, engine: AsyncEngine, course: DemoCourse, settings: Settings, worker: None
+) -> None:
+    """The deadline is the start's (its options): two seconds here, a day by default."""
+    brief = settings.model_copy(update={"webhook_deadline_hours": 2 / 3600})
+    jobs = HubJobsClient(temporal, engine, brief).scope(course.workspace_id, course.actor_id)
+    receiver = Receiver(plan=[503] * 1000)
+    async with receiving(receiver) as url:
+        job = await jobs.start_course_tagging(
+            root_page_id=course.root_page_id, tag=TAG, notify_url=url
+        )
+        done = await _settled(jobs, job.id)
+    assert done.status == "succeeded" and done.notify_state == "failed"
+    assert done.notify_last_error == "notify_failed: not delivered within 2 s"
+    assert done.notify_attempts == len(receiver.received) >= 2
+    assert receiver.accepted() == [] and done.notified_at is None
+    child = temporal.get_workflow_handle(f"{done.workflow_id}-notify")
+    assert (await child.result())["state"] == "failed"
+    await record(child, "completion_delivery_failed")
+
+
 @pytest.mark.parametrize(
     ("url", "code"),
     [
