@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.base import Deps, KindActivities
+from activities.completion_delivery import CompletionDeliveryActivities
 from activities.job_steps import JobStepActivities
 from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
@@ -48,6 +49,7 @@ from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.maintenance import ensure_maintenance
 from hubjobs.temporal.process import run_and_exit
+from workflows.completion_delivery import CompletionDelivery
 from workflows.dispatch import NoEagerDispatch
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 from workflows.schedule_firing import ScheduledStartWorkflow
@@ -118,8 +120,9 @@ def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplem
     return found
 
 
-# Besides the kinds' own: the maintenance Schedules' workflows and job schedules' firings.
-SHARED_WORKFLOWS = (*MAINTENANCE_WORKFLOWS, ScheduledStartWorkflow)
+# Besides the kinds' own: the maintenance Schedules' workflows, job schedules' firings and
+# completion webhooks' deliveries.
+SHARED_WORKFLOWS = (*MAINTENANCE_WORKFLOWS, ScheduledStartWorkflow, CompletionDelivery)
 
 
 def workflows(*, versioned: bool = True) -> list[type]:
@@ -138,6 +141,7 @@ def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
         JobStepActivities,
         MaintenanceActivities,
         ScheduleActivities,
+        CompletionDeliveryActivities,
     ]
 
 

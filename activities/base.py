@@ -52,6 +52,7 @@ from hubjobs.temporal.messages import (
     WorkRequest,
     WorkResult,
 )
+from hubjobs.webhooks.policy import checked
 
 log = logging.getLogger(__name__)
 # A progress report is a courtesy: never wait long on Temporal for one.
@@ -605,19 +606,9 @@ class KindActivities(Generic[P]):
             row = await store.get_job(conn, job.job_id)
             if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
                 return None
-            if not row.is_final and row.snapshot_at is None:
-                # A snapshot reads the whole course: the bulk budget, and its own
-                # server-side bounds for this transaction.
-                bound = current_deadline()
-                if bound is not None:
-                    bound.extend(settings.db_bulk_timeout_seconds)
-                bulk = budget(settings, Purpose.BULK)
-                await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
-                try:
-                    async with conn.begin_nested():
-                        await job_rows.take_snapshot(conn, row)
-                except HubJobsError as err:
-                    return err
+            refused = await snapshot_if_due(conn, row, settings)
+            if refused is not None:
+                return refused
             return await store.open_job(
                 conn,
                 job.job_id,
@@ -627,8 +618,12 @@ class KindActivities(Generic[P]):
                 workflow_id=workflow_id,
             )
 
-        async def create_row(conn: AsyncConnection) -> HubJobsError | None:
+        async def create_row(
+            conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
+        ) -> HubJobsError | None:
             try:
+                if notify_refused is not None:
+                    raise notify_refused
                 async with conn.begin_nested():
                     await job_rows.create_job(
                         conn,
@@ -639,6 +634,7 @@ class KindActivities(Generic[P]):
                         correlation_id=job.correlation_id,
                         payload=job.payload,
                         workflow_id=workflow_id,
+                        notify_url=notify_url,
                     )
             except HubJobsError as err:
                 await job_rows.record_refused(
@@ -669,8 +665,15 @@ class KindActivities(Generic[P]):
             opened = await open_once()
             if opened is not None:
                 return opened
+            # A direct start's notify_url gets the checks a start through the client
+            # makes (off the event loop: it resolves the host) before its row is created.
+            notify_url, notify_refused = await _notify_url_checked(settings, job.notify_url)
             refused = await with_outage_retry(
-                self.deps.engine, settings, create_row, transaction=True, on_wait=on_wait
+                self.deps.engine,
+                settings,
+                lambda conn: create_row(conn, notify_url, notify_refused),
+                transaction=True,
+                on_wait=on_wait,
             )
             if refused is not None:
                 raise Refused(refused.message, code=refused.code)
@@ -687,6 +690,38 @@ class KindActivities(Generic[P]):
         output: dict[str, Any] | None = None,
     ) -> JobOutcome:
         return await finish(self.deps, job, status, counters=counters, output=output)
+
+
+async def snapshot_if_due(
+    conn: AsyncConnection, job: JobView, settings: Settings
+) -> HubJobsError | None:
+    """In an attempt's opening transaction: the job's snapshot, unless it is final or
+    was taken. It reads the whole course, so it runs under the bulk budget (the unit's
+    deadline moved on, the server's bounds raised for this transaction), in a savepoint:
+    a refusal (its course gone since the start) is returned, the rest kept."""
+    if job.is_final or job.snapshot_at is not None:
+        return None
+    bound = current_deadline()
+    if bound is not None:
+        bound.extend(settings.db_bulk_timeout_seconds)
+    bulk = budget(settings, Purpose.BULK)
+    await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
+    try:
+        async with conn.begin_nested():
+            await job_rows.take_snapshot(conn, job)
+    except HubJobsError as err:
+        return err
+    return None
+
+
+async def _notify_url_checked(
+    settings: Settings, url: str | None
+) -> tuple[str | None, HubJobsError | None]:
+    """A direct start's notify_url as the start's checks leave it, or their refusal."""
+    try:
+        return await checked(settings, url), None
+    except HubJobsError as err:
+        return None, err
 
 
 async def finish(

@@ -376,7 +376,7 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         item.split("=", 1) for item in args.settings.split(",") if item.strip()
     )
     hub = await stack.hub(
-        "jobs" + "".join(f"_{k[:12]}{v}" for k, v in settings.items()), **settings
+        "jobs" + "".join(f"_{k[:12]}{v}" for k, v in settings.items()), worker=True, **settings
     )
     assert hub.worker is not None
     rates: dict[str, dict[int, list[float]]] = {c: {s: [] for s in sizes} for c in chosen}

@@ -26,6 +26,9 @@ PROFILE_FILE = "profile.json"
 # The embedded stack's token secret (`hubjobs up` writes it): `hubjobs token` and
 # `hubjobs api` use it only while no token key of any kind is configured.
 DEV_SECRET_FILE = "dev-token-secret"
+# The embedded stack's completion-webhook signing secret (`hubjobs up` writes it): used
+# only while HUBJOBS_WEBHOOK_SECRET is not set.
+DEV_WEBHOOK_SECRET_FILE = "dev-webhook-secret"
 
 
 class Settings(BaseSettings):
@@ -122,6 +125,20 @@ class Settings(BaseSettings):
     # allowed origin needs none. Refused unless the API listens on loopback only, where
     # whoever can reach it can reach the (unauthenticated) dev server anyway.
     codec_trust_ui_origin: bool = False
+
+    # Completion webhooks (hubjobs/webhooks/): the deployment's signing secret (HMAC-SHA256;
+    # unset, a start with a notify_url is refused `webhooks_not_configured`), the hosts
+    # and networks a notify_url may name (comma-separated host names or CIDR networks;
+    # link-local and the metadata address are never allowed, whatever this says), and
+    # the retry schedule of a delivery: the first wait, the longest, and how long a
+    # delivery is tried in all before it is recorded failed.
+    webhook_secret: SecretStr | None = None
+    webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.0/8", "::1/128"]
+    )
+    webhook_retry_initial_seconds: float = Field(default=1.0, gt=0, le=3600)
+    webhook_retry_max_seconds: float = Field(default=3600.0, gt=0, le=86400)
+    webhook_deadline_hours: float = Field(default=24.0, gt=0, le=24 * 30)
 
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
@@ -224,6 +241,7 @@ class Settings(BaseSettings):
         "api_jwt_issuer",
         "codec_keys",
         "codec_key_id",
+        "webhook_secret",
         mode="before",
     )
     @classmethod
@@ -232,7 +250,7 @@ class Settings(BaseSettings):
         unset, never "the audience must be the empty string"."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("codec_cors_origins", "codec_actors", mode="before")
+    @field_validator("codec_cors_origins", "codec_actors", "webhook_allowed_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """``a,b`` in the environment (a JSON list is taken too)."""
@@ -252,6 +270,17 @@ class Settings(BaseSettings):
         path = self.home / DEV_SECRET_FILE
         if path.is_file():
             self.api_jwt_secret = SecretStr(path.read_text().strip())
+        return self
+
+    @model_validator(mode="after")
+    def _dev_webhook_secret(self) -> Settings:
+        """The embedded stack's development webhook secret, when none is configured and
+        ``hubjobs up`` wrote one here."""
+        if self.webhook_secret is not None:
+            return self
+        path = self.home / DEV_WEBHOOK_SECRET_FILE
+        if path.is_file():
+            self.webhook_secret = SecretStr(path.read_text().strip())
         return self
 
     @property

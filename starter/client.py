@@ -286,12 +286,17 @@ class WorkspaceJobs:
         *,
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
+        notify_url: str | None = None,
     ) -> JobView:
         """Starts a job of any registered kind. Refused starts raise and leave nothing;
         the same idempotency key gives the same job (and repairs one whose workflow
         never started). The idempotency key and correlation id are 1–128 characters of
-        ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``)."""
+        ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``). With
+        ``notify_url``, a signed completion webhook is POSTed there when the job is
+        final: refused ``invalid_notify_url`` for a host the deployment does not allow,
+        ``webhooks_not_configured`` without a signing secret."""
         from hubjobs.kinds import REGISTRY
+        from hubjobs.webhooks.policy import checked
 
         kind = REGISTRY.get(kind_name)
         idempotency_key = check_idempotency_key(idempotency_key)
@@ -299,6 +304,7 @@ class WorkspaceJobs:
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         if not isinstance(raw, dict):
             raise InvalidPayload("the payload must be a JSON object")
+        notify_url = await checked(self.client.settings, notify_url)
         job_id = uuid.uuid4()
         from hubjobs.kinds.job_rows import create_job
         from hubjobs.observability.telemetry import job_span
@@ -313,6 +319,7 @@ class WorkspaceJobs:
                 correlation_id=correlation_id,
                 payload=raw,
                 idempotency_key=idempotency_key,
+                notify_url=notify_url,
             )
 
         # One trace from here through the workflow and its activities, with the
@@ -346,6 +353,7 @@ class WorkspaceJobs:
         tag: str,
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
+        notify_url: str | None = None,
     ) -> JobView:
         from hubjobs.kinds.course_tagging import COURSE_TAGGING
 
@@ -355,15 +363,24 @@ class WorkspaceJobs:
             {"root_page_id": str(root_page_id), "tag": tag},
             correlation_id=correlation_id,
             idempotency_key=idempotency_key,
+            notify_url=notify_url,
         )
 
     async def start_backup(
-        self, *, correlation_id: str | None = None, idempotency_key: str | None = None
+        self,
+        *,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+        notify_url: str | None = None,
     ) -> JobView:
         from hubjobs.kinds.backup import BACKUP
 
         return await self.start(
-            BACKUP.name, {}, correlation_id=correlation_id, idempotency_key=idempotency_key
+            BACKUP.name,
+            {},
+            correlation_id=correlation_id,
+            idempotency_key=idempotency_key,
+            notify_url=notify_url,
         )
 
     async def start_page_export(
@@ -373,6 +390,7 @@ class WorkspaceJobs:
         pages_per_file: int | None = None,
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
+        notify_url: str | None = None,
     ) -> JobView:
         """Exports a course (``root_page_id`` and its subtree) or, without one, the whole
         workspace as NDJSON files of ``pages_per_file`` pages (the kind's default,
@@ -391,6 +409,7 @@ class WorkspaceJobs:
             payload,
             correlation_id=correlation_id,
             idempotency_key=idempotency_key,
+            notify_url=notify_url,
         )
 
     async def retry(self, job_id: uuid.UUID, *, correlation_id: str | None = None) -> JobView:

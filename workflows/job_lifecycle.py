@@ -33,8 +33,9 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, VersioningBehavior
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import Priority, RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.base import OUT_OF_REACH
@@ -54,10 +55,12 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.messages import (
         CANCEL_SIGNAL,
+        COMPLETION_DELIVERY_WORKFLOW,
         PROGRESS_QUERY,
         PROGRESS_SIGNAL,
         CancelRequest,
         Checkpoint,
+        CompletionRequest,
         FinishJob,
         JobInput,
         JobOptions,
@@ -68,8 +71,11 @@ with workflow.unsafe.imports_passed_through():
         StartInput,
         WorkRequest,
         WorkResult,
+        completion_workflow_id,
         job_id_from_workflow_id,
     )
+    from hubjobs.webhooks.destinations import InvalidNotifyUrl
+    from hubjobs.webhooks.policy import WebhooksNotConfigured
 
 from workflows.dispatch import not_eagerly
 from workflows.versioning import declare_workflow
@@ -109,6 +115,11 @@ ATTEMPT_TIMEOUT = timedelta(hours=6)
 # A job cancelled by signal closes as Canceled in Temporal, not Completed (the UI's list
 # then tells it from a success); before, such runs completed.
 CLOSE_CANCELLED_AS_CANCELED = "close-cancelled-as-canceled"
+# A job started with a notify_url starts its completion webhook's delivery (a child
+# workflow, workflows/completion_delivery.py) once its row is final.
+COMPLETION_WEBHOOK = "completion-webhook"
+# A job failed for its notify_url itself has no webhook to deliver.
+NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 
 W = TypeVar("W", bound="JobWorkflow")
 
@@ -260,6 +271,7 @@ class JobWorkflow:
             outcome = await self._finish(JobStatus.failed, failure.code, failure.message)
         self._close(outcome)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notify(job, outcome)
         if outcome.status == JobStatus.cancelled:
             if cancelled_in_temporal:
                 # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
@@ -474,6 +486,34 @@ class JobWorkflow:
             )
         return await handed
 
+    async def _notify(self, job: JobInput, outcome: JobOutcome) -> None:
+        """A job started with a notify_url, now final in the read model: its completion
+        webhook goes out from a child workflow this run does not wait for (abandoned,
+        and never cancelled with it), so that the run closes at once, as it would
+        without one; the delivery retries for up to a day on its own."""
+        if job.notify_url is None or outcome.error_code in NOT_NOTIFIED:
+            return
+        if not workflow.patched(COMPLETION_WEBHOOK):
+            return
+        options = job.options
+        try:
+            await workflow.start_child_workflow(
+                COMPLETION_DELIVERY_WORKFLOW,
+                CompletionRequest(
+                    job_id=job.job_id,
+                    retry_initial_seconds=options.webhook_retry_initial_seconds,
+                    retry_max_seconds=options.webhook_retry_max_seconds,
+                    deadline_seconds=options.webhook_deadline_seconds,
+                ),
+                id=completion_workflow_id(job.kind, job.job_id),
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                cancellation_type=ChildWorkflowCancellationType.ABANDON,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"Completion webhook of job {job.job_id} ({outcome.status})",
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # delivered (or being delivered) already: one delivery a job
+
     def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
         self.report(outcome.counters, outcome.error_message or outcome.status)
@@ -521,6 +561,7 @@ class JobWorkflow:
             payload=start.payload,
             options=start.options,
             checkpoint=start.checkpoint,
+            notify_url=start.notify_url,
         )
 
     async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:

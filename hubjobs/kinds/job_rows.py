@@ -53,8 +53,11 @@ async def create_job(
     source_job_id: uuid.UUID | None = None,
     schedule_id: str | None = None,
     workflow_id: str | None = None,
+    notify_url: str | None = None,
 ) -> CreatedJob:
-    """Run inside a transaction; raises a typed HubJobsError when the start is refused."""
+    """Run inside a transaction; raises a typed HubJobsError when the start is refused.
+    A ``notify_url`` is stored as given: the caller checked it (hubjobs.webhooks.policy),
+    outside the transaction, since that resolves its host."""
     model = kind.validate(payload)
     # Before the idempotency lookup: a start naming an existing job is still a start,
     # and must not hand that job to an actor who may not start jobs here.
@@ -80,6 +83,7 @@ async def create_job(
         schedule_id=schedule_id,
         workflow_id=workflow_id,
         summary=summary,
+        notify_url=notify_url,
     )
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.

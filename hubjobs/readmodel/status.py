@@ -42,6 +42,17 @@ class ItemState(SqlLiteral):
     failed = "failed"
 
 
+class NotifyState(SqlLiteral):
+    """A completion webhook's delivery: pending until the receiver took it (delivered),
+    refused it for good (refused: a redirect, a destination no longer allowed) or the
+    retries ran out (failed)."""
+
+    pending = "pending"
+    delivered = "delivered"
+    failed = "failed"
+    refused = "refused"
+
+
 def sql_list(values: type[StrEnum] | frozenset[JobStatus]) -> str:
     """``('a', 'b')`` for a CHECK constraint or an ``IN`` list."""
     return "(" + ", ".join(f"'{v.value}'" for v in sorted(values, key=lambda v: v.value)) + ")"

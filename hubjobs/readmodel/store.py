@@ -21,7 +21,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hubjobs.db.arrays import int_array
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
-from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+from hubjobs.readmodel.status import (
+    UNFINISHED_STATUSES,
+    ItemState,
+    JobStatus,
+    NotifyState,
+    sql_list,
+)
 from hubjobs.readmodel.views import Counters, ItemView, JobView, QueueState
 
 UNFINISHED = sql_list(UNFINISHED_STATUSES)
@@ -74,10 +80,11 @@ async def insert_job(
     schedule_id: str | None = None,
     workflow_id: str | None = None,
     summary: str | None = None,
+    notify_url: str | None = None,
 ) -> JobView | None:
     """Inserts a queued row, its items still to be taken (``snapshot_at`` NULL: the
-    job's first attempt takes them), and returns it; None when the idempotency key (or
-    the id) already names one.
+    job's first attempt takes them) and, with a ``notify_url``, its webhook pending;
+    returns it, or None when the idempotency key (or the id) already names one.
     A concurrent insert with the same key waits on the unique index, then finds it.
     ``workflow_id``: the id Temporal has, for a job started straight through it under an
     id of its starter's choosing (by default ``<kind>-<job id>``)."""
@@ -85,9 +92,12 @@ async def insert_job(
         await conn.execute(
             text(
                 "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload, source_job_id, schedule_id, summary) "
+                "correlation_id, idempotency_key, payload, source_job_id, schedule_id, summary, "
+                "notify_url, notify_state) "
                 "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
-                ":key, CAST(:payload AS jsonb), :source, :schedule, :summary) "
+                ":key, CAST(:payload AS jsonb), :source, :schedule, :summary, "
+                "CAST(:notify AS text), CASE WHEN CAST(:notify AS text) IS NULL THEN NULL "
+                f"ELSE {NotifyState.pending.sql} END) "
                 f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}"
             ),
             {
@@ -103,6 +113,7 @@ async def insert_job(
                 "source": source_job_id,
                 "schedule": schedule_id,
                 "summary": summary,
+                "notify": notify_url,
             },
         )
     ).first()
@@ -630,6 +641,35 @@ async def finish(
     values = dict(row._mapping)
     changed = bool(values.pop("changed"))
     return Finished(JobView.model_validate(values), changed)
+
+
+# --- completion webhooks ----------------------------------------------------------------
+
+
+async def record_notify(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    state: NotifyState,
+    attempt: int,
+    error: str | None = None,
+) -> bool:
+    """A try of the job's completion webhook: its number (the count only grows), how the
+    delivery stands and the failure, if any. A delivery recorded final (delivered,
+    refused, failed) stays so: a late try of a retried activity changes nothing. False
+    when the row is gone or final already."""
+    result = await conn.execute(
+        text(
+            "UPDATE jobs SET notify_state = CAST(:state AS text), "
+            "notify_attempts = GREATEST(notify_attempts, :attempt), "
+            "notify_last_error = COALESCE(CAST(:error AS text), notify_last_error), "
+            "notified_at = CASE WHEN CAST(:state AS text) = "
+            f"{NotifyState.delivered.sql} THEN now() ELSE notified_at END, updated_at = now() "
+            f"WHERE id = :id AND notify_state = {NotifyState.pending.sql} RETURNING {NOTIFY}"
+        ),
+        {"id": job_id, "state": state, "attempt": attempt, "error": error},
+    )
+    return result.first() is not None
 
 
 async def withdraw(

@@ -23,7 +23,13 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hubjobs.db.metadata import Base, created_now
-from hubjobs.readmodel.status import UNFINISHED_STATUSES, ItemState, JobStatus, sql_list
+from hubjobs.readmodel.status import (
+    UNFINISHED_STATUSES,
+    ItemState,
+    JobStatus,
+    NotifyState,
+    sql_list,
+)
 
 
 class Job(Base):
@@ -32,6 +38,7 @@ class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         CheckConstraint(f"status IN {sql_list(JobStatus)}", name="status"),
+        CheckConstraint(f"notify_state IN {sql_list(NotifyState)}", name="notify_state"),
         # The same idempotency key in one workspace names one job of a kind.
         Index(
             "uq_jobs_idempotency",
@@ -119,6 +126,14 @@ class Job(Base):
     stuck_reason: Mapped[str | None] = mapped_column(Text)
     # When the job's first attempt took its items; NULL until then (0006).
     snapshot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The completion webhook (0007): where it goes (NULL: none), how its delivery stands,
+    # the tries so far, the last failure (a code and a short message of ours, never the
+    # receiver's answer) and when a receiver took it.
+    notify_url: Mapped[str | None] = mapped_column(Text)
+    notify_state: Mapped[str | None] = mapped_column(Text)
+    notify_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    notify_last_error: Mapped[str | None] = mapped_column(Text)
+    notified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.status import ItemState, JobStatus, NotifyState
 
 
 class Counters(BaseModel):
@@ -78,6 +78,13 @@ class JobView(BaseModel):
     # When the job's items were taken (by its first attempt, not its start): what a page
     # was then is what "had the tag at snapshot" means. None until then.
     snapshot_at: datetime | None = None
+    # The completion webhook, when the start named one (see hubjobs/webhooks/): its URL,
+    # its delivery's state, tries, last failure ("code: message") and success time.
+    notify_url: str | None = None
+    notify_state: NotifyState | None = None
+    notify_attempts: int = 0
+    notify_last_error: str | None = None
+    notified_at: datetime | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -126,6 +133,10 @@ CLI_JOB_FIELDS = (
     "stuck_since",
     "stuck_reason",
     "snapshot_at",
+    "notify_state",
+    "notify_attempts",
+    "notify_last_error",
+    "notified_at",
 )
 API_JOB_FIELDS = (
     "id",
@@ -148,6 +159,10 @@ API_JOB_FIELDS = (
     "stuck_since",
     "stuck_reason",
     "snapshot_at",
+    "notify_state",
+    "notify_attempts",
+    "notify_last_error",
+    "notified_at",
 )
 
 

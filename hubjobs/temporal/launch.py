@@ -40,6 +40,9 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
         fairness=settings.fairness,
         handover_pause_seconds=settings.handover_pause_seconds,
         lifecycle_local_seconds=settings.lifecycle_local_seconds,
+        webhook_retry_initial_seconds=settings.webhook_retry_initial_seconds,
+        webhook_retry_max_seconds=settings.webhook_retry_max_seconds,
+        webhook_deadline_seconds=settings.webhook_deadline_hours * 3600,
     )
 
 
@@ -57,6 +60,7 @@ def job_start(job: JobView, settings: Settings) -> JobStart:
             correlation_id=job.correlation_id,
             payload=job.payload,
             options=job_options(settings, kind),
+            notify_url=job.notify_url,
         ),
         summary=job.summary,
         details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",

@@ -63,6 +63,23 @@ class JobOptions(BaseModel):
         description="How long a lifecycle step (finishing, reading progress, recording a "
         "cancellation) may run on the workflow's own worker before any worker takes it.",
     )
+    webhook_retry_initial_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="The completion webhook's first wait after a failed delivery (each "
+        "further one doubles, up to webhook_retry_max_seconds).",
+    )
+    webhook_retry_max_seconds: float = Field(
+        3600.0, gt=0, le=86400, description="No wait between deliveries is longer than this."
+    )
+    webhook_deadline_seconds: float = Field(
+        86400.0,
+        gt=0,
+        le=30 * 86400,
+        description="How long the completion webhook is tried in all before its delivery "
+        "is recorded failed.",
+    )
 
 
 class Checkpoint(BaseModel):
@@ -89,6 +106,8 @@ class JobInput(BaseModel):
     payload: dict[str, Any]
     options: JobOptions = Field(default_factory=JobOptions)
     checkpoint: Checkpoint | None = None
+    # Where the job's completion webhook goes (checked when its row was created).
+    notify_url: str | None = None
 
 
 class StartInput(BaseModel):
@@ -130,6 +149,15 @@ class StartInput(BaseModel):
         description="The kind's payload (docs/contract/<kind>.payload.schema.json).",
     )
     options: JobOptions = Field(default_factory=JobOptions)
+    notify_url: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2000,
+        description="An http(s) URL POSTed a signed completion webhook when the job is "
+        "final (see the 'From another service' guide). Its host must be one the "
+        "deployment allows; else the job fails with invalid_notify_url (or "
+        "webhooks_not_configured without a signing secret).",
+    )
     # Written by the workflow itself when it continues as new; not for callers.
     checkpoint: SkipJsonSchema[Checkpoint | None] = None
 
@@ -254,6 +282,42 @@ class RefusedStart(BaseModel):
     payload: dict[str, Any]
     error_code: str
     error_message: str
+
+
+# --- completion webhooks ---------------------------------------------------------------
+
+# The workflow type of a job's completion delivery (workflows/completion_delivery.py),
+# started by the job's workflow as its child.
+COMPLETION_DELIVERY_WORKFLOW = "CompletionDelivery"
+
+
+def completion_workflow_id(kind: str, job_id: uuid.UUID) -> str:
+    """The delivery's workflow id, ``<kind>-<job id>-notify``: beside its job's own id in
+    the Temporal UI, and from the job id (one delivery a job), not the workflow id."""
+    return f"{kind}-{job_id}-notify"
+
+
+class CompletionRequest(BaseModel):
+    """Deliver the completion webhook of a final job: what is sent is read from its row
+    (so that every try sends the same); the schedule comes from the job's options."""
+
+    job_id: uuid.UUID
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 3600.0
+    deadline_seconds: float = 86400.0
+
+
+class DeliveryReport(BaseModel):
+    """How a completion delivery ended (the child workflow's result)."""
+
+    job_id: uuid.UUID
+    state: str
+    attempts: int = 0
+
+
+class DeliveryGaveUp(BaseModel):
+    job_id: uuid.UUID
+    error: str
 
 
 # --- maintenance ---------------------------------------------------------------------

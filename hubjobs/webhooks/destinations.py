@@ -26,7 +26,11 @@ class InvalidNotifyUrl(InvalidInput):
 
 
 def never(address: Address) -> bool:
-    """Addresses no allow-list opens."""
+    """Addresses no allow-list opens; an IPv4 address written as IPv6
+    (``::ffff:169.254.169.254``, which a dual-stack socket reaches) is judged as itself."""
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    if mapped is not None and never(mapped):
+        return True
     return (
         address in METADATA
         or address.is_link_local
@@ -63,12 +67,17 @@ def check_notify_url(url: str, allowed: Sequence[str] = DEFAULT_ALLOWED) -> str:
     address: the caller learns it is not allowed, not what it resolved to)."""
     if len(url) > MAX_URL_LENGTH:
         raise InvalidNotifyUrl(f"the notify_url is longer than {MAX_URL_LENGTH} characters")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+        parts.port  # noqa: B018 (a port out of range raises here)
+    except ValueError:  # an unbalanced or unreadable [IPv6] host, a port out of range
+        raise InvalidNotifyUrl("the notify_url is not a URL") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise InvalidNotifyUrl("the notify_url must be an http or https URL with a host")
     if parts.username or parts.password:
         raise InvalidNotifyUrl("the notify_url must not carry credentials")
-    host = parts.hostname.rstrip(".").lower()
+    host = hostname.rstrip(".").lower()
     addresses = resolve(host)
     if not addresses or any(never(address) for address in addresses):
         raise InvalidNotifyUrl("the notify_url's host is not allowed")

@@ -112,6 +112,7 @@ ERROR_CODES: tuple[str, ...] = (
     "undecodable_payload",
     "unknown_kind",
     "wait_timeout",
+    "webhooks_not_configured",
     "workspace_not_found",
 )
 

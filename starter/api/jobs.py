@@ -73,9 +73,24 @@ async def start_job(
             pattern=KEY_PATTERN,
         ),
     ] = None,
+    notify_url: Annotated[
+        str | None,
+        Query(
+            description="An http(s) URL POSTed a signed completion webhook when the job is "
+            "final (body, headers and verification: the 'From another service' guide). "
+            "A host the deployment does not allow is 422 invalid_notify_url; without a "
+            "signing secret configured, 422 webhooks_not_configured.",
+            min_length=1,
+            max_length=2000,
+        ),
+    ] = None,
 ) -> JSONResponse:
     job = await jobs.start(
-        kind, payload, correlation_id=x_correlation_id, idempotency_key=idempotency_key
+        kind,
+        payload,
+        correlation_id=x_correlation_id,
+        idempotency_key=idempotency_key,
+        notify_url=notify_url,
     )
     return JSONResponse(
         JobResource.of(job).model_dump(mode="json"),

@@ -33,6 +33,15 @@ from starter.cli.output import err, follow, job_json, out, print_job, print_json
 
 commands = typer.Typer()
 
+NotifyUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify-url",
+        help="POST a signed completion webhook here when the job is final (a host the "
+        "deployment allows: HUBJOBS_WEBHOOK_ALLOWED_HOSTS).",
+    ),
+]
+
 
 def start_job(
     workspace: uuid.UUID | None,
@@ -68,6 +77,7 @@ def tag_course(
     actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
     correlation_id: Annotated[str | None, typer.Option(help="Carried into logs.")] = None,
+    notify_url: NotifyUrlOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -80,6 +90,7 @@ def tag_course(
             tag=tag,
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
+            notify_url=notify_url,
         ),
         wait=wait,
         as_json=as_json,
@@ -92,6 +103,7 @@ def backup(
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    notify_url: NotifyUrlOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -99,7 +111,7 @@ def backup(
     start_job(
         workspace,
         actor,
-        lambda jobs: jobs.start_backup(idempotency_key=idempotency_key),
+        lambda jobs: jobs.start_backup(idempotency_key=idempotency_key, notify_url=notify_url),
         wait=wait,
         as_json=as_json,
     )
@@ -119,6 +131,7 @@ def export(
         typer.Option("--pages-per-file", min=1, max=100_000, help="Pages a file (default 1000)."),
     ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
+    notify_url: NotifyUrlOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -131,6 +144,7 @@ def export(
             root_page_id=root_page,
             pages_per_file=pages_per_file,
             idempotency_key=idempotency_key,
+            notify_url=notify_url,
         ),
         wait=wait,
         as_json=as_json,

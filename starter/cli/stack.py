@@ -17,7 +17,7 @@ import typer
 from hubjobs.errors import Unavailable
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
-from hubjobs.settings import DEV_SECRET_FILE, PROFILE_FILE, Settings
+from hubjobs.settings import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, PROFILE_FILE, Settings
 from starter.client import HubJobsClient
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def up(
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
     metrics_url = metrics_url_of(s)
     write_dev_secret(s)
+    write_dev_webhook_secret(s)
     if worker:
         from hubjobs.devstack.background_worker import start_worker
 
@@ -97,6 +98,19 @@ def write_dev_secret(settings: Settings) -> None:
     if settings.api_jwt_secret or settings.api_jwt_public_key or settings.api_jwks_url:
         return
     path = settings.home / DEV_SECRET_FILE
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+
+
+def write_dev_webhook_secret(settings: Settings) -> None:
+    """A completion-webhook signing secret for the embedded stack
+    (HUBJOBS_HOME/dev-webhook-secret, its owner's only), so that a start with a
+    notify_url works as it is; never written, nor read, while HUBJOBS_WEBHOOK_SECRET is
+    set."""
+    if settings.webhook_secret is not None:
+        return
+    path = settings.home / DEV_WEBHOOK_SECRET_FILE
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
         out.write(secrets.token_urlsafe(32) + "\n")

@@ -48,6 +48,16 @@ def test_histories_are_recorded() -> None:
         # PostgreSQL, a lifecycle step handed to another worker.
         "course_tagging_handed_over_v3",
         "course_tagging_cancel_handed_over_v3",
+        # Recorded on the code of issue 23: jobs started with a notify_url (succeeded,
+        # cancelled by signal, cancelled in Temporal) start their completion delivery,
+        # and the delivery's own workflow (retried until taken; refused on a redirect;
+        # failed at its deadline).
+        "course_tagging_notified_v4",
+        "course_tagging_cancelled_by_signal_notified_v4",
+        "course_tagging_cancelled_by_temporal_notified_v4",
+        "completion_delivery_retried_v4",
+        "completion_delivery_refused_v4",
+        "completion_delivery_failed_v4",
     } <= names
 
 

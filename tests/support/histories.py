@@ -17,7 +17,9 @@ from temporalio.client import WorkflowHandle
 FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # Bump when a workflow change makes new runs' histories differ (a ``workflow.patched``).
 # v3: lifecycle steps hand over to any worker (``lifecycle-steps-hand-over``).
-GENERATION = "v3"
+# v4: a job with a notify_url starts its completion webhook's delivery as a child
+# workflow once final (``completion-webhook``), and that delivery's own workflow.
+GENERATION = "v4"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

@@ -129,6 +129,8 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         # `hubjobs token` and `hubjobs api` as they are: the development secret `up` wrote.
         secret = stack.home / "dev-token-secret"
         assert secret.stat().st_mode & 0o777 == 0o600
+        # And the completion webhooks' signing secret, as private.
+        assert (stack.home / "dev-webhook-secret").stat().st_mode & 0o777 == 0o600
         api_env = env | {"HUBJOBS_API_PORT": str(embedded.choose_port(0))}
         minted, _ = await asyncio.to_thread(timed_json, api_env, "token")
         with api_process(api_env, stack.home / "api-test.log"):

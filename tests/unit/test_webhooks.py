@@ -3,10 +3,17 @@ destinations a notify_url may name."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import SecretStr
+
+from hubjobs.settings import DEV_WEBHOOK_SECRET_FILE, Settings
 from hubjobs.webhooks.destinations import InvalidNotifyUrl, check_notify_url
-from hubjobs.webhooks.signing import signature_header, verify
+from hubjobs.webhooks.policy import WebhooksNotConfigured, check_start, signing_secret
+from hubjobs.webhooks.signing import TOLERANCE_SECONDS, signature_header, verify
 
 SECRET = b"s3cret"
 BODY = b'{"job_id": "j", "status": "succeeded"}'
@@ -41,6 +48,9 @@ def test_loopback_is_allowed_by_default() -> None:
         "ftp://127.0.0.1/hook",
         "http://user:pw@127.0.0.1/hook",
         "not a url",
+        "http://127.0.0.1:99999/hook",
+        "http://[::1/hook",
+        "http://[::ffff:169.254.169.254]/",
         "http://no-such-host.invalid/hook",
     ],
 )
@@ -56,3 +66,51 @@ def test_the_allow_list_opens_networks_and_hosts_but_never_link_local() -> None:
         check_notify_url("http://10.1.0.5/hook", ["10.0.0.0/16"])
     with pytest.raises(InvalidNotifyUrl):
         check_notify_url("http://169.254.169.254/", ["0.0.0.0/0", "169.254.169.254"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=st.binary(min_size=1, max_size=64),
+    body=st.binary(max_size=500),
+    timestamp=st.integers(0, 2**40),
+    skew=st.integers(-TOLERANCE_SECONDS, TOLERANCE_SECONDS),
+    flip=st.integers(0, 499),
+)
+def test_any_signature_verifies_and_a_tampered_body_or_old_one_does_not(
+    secret: bytes, body: bytes, timestamp: int, skew: int, flip: int
+) -> None:
+    header = signature_header(secret, timestamp, body)
+    assert verify(secret, header, body, now=timestamp + skew)
+    if body:
+        i = flip % len(body)
+        tampered = body[:i] + bytes([body[i] ^ 1]) + body[i + 1 :]
+        assert not verify(secret, header, tampered, now=timestamp)
+    assert not verify(secret, header, body + b"x", now=timestamp)
+    assert not verify(secret, header, body, now=timestamp + TOLERANCE_SECONDS + 1)
+
+
+def test_a_start_needs_a_secret_and_an_allowed_host(tmp_path: Path) -> None:
+    unsigned = Settings(home=tmp_path)
+    assert signing_secret(unsigned) is None
+    with pytest.raises(WebhooksNotConfigured) as refused:
+        check_start(unsigned, "http://127.0.0.1/hook")
+    assert refused.value.code == "webhooks_not_configured"
+    signed = Settings(home=tmp_path, webhook_secret=SecretStr("s"))
+    assert check_start(signed, "http://127.0.0.1/hook") == "http://127.0.0.1/hook"
+    with pytest.raises(InvalidNotifyUrl):
+        check_start(signed, "http://10.1.2.3/hook")
+
+
+def test_the_allow_list_setting_is_comma_separated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Settings(home=tmp_path).webhook_allowed_hosts == ["127.0.0.0/8", "::1/128"]
+    monkeypatch.setenv("HUBJOBS_WEBHOOK_ALLOWED_HOSTS", "hooks.example.com, 10.0.0.0/8")
+    assert Settings(home=tmp_path).webhook_allowed_hosts == ["hooks.example.com", "10.0.0.0/8"]
+
+
+def test_the_development_secret_is_used_only_without_a_configured_one(tmp_path: Path) -> None:
+    (tmp_path / DEV_WEBHOOK_SECRET_FILE).write_text("development\n")
+    assert signing_secret(Settings(home=tmp_path)) == b"development"
+    production = Settings(home=tmp_path, webhook_secret=SecretStr("production"))
+    assert signing_secret(production) == b"production"
