@@ -30,6 +30,7 @@ from starter.cli.common import (
     run,
 )
 from starter.cli.output import err, follow, job_json, out, print_job, print_json
+from starter.warm.relay import call_warm
 
 commands = typer.Typer()
 
@@ -42,13 +43,14 @@ def start_job(
     wait: bool,
     as_json: bool,
 ) -> None:
-    """Starts a job, follows it with ``--wait`` (a progress bar on a terminal), prints it;
-    exit 1 when a followed job did not succeed."""
+    """Starts a job (through the stack's worker when one serves: starter/warm), follows
+    it with ``--wait`` (a progress bar on a terminal), prints it; exit 1 when a followed
+    job did not succeed."""
 
     async def go() -> JobView:
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            job = await start(jobs)
+            job = await call_warm(jobs, start)
             if wait:
                 job = await follow(jobs, job, show_bar=not as_json and err().is_terminal)
             return job
@@ -321,7 +323,7 @@ def cancel(
     async def go() -> JobView:
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            return await jobs.cancel(job_id, reason=reason)
+            return await call_warm(jobs, lambda jobs: jobs.cancel(job_id, reason=reason))
 
     print_job(run(go()), as_json)
 

@@ -137,14 +137,37 @@ def down(as_json: JsonOpt = False) -> None:
 
 @commands.command()
 @command
-def worker() -> None:
+def worker(
+    serve_starts: Annotated[
+        bool,
+        typer.Option(
+            "--serve-starts",
+            help="Also start and cancel jobs for the CLI, over HUBJOBS_HOME/starts.sock "
+            "(the embedded stack's background worker does: the CLI's start is then quick).",
+        ),
+    ] = False,
+) -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
 
     settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    run(worker_module.run(settings))
+    if not serve_starts:
+        run(worker_module.run(settings))
+        return
+    from starter.warm.server import serve
+
+    async def both() -> None:
+        stop = asyncio.Event()  # set when the worker stops, whyever it does
+        serving = asyncio.create_task(serve(settings, stop))
+        try:
+            await worker_module.run(settings, stop)  # its errors as they are, not a group
+        finally:
+            stop.set()
+            await serving
+
+    run(both())
 
 
 def write_profile(settings: Settings, ids: dict[str, Any]) -> Path:
