@@ -17,10 +17,11 @@ from hubjobs.errors import (
 )
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
-from starter.client import WorkspaceJobs
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from starter.client import WorkspaceJobs
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
@@ -28,9 +29,9 @@ from starter.cli.common import (
     _scoped,
     command,
     run,
+    scoped_call,
 )
 from starter.cli.output import err, follow, job_json, out, print_job, print_json
-from starter.warm.relay import call_warm
 
 commands = typer.Typer()
 
@@ -48,12 +49,12 @@ def start_job(
     job did not succeed."""
 
     async def go() -> JobView:
+        job = await scoped_call(workspace, actor, start)
+        if not wait:
+            return job
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            job = await call_warm(jobs, start)
-            if wait:
-                job = await follow(jobs, job, show_bar=not as_json and err().is_terminal)
-            return job
+            return await follow(jobs, job, show_bar=not as_json and err().is_terminal)
 
     job = run(go())
     print_job(job, as_json)
@@ -162,13 +163,7 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job."""
-
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await jobs.get(job_id)
-
-    print_job(run(go()), as_json)
+    print_job(run(scoped_call(workspace, actor, lambda jobs: jobs.get(job_id))), as_json)
 
 
 def jobs_table(found: list[JobView]) -> Table:
@@ -237,21 +232,21 @@ def list_jobs(
     if status is not None and status not in statuses:
         raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
 
+    async def read(jobs: WorkspaceJobs) -> list[JobView]:
+        return await jobs.list(
+            status=None if status is None else JobStatus(status),
+            kind=kind,
+            schedule_id=schedule,
+            limit=limit,
+        )
+
     async def go() -> list[JobView]:
+        if not watch:
+            return await scoped_call(workspace, actor, read)
         client, jobs = await _scoped(workspace, actor)
         async with client:
-
-            async def read() -> list[JobView]:
-                return await jobs.list(
-                    status=None if status is None else JobStatus(status),
-                    kind=kind,
-                    schedule_id=schedule,
-                    limit=limit,
-                )
-
-            if watch:
-                await watch_list(read, interval, as_json)
-            return await read()
+            await watch_list(lambda: read(jobs), interval, as_json)
+            return await read(jobs)
 
     try:
         found = run(go())
@@ -320,12 +315,10 @@ def cancel(
 ) -> None:
     """Ask a job to stop; work already done stays done."""
 
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await call_warm(jobs, lambda jobs: jobs.cancel(job_id, reason=reason))
-
-    print_job(run(go()), as_json)
+    print_job(
+        run(scoped_call(workspace, actor, lambda jobs: jobs.cancel(job_id, reason=reason))),
+        as_json,
+    )
 
 
 @commands.command()

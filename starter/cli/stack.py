@@ -18,7 +18,6 @@ from hubjobs.errors import Unavailable
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import DEV_SECRET_FILE, PROFILE_FILE, Settings
-from starter.client import HubJobsClient
 
 if TYPE_CHECKING:
     pass
@@ -285,6 +284,8 @@ def demo(
     ids = run(_seed(pages))
     write_profile(settings, ids)
     pid = start_worker(settings.home)
+
+    from starter.client import HubJobsClient
 
     async def go() -> JobView:
         client = await HubJobsClient.connect(settings)

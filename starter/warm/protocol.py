@@ -3,7 +3,7 @@ way. The request names a ``WorkspaceJobs`` method (one of ``CALLS``), its argume
 workspace and actor, and the fingerprint of the caller's settings; the answer is the
 job (``{"job": …}``), the error a caller would have seen (``{"error": {"code",
 "message"}}``), or ``{"fallback": why}``: the worker did nothing, the caller calls
-itself. Stdlib only: the CLI imports this on its fast path."""
+itself. The stdlib and the read model's enums only: the CLI imports this at start."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hubjobs.readmodel.status import JobStatus
+
 if TYPE_CHECKING:
     from hubjobs.settings import Settings
 
 SOCKET_FILE = "starts.sock"
-# The calls the worker makes for the CLI: what needs the SDK and SQLAlchemy. Reads do
-# not come here: they are one statement on plain psycopg in the CLI already.
-CALLS = frozenset({"start_course_tagging", "start_backup", "start_page_export", "retry", "cancel"})
+# The calls the worker makes for the CLI: the starts and the cancel (which need the SDK
+# and SQLAlchemy: half a second of imports), and the one-shot reads of `status` and
+# `list` (which need psycopg: a fifth of such a command's time).
+READS = frozenset({"get", "list"})
+CALLS = READS | {"start_course_tagging", "start_backup", "start_page_export", "retry", "cancel"}
 # A line longer than this is refused (a request is a few hundred bytes; a job a few KiB).
 MAX_LINE = 1 << 20
 # The CLI's defaults of whom it acts as: they do not change what a call does (the
@@ -59,10 +63,13 @@ def answer_within(settings: Settings) -> float:
 
 
 def encode(value: Any) -> Any:
-    """JSON for an argument: a ``uuid.UUID`` stays one (``{"$uuid": …}``), so that the
-    method's own type checks see what the caller passed."""
+    """JSON for an argument: a ``uuid.UUID`` stays one (``{"$uuid": …}``), and a
+    ``JobStatus`` one (``{"$status": …}``), so that the method's own checks see what the
+    caller passed."""
     if isinstance(value, uuid.UUID):
         return {"$uuid": str(value)}
+    if isinstance(value, JobStatus):
+        return {"$status": value.value}
     if isinstance(value, list | tuple):
         return [encode(v) for v in value]
     if isinstance(value, dict):
@@ -74,6 +81,8 @@ def decode(value: Any) -> Any:
     if isinstance(value, dict):
         if value.keys() == {"$uuid"}:
             return uuid.UUID(value["$uuid"])
+        if value.keys() == {"$status"}:
+            return JobStatus(value["$status"])
         return {k: decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode(v) for v in value]

@@ -85,11 +85,13 @@ async def respond(client: HubJobsClient, mine: str, request: dict[str, Any]) -> 
         return {"fallback": "call"}
     try:
         jobs = client.scope(decode(request["workspace_id"]), decode(request["actor_id"]))
-        job = await getattr(jobs, call)(*decode(request["args"]), **decode(request["kwargs"]))
+        done = await getattr(jobs, call)(*decode(request["args"]), **decode(request["kwargs"]))
     except HubJobsError as error:
         return {"error": {"code": error.code, "message": error.message}}
     except Exception as failure:
         log_failure(log, f"warm starter call {call} failed", failure)
         message = "internal error; the detail is in the worker's log (worker.log in HUBJOBS_HOME)"
         return {"error": {"code": INTERNAL_ERROR, "message": message}}
-    return {"job": job.model_dump(mode="json")}
+    if isinstance(done, list):
+        return {"jobs": [job.model_dump(mode="json") for job in done]}
+    return {"job": done.model_dump(mode="json")}

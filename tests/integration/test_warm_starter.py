@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import pytest
 import pytest_asyncio
@@ -21,8 +21,21 @@ from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
 from starter.warm import relay
 from starter.warm.protocol import socket_path
-from starter.warm.relay import call_warm
+from starter.warm.relay import NotServed, Relay
 from starter.warm.server import serve
+
+T = TypeVar("T")
+
+
+async def call_warm(jobs: WorkspaceJobs, call: Callable[[WorkspaceJobs], Awaitable[T]]) -> T:
+    """As the CLI calls (starter/cli/common.py's scoped_call): through the worker, else
+    on ``jobs``."""
+    try:
+        return await call(
+            cast(WorkspaceJobs, Relay(jobs.client.settings, jobs.workspace_id, jobs.actor_id))
+        )
+    except NotServed:
+        return await call(jobs)
 
 
 @pytest_asyncio.fixture
@@ -49,7 +62,7 @@ def _sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     async def spy(
         self: relay.Relay, call: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> JobView:
+    ) -> JobView | list[JobView]:
         calls.append(call)
         return await send(self, call, args, kwargs)
 
@@ -71,13 +84,15 @@ async def test_a_start_and_a_cancel_made_by_the_worker(
             jobs, lambda j: j.start_course_tagging(root_page_id=course.root_page_id, tag="t")
         )
         assert job.status == JobStatus.queued and job.total == len(course.page_ids)
-        assert await jobs.get(job.id) == job  # the row, as the CLI reads it
+        assert await jobs.get(job.id) == job  # the row, as read here
+        assert await call_warm(jobs, lambda j: j.get(job.id)) == job  # and by the worker
+        assert await call_warm(jobs, lambda j: j.list(status=JobStatus.queued)) == [job]
         description = await temporal.get_workflow_handle(job.workflow_id).describe()
         assert description.task_queue == settings.task_queue
 
         cancelled = await call_warm(jobs, lambda j: j.cancel(job.id, reason="r"))
         assert cancelled.cancel_requested_at is not None
-        assert sent == ["start_course_tagging", "cancel"]
+        assert sent == ["start_course_tagging", "get", "list", "cancel"]
 
 
 async def test_a_refusal_reaches_the_caller_as_raised(

@@ -19,6 +19,8 @@ import pytest
 
 HEAVY = ("temporalio", "sqlalchemy")
 IDS = ["--workspace", str(uuid.uuid4()), "--actor", str(uuid.uuid4())]
+HEAVY_SET = '{"temporalio", "sqlalchemy"}'
+WARM_HEAVY_SET = '{"temporalio", "sqlalchemy", "psycopg"}'
 PROBE = """
 import json, sys
 from starter.cli import run_cli
@@ -91,9 +93,9 @@ SERVED_JOB = {
 }
 
 
-def _serve_one_kind_of_answer(path: str, requests: list[dict[str, object]]) -> threading.Thread:
-    """A stand-in for the stack's worker on ``path``: records each request and answers
-    it with SERVED_JOB."""
+def _serve_one_call(path: str, requests: list[dict[str, object]]) -> threading.Thread:
+    """A stand-in for the stack's worker on ``path``: records the request and answers it
+    with SERVED_JOB (a list of it, for ``list``)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen()
@@ -104,7 +106,8 @@ def _serve_one_kind_of_answer(path: str, requests: list[dict[str, object]]) -> t
             conn, _ = listener.accept()
             with conn, conn.makefile("rwb") as stream:
                 requests.append(json.loads(stream.readline()))
-                stream.write(json.dumps({"job": SERVED_JOB}).encode() + b"\n")
+                answer = {"jobs": [SERVED_JOB]} if requests[-1]["call"] == "list" else {}
+                stream.write(json.dumps(answer or {"job": SERVED_JOB}).encode() + b"\n")
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
@@ -116,18 +119,21 @@ def _serve_one_kind_of_answer(path: str, requests: list[dict[str, object]]) -> t
     [
         ["tag-course", "--root-page", str(uuid.uuid4()), "--tag", "t", *IDS],
         ["cancel", str(uuid.uuid4()), *IDS],
+        ["status", str(uuid.uuid4()), *IDS],
+        ["list", *IDS],
     ],
-    ids=["tag-course", "cancel"],
+    ids=["tag-course", "cancel", "status", "list"],
 )
-def test_a_start_or_cancel_the_stacks_worker_makes_imports_neither(
+def test_a_call_the_stacks_worker_makes_imports_neither_nor_psycopg(
     command: list[str], tmp_path: Path
 ) -> None:
     """With the embedded stack's worker serving HUBJOBS_HOME/starts.sock, the CLI sends
-    it the call and prints its answer: it loads neither the SDK nor SQLAlchemy."""
+    it the call and prints its answer: it loads neither the SDK nor SQLAlchemy, nor even
+    psycopg."""
     home = tmp_path / "h"  # short: a unix socket's path has at most 107 bytes
     home.mkdir()
     requests: list[dict[str, object]] = []
-    server = _serve_one_kind_of_answer(str(home / "starts.sock"), requests)
+    server = _serve_one_call(str(home / "starts.sock"), requests)
     env = {
         "HUBJOBS_HOME": str(home),
         "HUBJOBS_DATABASE_URL": "postgresql://hubjobs@127.0.0.1:1/hubjobs",
@@ -135,7 +141,7 @@ def test_a_start_or_cancel_the_stacks_worker_makes_imports_neither(
         "PATH": "/usr/bin:/bin",
     }
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *command, "--json"],
+        [sys.executable, "-c", PROBE.replace(HEAVY_SET, WARM_HEAVY_SET), *command, "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -147,8 +153,9 @@ def test_a_start_or_cancel_the_stacks_worker_makes_imports_neither(
     answer = json.loads(probe)
     assert answer["code"] == 0, done.stderr
     assert answer["heavy"] == [], f"{command[0]} imported {answer['heavy']}"
-    assert json.loads("\n".join(printed))["id"] == SERVED_JOB["id"]
+    shown = json.loads("\n".join(printed))
+    assert (shown[0] if command[0] == "list" else shown)["id"] == SERVED_JOB["id"]
     (request,) = requests
-    call = {"tag-course": "start_course_tagging", "cancel": "cancel"}[command[0]]
+    call = {"tag-course": "start_course_tagging", "status": "get"}.get(command[0], command[0])
     assert request["call"] == call
     assert request["workspace_id"] == {"$uuid": IDS[1]}

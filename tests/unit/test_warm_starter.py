@@ -97,7 +97,7 @@ async def test_the_worker_makes_the_call_on_the_callers_scope() -> None:
 
 
 @pytest.mark.parametrize(
-    "sent", [request(print_="theirs"), request(call="get"), request(call="__init__")]
+    "sent", [request(print_="theirs"), request(call="items"), request(call="__init__")]
 )
 async def test_other_settings_or_another_call_are_left_to_the_caller(sent: dict[str, Any]) -> None:
     got, client = await answer(FakeJob(), sent)
