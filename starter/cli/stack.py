@@ -141,8 +141,9 @@ def worker(
         bool,
         typer.Option(
             "--serve-starts",
-            help="Also start and cancel jobs for the CLI, over HUBJOBS_HOME/starts.sock "
-            "(the embedded stack's background worker does: the CLI's start is then quick).",
+            help="Also make the CLI's starts, cancels and reads, over "
+            "HUBJOBS_HOME/starts.sock (the embedded stack's background worker does: the "
+            "CLI's commands are then quick).",
         ),
     ] = False,
 ) -> None:
@@ -158,7 +159,7 @@ def worker(
     from starter.warm.server import serve
 
     async def both() -> None:
-        stop = asyncio.Event()  # set when the worker stops, whyever it does
+        stop = asyncio.Event()  # set when the worker stops, however it ends
         serving = asyncio.create_task(serve(settings, stop))
         try:
             await worker_module.run(settings, stop)  # its errors as they are, not a group

@@ -1,4 +1,4 @@
-"""The worker's side of the warm starter: answers the CLI's calls on
+"""The worker's side of the warm starter: makes the CLI's calls sent to
 ``<HUBJOBS_HOME>/starts.sock`` (its owner's only) with one ``HubJobsClient``, connected
 before the first call comes, until the worker stops."""
 
@@ -41,7 +41,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         # Whoever may connect may start jobs as anyone: the home's owner only (until
         # this, the umask's mode, which leaves others without the write a connect needs).
         path.chmod(0o600)
-        log.info("serving the CLI's starts and cancels on %s", path)
+        log.info("serving the CLI's starts, cancels and reads on %s", path)
         try:
             async with server:
                 await stop.wait()
@@ -50,10 +50,12 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 async def _warm(client: HubJobsClient) -> None:
-    """Connects to Temporal and the database now, not in the first call."""
+    """Connects to Temporal and the database (the engine, the read pool) now, not in
+    the first call."""
     try:
         await client.temporal_client()
         await client.db(lambda conn: conn.execute(text("SELECT 1")))
+        await client.read(lambda conn: conn.execute("SELECT 1"))
     except HubJobsError as error:  # the first call tries again, and says why
         log.warning("warm starter not connected yet: %s", error.code)
 
