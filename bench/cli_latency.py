@@ -5,7 +5,12 @@ workspace and actor): `tag-course` and `cancel` (targets: 600 ms on a quiet mach
 machine's load, which a figure means nothing without. Not a test: the numbers are the
 machine's.
 
-    .venv/bin/python bench/cli_latency.py [--runs 7]
+    .venv/bin/python bench/cli_latency.py [--runs 7] [--hubjobs PATH]
+
+With the embedded stack's background worker running (`make run`, `hubjobs demo`, `hubjobs
+up --worker`) a start and a cancel go through it (starter/warm); without, the CLI
+makes them itself (`hubjobs down` then `hubjobs up` to measure that path). ``--hubjobs``
+times another checkout's CLI (a baseline), against the same stack.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 TARGETS_MS = {"tag-course": 600, "cancel": 600, "status": 250, "list": 250}
 
 
-def timed(args: list[str]) -> tuple[float, str]:
+def timed(hubjobs: str, args: list[str]) -> tuple[float, str]:
     started = time.perf_counter()
-    done = subprocess.run([HUBJOBS, *args, "--json"], capture_output=True, text=True)
+    done = subprocess.run([hubjobs, *args, "--json"], capture_output=True, text=True)
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"hubjobs {' '.join(args)} failed: {done.stderr.strip()}")
@@ -37,6 +42,7 @@ def timed(args: list[str]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--hubjobs", default=HUBJOBS, help="The CLI to time (default: ours).")
     args = parser.parse_args()
     home = Path(os.environ.get("HUBJOBS_HOME", REPO / ".hubjobs"))
     profile = json.loads((home / "profile.json").read_text())
@@ -49,13 +55,15 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in TARGETS_MS}
     for n in range(args.runs + 1):  # the first round warms the page cache
         tag = f"bench-{uuid.uuid4().hex[:8]}"
-        took, out = timed(["tag-course", "--root-page", profile["root_page_id"], "--tag", tag])
+        took, out = timed(
+            args.hubjobs, ["tag-course", "--root-page", profile["root_page_id"], "--tag", tag]
+        )
         job = json.loads(out)["id"]
         rounds = {
             "tag-course": took,
-            "status": timed(["status", job])[0],
-            "list": timed(["list", "--limit", "20"])[0],
-            "cancel": timed(["cancel", job])[0],
+            "status": timed(args.hubjobs, ["status", job])[0],
+            "list": timed(args.hubjobs, ["list", "--limit", "20"])[0],
+            "cancel": timed(args.hubjobs, ["cancel", job])[0],
         }
         if n:
             for name, value in rounds.items():

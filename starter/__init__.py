@@ -1,8 +1,15 @@
 """What other services import to start and follow hubjobs jobs."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound, Unavailable
 from hubjobs.readmodel.views import JobView
-from starter.client import HubJobsClient, WorkspaceJobs
+
+if TYPE_CHECKING:
+    from starter.client import HubJobsClient, WorkspaceJobs
 
 __all__ = [
     "Forbidden",
@@ -14,3 +21,11 @@ __all__ = [
     "Unavailable",
     "WorkspaceJobs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The client on first use, not with the package: the CLI (``starter.cli``) loads
+    psycopg only for the calls it makes itself (starter/warm)."""
+    if name in {"HubJobsClient", "WorkspaceJobs"}:
+        return getattr(importlib.import_module("starter.client"), name)
+    raise AttributeError(f"module 'starter' has no attribute {name!r}")

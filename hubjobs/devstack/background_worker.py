@@ -1,8 +1,9 @@
-"""The embedded stack's worker: ``hubjobs worker`` in a process of its own, started by
-``hubjobs demo`` (or ``hubjobs up --worker``) so that the next job does not sit queued
-and the metrics URL answers; its pid in ``<home>/worker.pid``, its output in
-``<home>/worker.log``, stopped by ``hubjobs down``. It inherits the environment of the
-command that started it, so it reads the same settings."""
+"""The embedded stack's worker: ``hubjobs worker --serve-starts`` in a process of its
+own, started by ``hubjobs demo`` (or ``hubjobs up --worker``) so that the next job does
+not sit queued, the metrics URL answers and the CLI's starts are quick (starter/warm);
+its pid in ``<home>/worker.pid``, its output in ``<home>/worker.log``, stopped by
+``hubjobs down``. It inherits the environment of the command that started it, so it
+reads the same settings."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def start_worker(home: Path) -> int:
     home.mkdir(parents=True, exist_ok=True)
     with open(home / LOG_FILE, "ab") as out:
         process = subprocess.Popen(
-            [venv_binary("hubjobs"), "worker"],
+            # It makes the CLI's starts and cancels too (starter/warm): warm, they are quick.
+            [venv_binary("hubjobs"), "worker", "--serve-starts"],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -8,8 +8,8 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from pydantic import ValidationError
@@ -22,11 +22,13 @@ from hubjobs.errors import (
 )
 from hubjobs.observability.logs import handler_for, log_failure
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient, WorkspaceJobs
+from starter.cli.output import error_line, errors_as_json, exit_code_of
+from starter.warm.relay import NotServed, Relay
 
 if TYPE_CHECKING:
-    pass
-from starter.cli.output import error_line, errors_as_json, exit_code_of
+    # Not before a command needs them: a call the stack's worker makes (starter/warm)
+    # loads neither psycopg nor the SDK here.
+    from starter.client import HubJobsClient, WorkspaceJobs
 
 log = logging.getLogger("hubjobs.cli")
 
@@ -156,6 +158,25 @@ def scope_of(workspace: uuid.UUID | None, actor: uuid.UUID | None) -> tuple[uuid
 async def _scoped(
     workspace: uuid.UUID | None, actor: uuid.UUID | None
 ) -> tuple[HubJobsClient, WorkspaceJobs]:
+    from starter.client import HubJobsClient
+
     workspace_id, actor_id = scope_of(workspace, actor)
     client = await HubJobsClient.connect(settings_now())
     return client, client.scope(workspace_id, actor_id)
+
+
+async def scoped_call(
+    workspace: uuid.UUID | None,
+    actor: uuid.UUID | None,
+    call: Callable[[WorkspaceJobs], Awaitable[R]],
+) -> R:
+    """``call`` on the jobs of the workspace as the actor sees them: made by the stack's
+    worker when one serves this home (starter/warm: warm, it is quick), else here."""
+    workspace_id, actor_id = scope_of(workspace, actor)
+    try:
+        return await call(cast("WorkspaceJobs", Relay(settings_now(), workspace_id, actor_id)))
+    except NotServed:
+        pass
+    client, jobs = await _scoped(workspace_id, actor_id)
+    async with client:
+        return await call(jobs)

@@ -17,10 +17,11 @@ from hubjobs.errors import (
 )
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
-from starter.client import WorkspaceJobs
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from starter.client import WorkspaceJobs
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
@@ -28,6 +29,7 @@ from starter.cli.common import (
     _scoped,
     command,
     run,
+    scoped_call,
 )
 from starter.cli.output import err, follow, job_json, out, print_job, print_json
 
@@ -51,16 +53,17 @@ def start_job(
     wait: bool,
     as_json: bool,
 ) -> None:
-    """Starts a job, follows it with ``--wait`` (a progress bar on a terminal), prints it;
-    exit 1 when a followed job did not succeed."""
+    """Starts a job (through the stack's worker when one serves: starter/warm), follows
+    it with ``--wait`` (a progress bar on a terminal), prints it; exit 1 when a followed
+    job did not succeed."""
 
     async def go() -> JobView:
+        job = await scoped_call(workspace, actor, start)
+        if not wait:
+            return job
         client, jobs = await _scoped(workspace, actor)
         async with client:
-            job = await start(jobs)
-            if wait:
-                job = await follow(jobs, job, show_bar=not as_json and err().is_terminal)
-            return job
+            return await follow(jobs, job, show_bar=not as_json and err().is_terminal)
 
     job = run(go())
     print_job(job, as_json)
@@ -174,13 +177,7 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job."""
-
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await jobs.get(job_id)
-
-    print_job(run(go()), as_json)
+    print_job(run(scoped_call(workspace, actor, lambda jobs: jobs.get(job_id))), as_json)
 
 
 def jobs_table(found: list[JobView]) -> Table:
@@ -249,21 +246,21 @@ def list_jobs(
     if status is not None and status not in statuses:
         raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
 
+    async def read(jobs: WorkspaceJobs) -> list[JobView]:
+        return await jobs.list(
+            status=None if status is None else JobStatus(status),
+            kind=kind,
+            schedule_id=schedule,
+            limit=limit,
+        )
+
     async def go() -> list[JobView]:
+        if not watch:
+            return await scoped_call(workspace, actor, read)
         client, jobs = await _scoped(workspace, actor)
         async with client:
-
-            async def read() -> list[JobView]:
-                return await jobs.list(
-                    status=None if status is None else JobStatus(status),
-                    kind=kind,
-                    schedule_id=schedule,
-                    limit=limit,
-                )
-
-            if watch:
-                await watch_list(read, interval, as_json)
-            return await read()
+            await watch_list(lambda: read(jobs), interval, as_json)
+            return await read(jobs)
 
     try:
         found = run(go())
@@ -332,12 +329,10 @@ def cancel(
 ) -> None:
     """Ask a job to stop; work already done stays done."""
 
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await jobs.cancel(job_id, reason=reason)
-
-    print_job(run(go()), as_json)
+    print_job(
+        run(scoped_call(workspace, actor, lambda jobs: jobs.cancel(job_id, reason=reason))),
+        as_json,
+    )
 
 
 @commands.command()

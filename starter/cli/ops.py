@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from starter.client import HubJobsClient
-
 if TYPE_CHECKING:
     pass
 from starter.cli.common import (
@@ -106,6 +104,7 @@ def codec_key(
 def health(as_json: JsonOpt = False) -> None:
     """Check that PostgreSQL and Temporal answer (exit 1 if not): for container health checks."""
     from starter.api.health import check_health
+    from starter.client import HubJobsClient
 
     async def go() -> Any:
         client = await HubJobsClient.connect(settings_now())

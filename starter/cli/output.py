@@ -13,10 +13,11 @@ from hubjobs.errors import (
     UnknownKind,
 )
 from hubjobs.readmodel.views import CLI_JOB_FIELDS, JobView
-from starter.client import WorkspaceJobs
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from starter.client import WorkspaceJobs
 
 
 # Off a terminal (piped, logged) nothing is cut to 80 columns: ids, links and paths are

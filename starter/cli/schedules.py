@@ -14,10 +14,10 @@ from hubjobs.errors import (
     InvalidPayload,
 )
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient
 
 if TYPE_CHECKING:
     from hubjobs.schedules.definition import ScheduleView
+    from starter.client import HubJobsClient
     from starter.schedules import WorkspaceSchedules
 from starter.cli.common import (
     ActorOpt,
@@ -43,6 +43,8 @@ ScheduleArg = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedu
 async def _schedules(
     workspace: uuid.UUID | None, actor: uuid.UUID | None
 ) -> tuple[HubJobsClient, WorkspaceSchedules]:
+    from starter.client import HubJobsClient
+
     workspace_id, actor_id = scope_of(workspace, actor)
     client = await HubJobsClient.connect(Settings())
     return client, client.schedules(workspace_id, actor_id)

@@ -10,7 +10,7 @@ import secrets
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -18,10 +18,6 @@ from hubjobs.errors import Unavailable
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, PROFILE_FILE, Settings
-from starter.client import HubJobsClient
-
-if TYPE_CHECKING:
-    pass
 from starter.cli.common import (
     JsonOpt,
     R,
@@ -151,14 +147,38 @@ def down(as_json: JsonOpt = False) -> None:
 
 @commands.command()
 @command
-def worker() -> None:
+def worker(
+    serve_starts: Annotated[
+        bool,
+        typer.Option(
+            "--serve-starts",
+            help="Also make the CLI's starts, cancels and reads, over "
+            "HUBJOBS_HOME/starts.sock (the embedded stack's background worker does: the "
+            "CLI's commands are then quick).",
+        ),
+    ] = False,
+) -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
 
     settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    run(worker_module.run(settings))
+    if not serve_starts:
+        run(worker_module.run(settings))
+        return
+    from starter.warm.server import serve
+
+    async def both() -> None:
+        stop = asyncio.Event()  # set when the worker stops, however it ends
+        serving = asyncio.create_task(serve(settings, stop))
+        try:
+            await worker_module.run(settings, stop)  # its errors as they are, not a group
+        finally:
+            stop.set()
+            await serving
+
+    run(both())
 
 
 def write_profile(settings: Settings, ids: dict[str, Any]) -> Path:
@@ -276,6 +296,8 @@ def demo(
     ids = run(_seed(pages))
     write_profile(settings, ids)
     pid = start_worker(settings.home)
+
+    from starter.client import HubJobsClient
 
     async def go() -> JobView:
         client = await HubJobsClient.connect(settings)

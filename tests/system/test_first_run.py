@@ -3,8 +3,10 @@ real subprocesses on a stack of the test's own:
 
 - the demo prints its workspace, actor and root page, the UI link, the metrics URL and
   the next commands; it leaves a background worker serving and a profile behind, so
-  ``hubjobs list`` needs no flags, the next job runs (it does not sit queued) and the
-  metrics URL answers; ``hubjobs down`` stops the worker;
+  ``hubjobs list`` needs no flags, the next job runs (it does not sit queued), the
+  metrics URL answers, and the worker makes the CLI's starts, cancels and reads (the
+  command loading neither the SDK nor SQLAlchemy nor psycopg); ``hubjobs down`` stops
+  the worker;
 - flags override HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, which override the profile;
 - piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
   stderr with the same exit codes; ``--version``; an empty setting means unset;
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hubjobs.devstack import embedded
+from tests.support.cli_imports import cli_loading
 from tests.support.processes import api_process
 from tests.support.stacks import HUBJOBS, hubjobs, own_stack, timed_json, wait_gone
 
@@ -142,10 +145,28 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             )
         assert {job["id"] for job in answer["jobs"]} == {demo_job["id"], tagged["id"], third_id}
 
+        # While the worker serves, it makes the CLI's starts, cancels and reads (starter/warm):
+        # the command loads neither the SDK nor SQLAlchemy nor psycopg, and prints the same.
+        root = profile["root_page_id"]
+        for args in (
+            ("tag-course", "--root-page", root, "--tag", "week-3", "--json"),
+            ("status", tagged["id"], "--json"),
+            ("list", "--json"),
+            ("cancel", tagged["id"], "--json"),
+        ):
+            loaded = await asyncio.to_thread(cli_loading, env, *args)
+            assert loaded.code == 0, loaded.stderr
+            assert loaded.heavy == [], f"{args[0]} loaded {loaded.heavy}"
+        assert json.loads(loaded.stdout) == (await asyncio.to_thread(timed_json, env, *args))[0]
+        missing = await asyncio.to_thread(cli_loading, env, "cancel", str(uuid.uuid4()), "--json")
+        assert missing.code == 1 and missing.heavy == []
+        assert json.loads(missing.stderr)["error"]["code"] == "job_not_found"
+
         # down stops the worker with the servers.
         await asyncio.to_thread(timed_json, env, "down")
         wait_gone(worker_pid, timeout=60)
         assert not (stack.home / "worker.pid").exists()
+        assert not (stack.home / "starts.sock").exists()
 
         # `up --worker` brings the stack back with a worker, which serves the next job.
         await asyncio.to_thread(timed_json, env, "up", "--worker")

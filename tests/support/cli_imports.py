@@ -1,0 +1,41 @@
+"""What a CLI command loads: ``hubjobs <args>`` run in a fresh interpreter that reports,
+beside the command's exit code and output, which of the heavy packages it imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+HEAVY = ("temporalio", "sqlalchemy", "psycopg")
+PROBE = f"""
+import json, sys
+from starter.cli import run_cli
+code = run_cli(sys.argv[1:])
+sys.stdout.flush()
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+print("\\n" + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    code: int
+    heavy: list[str]
+    stdout: str
+    stderr: str
+
+
+def cli_loading(env: dict[str, str], *args: str, timeout: float = 120) -> Loaded:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    printed, _, probe = done.stdout.rstrip().rpartition("\n")
+    answer = json.loads(probe)
+    return Loaded(answer["code"], answer["heavy"], printed, done.stderr)
