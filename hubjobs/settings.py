@@ -20,6 +20,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from hubjobs.errors import ConfigurationError
 
 STACK_FILE = "stack.json"
+# The embedded dev server's SQLite settings; why: hubjobs/devstack/embedded.py.
+DEV_STORE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 # The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
 # when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
 PROFILE_FILE = "profile.json"
@@ -43,6 +45,12 @@ class Settings(BaseSettings):
     postgres_port: int = 55432
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
+    # The embedded dev server's SQLite store (``--sqlite-pragma``; why these:
+    # hubjobs/devstack/embedded.py). An empty variable is the default; SQLite's own
+    # defaults are ``journal_mode=DELETE,synchronous=FULL``.
+    temporal_sqlite_pragmas: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEV_STORE_PRAGMAS)
+    )
 
     # Where backups are written, and where attachment files live (their rows hold paths
     # relative to it). Default: inside the state folder.
@@ -232,7 +240,7 @@ class Settings(BaseSettings):
         unset, never "the audience must be the empty string"."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("codec_cors_origins", "codec_actors", mode="before")
+    @field_validator("codec_cors_origins", "codec_actors", "temporal_sqlite_pragmas", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """``a,b`` in the environment (a JSON list is taken too)."""
