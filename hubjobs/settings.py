@@ -202,6 +202,12 @@ class Settings(BaseSettings):
     # timeout, so that an attempt whose database went silent heartbeats again in time.
     db_batch_timeout_seconds: float = Field(default=10.0, gt=0)
     db_batch_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # A call waiting in line in its process (a burst of starts from one client:
+    # hubjobs/db/turns.py) for one of its starts in flight and one of its engine's
+    # connections; past it, `unavailable` and nothing done. Starts in flight: how many
+    # one client sends Temporal at once.
+    db_queue_timeout_seconds: float = Field(default=30.0, gt=0)
+    starts_in_flight: int = Field(default=20, ge=1)
     # Starting a job (its row and snapshot), opening, finishing, cancelling it:
     db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
     db_lifecycle_lock_timeout_seconds: float = Field(default=5.0, gt=0)
