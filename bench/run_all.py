@@ -76,7 +76,7 @@ MODULES: list[ModuleType] = [
 # the targets are the full sizes'); flags given for a benchmark replace its quick ones.
 QUICK: dict[str, str] = {
     "job_latency": "--runs 10 --warmup 2",
-    "burst": "--jobs 100 --rounds 1",
+    "burst": "--jobs 100 --rounds 1 --starts 500",
     "costs": "--jobs 5 --big-jobs 1",
     "cli": "--runs 3",
     "api": "--requests 100 --rounds 1",
