@@ -22,7 +22,7 @@ for at most HUBJOBS_DB_QUEUE_TIMEOUT_SECONDS, then is ``unavailable`` having don
 nothing: at most HUBJOBS_STARTS_IN_FLIGHT starts at once (Temporal is sent no more),
 each taking one of the engine's connections while it writes. A withdrawal goes ahead of
 everything waiting: a start that wrote its row and could not start its workflow always
-takes it back.
+takes it back, and it does so even when its caller gave up meanwhile (cancelled).
 
 Ids are ``uuid.UUID``: a ``str`` in their place is a ``TypeError`` that says so, not a
 look-up that finds nothing.
@@ -270,6 +270,13 @@ class HubJobsClient:
             raise _database_error(err) from None
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Marks the error of a start that settled after its caller gave up as seen (its
+    outcome is on the row; asyncio would otherwise log it as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
+
+
 @asynccontextmanager
 async def _queued(turn: AbstractAsyncContextManager[None]) -> AsyncIterator[None]:
     """``turn``, a wait in line that ends as ``Unavailable`` (nothing done) past its bound."""
@@ -389,9 +396,17 @@ class WorkspaceJobs:
         async with self.client.start_turn() as queued_until:
             created = await self.client.db(create, queued_until=queued_until)
             job = created.job
-            if job.status == JobStatus.queued:
-                return await self._start_workflow(job, withdraw=created.created and not keyed)
-            return job
+            if job.status != JobStatus.queued:
+                return job
+            # The row exists: a caller that gives up now (cancelled: the API's request
+            # budget) stops neither the workflow's start nor the withdrawal, which end
+            # on their own within their bounds, rather than leave the row for the
+            # reconciler.
+            settle = asyncio.ensure_future(
+                self._start_workflow(job, withdraw=created.created and not keyed)
+            )
+            settle.add_done_callback(_retrieved)
+            return await asyncio.shield(settle)
 
     async def start_course_tagging(
         self,

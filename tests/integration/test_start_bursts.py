@@ -10,6 +10,8 @@ client whose engine has 5 + 5 connections, as every ``HubJobsClient`` makes its 
   ``unavailable``), a keyed one leaves it queued, and the same key starts it once
   Temporal answers. No unkeyed row is left queued, though the withdrawals came while
   the pool was busy with the burst's other starts.
+- a caller that gives up (cancelled) once its row is written: the start still settles
+  (here: withdrawn once Temporal's call timed out), the row is not left queued.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -28,6 +32,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from starter.client import NOT_STARTED, HubJobsClient
+from tests.support.helpers import until
 from tests.support.proxy import Mode, Proxy
 from tests.support.servers import seed
 
@@ -42,6 +47,13 @@ async def _rows(engine: AsyncEngine) -> list[tuple[uuid.UUID, str, str, str | No
             text("SELECT id, workflow_id, status::text, error_code FROM jobs ORDER BY id")
         )
         return [(r[0], r[1], r[2], r[3]) for r in result]
+
+
+async def _rows_if(
+    engine: AsyncEngine, wanted: Callable[[list[tuple[uuid.UUID, str, str, str | None]]], bool]
+) -> list[tuple[uuid.UUID, str, str, str | None]] | None:
+    rows = await _rows(engine)
+    return rows if wanted(rows) else None
 
 
 async def _workflow_ids(temporal: Client, task_queue: str, expected: int) -> set[str]:
@@ -165,6 +177,41 @@ async def test_a_burst_temporal_does_not_take_leaves_no_unkeyed_row_queued(
         on_queue = await _workflow_ids(temporal, settings.task_queue, len(workflow_ids))
         assert on_queue == workflow_ids
         await _terminate(temporal, workflow_ids)
+    finally:
+        await client.close()
+        await proxy.close()
+
+
+async def test_a_start_whose_caller_gives_up_after_its_row_still_settles_it(
+    engine: AsyncEngine, settings: Settings, temporal: Client
+) -> None:
+    """The caller cancelled (as the API's request budget does) while Temporal does not
+    answer its start: the row is withdrawn all the same, not left for the reconciler."""
+    course = await seed(engine, 1)
+    target = int(settings.resolved_temporal_address().rsplit(":", 1)[1])
+    proxy = await Proxy(target).start()
+    through = settings.model_copy(
+        update={"temporal_address": f"127.0.0.1:{proxy.port}", "temporal_rpc_timeout_seconds": 1}
+    )
+    client = HubJobsClient(temporal=await connect(through), settings=through)
+    jobs = client.scope(course.workspace_id, course.actor_id)
+    try:
+        proxy.switch(Mode.BLACKHOLE)
+        call = asyncio.create_task(
+            jobs.start_course_tagging(root_page_id=course.root_page_id, tag="given up")
+        )
+        # Its row written: the start is in Temporal's hands.
+        await until("the row", lambda: _rows_if(engine, lambda rows: bool(rows)), timeout=10)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # Settled: withdrawn once Temporal's call timed out, though no one waits on it.
+        rows = await until(
+            "the withdrawal",
+            lambda: _rows_if(engine, lambda rows: rows[0][2] != "queued"),
+            timeout=10,
+        )
+        assert [(r[2], r[3]) for r in rows] == [("failed", "unavailable")]
     finally:
         await client.close()
         await proxy.close()
