@@ -37,6 +37,10 @@ from tests.support.proxy import Mode, Proxy
 from tests.support.servers import seed
 
 BURST = 2000
+# The wait in line the burst's last starts may take. The default (60 s) holds 2,000 at
+# 33 starts/s; this test is about every start starting its workflow, and runs beside
+# another test file on two cores: the time it took is printed, the bench measures it.
+IN_LINE_SECONDS = 180.0
 # Visibility lags the starts: how long the listing may take to show them all.
 VISIBLE_WITHIN = 60.0
 
@@ -83,7 +87,8 @@ async def test_2000_starts_at_once_from_one_client_all_start_their_workflows(
     engine: AsyncEngine, settings: Settings, temporal: Client
 ) -> None:
     course = await seed(engine, 1)
-    client = HubJobsClient(temporal=temporal, settings=settings)  # its own 5 + 5 pool
+    patient = settings.model_copy(update={"db_queue_timeout_seconds": IN_LINE_SECONDS})
+    client = HubJobsClient(temporal=temporal, settings=patient)  # its own 5 + 5 pool
     jobs = client.scope(course.workspace_id, course.actor_id)
     try:
         began = time.monotonic()
