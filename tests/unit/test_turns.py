@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from hubjobs.db.engine import async_engine, capacity
 from hubjobs.db.turns import NoTurn, Turns
 
 
@@ -87,3 +88,9 @@ async def test_a_holder_asking_again_is_not_made_to_wait_on_itself() -> None:
     other = Turns(1)
     async with turns.turn(0.05), other.turn(0.05):  # another Turns is another line
         pass
+
+
+def test_a_clients_turns_are_as_many_as_its_engines_connections() -> None:
+    # No connection is made: an engine connects on first use.
+    assert capacity(async_engine("postgresql://nobody@127.0.0.1:1/none", pool_size=5)) == 10
+    assert capacity(async_engine("postgresql://nobody@127.0.0.1:1/none", pool_size=1)) == 2
