@@ -206,7 +206,7 @@ class Settings(BaseSettings):
     # hubjobs/db/turns.py) for one of its starts in flight and one of its engine's
     # connections; past it, `unavailable` and nothing done. Starts in flight: how many
     # one client sends Temporal at once.
-    db_queue_timeout_seconds: float = Field(default=60.0, gt=0)
+    db_queue_timeout_seconds: float = Field(default=120.0, gt=0)
     starts_in_flight: int = Field(default=20, ge=1)
     # Starting a job (its row and snapshot), opening, finishing, cancelling it:
     db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
