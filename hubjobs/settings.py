@@ -229,7 +229,9 @@ class Settings(BaseSettings):
     temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
     # The API's whole-request budget (to the start of its answer): 503 `unavailable`
     # past it. Above the sum of a start's own bounds (Temporal's connect and call, a
-    # lifecycle write, a read), which answer first (0: none).
+    # lifecycle write, a read), which answer first (0: none); a start still waiting in
+    # line in the API's process (db_queue_timeout_seconds) is cut off by it, nothing
+    # written, and one cut off after its row still settles it (starter/client.py).
     api_request_timeout_seconds: float = Field(default=30.0, ge=0)
 
     @field_validator(
