@@ -8,7 +8,12 @@ hubjobs' jobs are courses of one workspace, started concurrently through one
 each after its row and item (its own transaction). The end of each job is its final
 row's commit, seen by LISTEN (bench/pg.py).
 
-    python bench/bench_burst.py [--jobs 200] [--rounds 2]
+Then starts alone (issue 22, item 6): ``--starts`` (2,000) one-page jobs started at once
+from one ``HubJobsClient`` (its own 5 + 5 connections) on a task queue nobody polls,
+until every start call returned: how many started (all must: the target), and starts/s
+against the floor's same number of rows and workflow starts from one Temporal client.
+
+    python bench/bench_burst.py [--jobs 200] [--rounds 2] [--starts 2000]
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 import onepage
 import psycopg
-from common import Floor, Hub, Stack, seed_courses, seed_onepage
+from common import Floor, Hub, HubJobsClient, Stack, seed_courses, seed_onepage
 from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say
 from pg import FinalWatcher
 
@@ -33,6 +38,9 @@ CONTENDERS = ("hubjobs", "floor", "bare")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=200, help="jobs started at once (default 200)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each (default 2)")
+    parser.add_argument(
+        "--starts", type=int, default=2000, help="starts at once, no worker (default 2000; 0: none)"
+    )
 
 
 async def hubjobs_burst(hub: Hub, count: int) -> tuple[float, float]:
@@ -90,6 +98,60 @@ async def floor_burst(temporal: Any, floor: Floor, count: int) -> tuple[float, f
         await pool.close()
 
 
+async def hubjobs_starts(hub: Hub, count: int) -> tuple[int, float]:
+    """``count`` starts at once from one client on a queue nobody polls: how many
+    returned their job, and the seconds until every call returned."""
+    async with hub.engine() as engine:
+        courses = await seed_courses(engine, count, 1)
+    quiet = hub.settings_object().model_copy(update={"task_queue": f"nobody-{uuid.uuid4().hex}"})
+    async with await HubJobsClient.connect(quiet) as client:
+        await client.temporal_client()
+        jobs = client.scope(courses[0].workspace_id, courses[0].actor_id)
+        started = time.perf_counter()
+        answers = await asyncio.gather(
+            *(
+                jobs.start_course_tagging(root_page_id=c.root_page_id, tag="starts")
+                for c in courses
+            ),
+            return_exceptions=True,
+        )
+        seconds = time.perf_counter() - started
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    if failed:
+        say(f"burst starts: {len(failed)} of {count} failed, the first: {failed[0]!r}")
+    return count - len(failed), seconds
+
+
+async def floor_starts(temporal: Any, floor: Floor, count: int) -> tuple[int, float]:
+    """The floor's rows and workflow starts, ``count`` at once, on a queue nobody polls:
+    how many started, and the seconds until every one returned."""
+    pages = [
+        onepage.Page(str(c.workspace_id), str(c.actor_id), str(c.root_page_id))
+        for c in await seed_onepage(floor.url, count)
+    ]
+    quiet = f"nobody-{uuid.uuid4().hex}"
+    pool = onepage.open_pool(floor.url, 10)
+    await pool.open(wait=True)
+    try:
+
+        async def one(page: onepage.Page) -> None:
+            async with pool.connection() as conn:
+                job_id = await onepage.start_row(conn, page, "floor")
+            await temporal.start_workflow(
+                "BareDbJob", job_id, id=f"floor-{job_id}", task_queue=quiet
+            )
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one(p) for p in pages), return_exceptions=True)
+        seconds = time.perf_counter() - started
+    finally:
+        await pool.close()
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    if failed:
+        say(f"burst starts: floor {len(failed)} of {count} failed, the first: {failed[0]!r}")
+    return count - len(failed), seconds
+
+
 async def bare_burst(temporal: Any, task_queue: str, count: int) -> tuple[float, float]:
     started = time.perf_counter()
     handles = await asyncio.gather(
@@ -124,6 +186,13 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
             starts[who].append(returned)
             say(f"burst round {n + 1}: {who} {args.jobs / seconds:.1f} jobs/s")
             await asyncio.sleep(1)
+    started_all: tuple[int, float] | None = None
+    floor_all = (0, float("nan"))
+    if args.starts:
+        started_all = await hubjobs_starts(hub, args.starts)
+        say(f"burst starts: hubjobs {started_all[0]}/{args.starts} in {started_all[1]:.1f} s")
+        floor_all = await floor_starts(temporal, floor, args.starts)
+        say(f"burst starts: floor {floor_all[0]}/{args.starts} in {floor_all[1]:.1f} s")
     med = {c: median(rates[c]) for c in CONTENDERS}
     figures = [
         Figure(
@@ -147,6 +216,30 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
             None,
         ),
     ]
+    if started_all is not None:
+        done, seconds = started_all
+        figures += [
+            Figure(
+                NAME,
+                f"{args.starts} starts at once from one client: started",
+                "",
+                done,
+                args.starts,
+                "called",
+                done / args.starts,
+                Target(">=", 1.0),
+            ),
+            Figure(
+                NAME,
+                f"{args.starts} starts at once from one client (info)",
+                "starts/s",
+                done / seconds,
+                floor_all[0] / floor_all[1],
+                f"floor rows + workflow starts ({floor_all[0]} of {args.starts} started)",
+                ratio_of(done / seconds, floor_all[0] / floor_all[1]),
+                None,
+            ),
+        ]
     notes = [
         f"burst: medians of {args.rounds} rounds; the floor's and the bare worker have the "
         "SDK's defaults; every start call had returned after "

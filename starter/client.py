@@ -17,6 +17,13 @@ not take in time leaves nothing to run: without an idempotency key its row is wi
 (failed ``unavailable``: a workflow that starts late finds it final and ends); with one,
 the same key starts it again.
 
+A burst of calls from one process waits in line in it (hubjobs.db.turns), in order,
+for at most HUBJOBS_DB_QUEUE_TIMEOUT_SECONDS, then is ``unavailable`` having done
+nothing: at most HUBJOBS_STARTS_IN_FLIGHT starts at once (Temporal is sent no more),
+each taking one of the engine's connections while it writes. A withdrawal goes ahead of
+everything waiting: a start that wrote its row and could not start its workflow always
+takes it back, and it does so even when its caller gave up meanwhile (cancelled).
+
 Ids are ``uuid.UUID``: a ``str`` in their place is a ``TypeError`` that says so, not a
 look-up that finds nothing.
 """
@@ -25,8 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,6 +46,7 @@ from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_data_error, is_outage, is_timeout
 from hubjobs.db.limits import ConnectOptions, Purpose, budget
 from hubjobs.db.pool import Connection, ReadPool
+from hubjobs.db.turns import NoTurn, Turns
 from hubjobs.domain.access import workspace_not_found
 from hubjobs.domain.text import (
     check_correlation_id,
@@ -100,6 +110,8 @@ class HubJobsClient:
         self._engine = engine
         self._reads: ReadPool | None = None
         self._feeds: JobFeeds | None = None
+        self._turns: Turns | None = None
+        self._starts = Turns(self.settings.starts_in_flight)
         self._connecting = asyncio.Lock()
 
     @classmethod
@@ -119,6 +131,23 @@ class HubJobsClient:
                 options=ConnectOptions.of(self.settings, Purpose.READ, Purpose.LIFECYCLE),
             )
         return self._engine
+
+    @property
+    def turns(self) -> Turns:
+        """Turns at the engine's connections, as many as its pool has (made on first use)."""
+        if self._turns is None:
+            from hubjobs.db.engine import capacity
+
+            self._turns = Turns(capacity(self.engine))
+        return self._turns
+
+    @asynccontextmanager
+    async def start_turn(self) -> AsyncIterator[float]:
+        """One of the process's HUBJOBS_STARTS_IN_FLIGHT starts, for the block; it yields
+        the moment (``time.monotonic``) by which its connection must be had too."""
+        until = time.monotonic() + self.settings.db_queue_timeout_seconds
+        async with _queued(self._starts.turn(self.settings.db_queue_timeout_seconds)):
+            yield until
 
     @property
     def reads(self) -> ReadPool:
@@ -205,21 +234,30 @@ class HubJobsClient:
         work: Callable[[AsyncConnection], Awaitable[T]],
         *,
         purpose: Purpose = Purpose.LIFECYCLE,
+        urgent: bool = False,
+        queued_until: float | None = None,
     ) -> T:
         """Runs ``work`` in one transaction, within its purpose's deadline (a start, a
         cancel: HUBJOBS_DB_LIFECYCLE_TIMEOUT_SECONDS). A database that does not answer
         is ``Unavailable`` (try again); a value the database refuses is ``InvalidInput``
         (``invalid_data``: trying again changes nothing); anything else is an
         ``internal_error``. The log gets the error's type, SQLSTATE and frames, never its
-        message (which may quote the values sent)."""
-        try:
-            with deadline(budget(self.settings, purpose).seconds):
-                async with self.engine.begin() as conn:
-                    return await work(conn)
-        except HubJobsError:
-            raise
-        except Exception as err:
-            raise _database_error(err) from None
+        message (which may quote the values sent). It waits for one of the engine's
+        connections first, in line (ahead of the others when ``urgent``), until
+        ``queued_until`` or for HUBJOBS_DB_QUEUE_TIMEOUT_SECONDS; the deadline runs from
+        when it has one."""
+        queue = self.settings.db_queue_timeout_seconds
+        if queued_until is not None:
+            queue = max(0.0, queued_until - time.monotonic())
+        async with _queued(self.turns.turn(queue, urgent=urgent)):
+            try:
+                with deadline(budget(self.settings, purpose).seconds):
+                    async with self.engine.begin() as conn:
+                        return await work(conn)
+            except HubJobsError:
+                raise
+            except Exception as err:
+                raise _database_error(err) from None
 
     async def read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """Runs ``work`` (statements of ``hubjobs.readmodel.reads``) on a connection of
@@ -230,6 +268,26 @@ class HubJobsClient:
             raise
         except Exception as err:
             raise _database_error(err) from None
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Marks the error of a start that settled after its caller gave up as seen (its
+    outcome is on the row; asyncio would otherwise log it as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
+
+
+@asynccontextmanager
+async def _queued(turn: AbstractAsyncContextManager[None]) -> AsyncIterator[None]:
+    """``turn``, a wait in line that ends as ``Unavailable`` (nothing done) past its bound."""
+    try:
+        async with turn:
+            yield
+    except NoTurn as err:
+        log.warning("a call waited in line too long in this process: %s", err)
+        raise Unavailable(
+            "too many calls are waiting for the job database in this process; try again"
+        ) from None
 
 
 def _database_error(err: Exception) -> HubJobsError:
@@ -338,13 +396,24 @@ class WorkspaceJobs:
     ) -> JobView:
         """Records the job (or finds the one its idempotency key names), then starts its
         workflow unless it has started already. Temporal is connected first: a server
-        that does not answer records nothing."""
+        that does not answer records nothing. All as one of the process's starts in
+        flight (``HubJobsClient.start_turn``): one that waited too long in line wrote
+        nothing."""
         await self.client.temporal_client()
-        created = await self.client.db(create)
-        job = created.job
-        if job.status == JobStatus.queued:
-            return await self._start_workflow(job, withdraw=created.created and not keyed)
-        return job
+        async with self.client.start_turn() as queued_until:
+            created = await self.client.db(create, queued_until=queued_until)
+            job = created.job
+            if job.status != JobStatus.queued:
+                return job
+            # The row exists: a caller that gives up now (cancelled: the API's request
+            # budget) stops neither the workflow's start nor the withdrawal, which end
+            # on their own within their bounds, rather than leave the row for the
+            # reconciler.
+            settle = asyncio.ensure_future(
+                self._start_workflow(job, withdraw=created.created and not keyed)
+            )
+            settle.add_done_callback(_retrieved)
+            return await asyncio.shield(settle)
 
     async def start_course_tagging(
         self,
@@ -495,7 +564,9 @@ class WorkspaceJobs:
 
         # A one-row write the caller waits on: within a read's budget, so that the whole
         # start stays within the API's (connect, record, start, take back).
-        if await self.client.db(take_back, purpose=Purpose.READ):
+        # Urgent: ahead of every call waiting for a connection, so that a burst of starts
+        # never leaves the row behind.
+        if await self.client.db(take_back, purpose=Purpose.READ, urgent=True):
             raise Unavailable("Temporal did not answer in time; nothing was started: try again")
         return await self.get(job.id)
 

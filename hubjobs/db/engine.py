@@ -110,6 +110,15 @@ async def set_local_budget(conn: Any, seconds: float, lock_seconds: float) -> No
     )
 
 
+def capacity(engine: AsyncEngine) -> int:
+    """How many connections the engine's pool hands out at most: its size and overflow
+    (an unbounded overflow counts as none: the size is what it keeps)."""
+    pool = engine.sync_engine.pool
+    size = pool.size() if hasattr(pool, "size") else 1
+    overflow = getattr(pool, "_max_overflow", 0)
+    return max(1, int(size) + max(0, int(overflow)))
+
+
 async def _connect_within_deadline(conninfo: str) -> psycopg.AsyncConnection[Any]:
     """A new connection, within what is left of the running code's deadline (libpq's
     ``connect_timeout`` bounds it too, in whole seconds and at least 2)."""

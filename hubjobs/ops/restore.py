@@ -15,7 +15,8 @@ archive, all or nothing.
    the COPY, and everything rolls back) and its row count checked against the
    manifest; the attachment index is checked against the attachments table; then the
    keys and indexes are built and the foreign keys validated in one pass each,
-   sequences set, and the schema migrated to today's head.
+   sequences set, the schema migrated to today's head, and the tables analysed
+   (planner statistics, committed with the rows).
 3. Meanwhile a second thread **stages the attachment files** in a private folder
    inside DIR, verifying each as it is written and fsyncing it. Just before the
    commit the targets' folders are created and the targets checked once more.
@@ -280,6 +281,8 @@ def _load(
             _set_sequences(conn)
             if source.manifest.schema_version != report.schema_version:
                 upgrade_on(conn, "head")
+            _analyze(conn)
+            _lap("analyze")
             store.prepare()
             _lap("migration and folders")
             committing = True
@@ -307,6 +310,19 @@ def _load(
             if isinstance(err, Stopped):  # only ever raised after another error
                 raise RestoreRefused("the restore was stopped") from None
             raise
+
+
+def _analyze(conn: Connection) -> None:
+    """Planner statistics for every table loaded. A restored database has none, and
+    until autovacuum comes by (its thresholds count changes, a minute apart at best)
+    the planner takes each table for a few pages and picks plans the benchmarks found
+    to be traps. In the restore's own transaction, before the commit: ANALYZE may run
+    inside one (VACUUM may not), it sees the rows this transaction loaded, and its
+    statistics (pg_statistic) commit with them, so the database is never seen
+    restored without them, and a failed ANALYZE rolls the restore back whole rather
+    than leaving one restored but unanalysed. It samples (300 x the statistics target
+    rows a table): seconds even for large tables."""
+    conn.execute(text("ANALYZE " + ", ".join(table for table, _ in HUB_TABLES)))
 
 
 def _database_error(err: BaseException) -> HubJobsError:

@@ -52,6 +52,7 @@ def up(
         temporal_port=s.temporal_port,
         ui_port=s.temporal_ui_port,
         ui_codec_endpoint=wanted_codec,
+        sqlite_pragmas=s.temporal_sqlite_pragmas,
     )
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
     metrics_url = metrics_url_of(s)

@@ -1,8 +1,9 @@
 """``hubjobs up`` / ``hubjobs down`` as a person runs them, each test on a state folder
 of its own (tests/support/stacks.py):
 
-- a first ``up`` with every preferred port taken falls back to free ones, a second
-  finds the same servers, ``down`` stops them and keeps the record;
+- a first ``up`` with every preferred port taken falls back to free ones (the dev
+  server's SQLite file in WAL mode), a second finds the same servers, ``down`` stops
+  them and keeps the record;
 - after a crash, ``up`` brings each dead server back on its recorded port, although the
   preferred ports are still taken (it would have moved the stack before), and so does
   ``up`` after ``down``;
@@ -122,6 +123,11 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         temporal_command = embedded.command_line(pids[1], limit=100_000) or ""
         assert "--dynamic-config-value matching.enableFairness=true" in temporal_command
         assert "--dynamic-config-value matching.numTaskqueueWritePartitions=1" in temporal_command
+        # Its SQLite file in WAL mode with synchronous=NORMAL (embedded.py says why): the
+        # file's header says WAL (its read and write versions are 2 once in WAL mode).
+        assert "--sqlite-pragma journal_mode=WAL" in temporal_command
+        assert "--sqlite-pragma synchronous=NORMAL" in temporal_command
+        assert (home / "temporal.db").read_bytes()[18:20] == b"\x02\x02"
 
         # The UI answers.
         assert await asyncio.to_thread(http_status, first["ui_url"]) == 200
