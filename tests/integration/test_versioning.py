@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -235,6 +236,9 @@ async def reconcile_once(temporal: Client, settings: Settings) -> ReconcileResul
         id=f"reconcile-{uuid.uuid4()}",
         task_queue=settings.task_queue,
         result_type=ReconcileResult,
+        # Bounded: this test hung 300 s twice on a loaded machine (2026-12-02), with no
+        # line saying where; a reconciliation that does not end fails here, named.
+        execution_timeout=timedelta(seconds=60),
     )
     return result
 
