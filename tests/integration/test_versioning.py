@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.enums.v1 import VersioningBehavior as BehaviorMessage
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import VersioningBehavior
 from temporalio.workflow import _Definition
 
@@ -43,6 +43,9 @@ from workflows.job_lifecycle import kind_workflow
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
 
 T = TypeVar("T")
+# The longest wait for a failing workflow task's next retry this test allows: the server
+# backs them off (10 s, 15, 19, 29, 49, 80 s ... as they keep failing).
+FAILING_TASK_RETRY_SECONDS = 150
 PINNED = BehaviorMessage.VERSIONING_BEHAVIOR_PINNED
 
 
@@ -63,15 +66,37 @@ def test_every_workflow_states_its_versioning_behaviour() -> None:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T | None]], timeout: float, what: str, every: float = 0.25
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float,
+    what: str,
+    every: float = 0.25,
+    explain: Callable[[], Awaitable[str]] | None = None,
 ) -> T:
+    """``check``'s first answer that is not None; past ``timeout`` the test fails with
+    ``what`` and, if given, ``explain``'s account of where things stand."""
     deadline = time.monotonic() + timeout
     while True:
         found = await check()
         if found is not None:
             return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        if time.monotonic() >= deadline:
+            account = await explain() if explain is not None else ""
+            raise AssertionError(f"{what}: not within {timeout:.0f} s. {account}")
         await asyncio.sleep(every)
+
+
+async def pending_task(handle: WorkflowHandle[Any, Any]) -> str:
+    """A run's pending workflow task and versioning, as `temporal workflow describe`
+    shows them: what a failed wait for a build to take a run over needs to say."""
+    raw = (await handle.describe()).raw_description
+    task = raw.pending_workflow_task
+    versioning = raw.workflow_execution_info.versioning_info
+    return (
+        f"pending workflow task: attempt {task.attempt}, state {task.state}, "
+        f"scheduled {task.scheduled_time.ToJsonString()}; versioning: "
+        f"{versioning.deployment_version.build_id or '-'} "
+        f"override {versioning.versioning_override.pinned.version.build_id or '-'}"
+    )
 
 
 class Gate:
@@ -267,26 +292,31 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
     course = await seed(engine, 200)
     jobs = HubJobsClient(temporal, engine, build_1).scope(course.workspace_id, course.actor_id)
     gate = Gate()
-    async with running_worker(temporal, build_1, before_write=gate, workflow_classes=wedging):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="wedge")
-        await asyncio.wait_for(gate.held.wait(), 30)
-        handle = temporal.get_workflow_handle(job.workflow_id)
-        await handle.signal("cancel")  # bare: build 1's typed handler raises
+    async with (
+        running_worker(temporal, build_1, before_write=gate, workflow_classes=wedging),
+        # The fixed build's workers run before the run wedges (step 2 of the procedure):
+        # how long they take to start adds nothing to the wait after the override.
+        running_worker(temporal, build_2),
+    ):
+        try:
+            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="wedge")
+            await asyncio.wait_for(gate.held.wait(), 30)
+            handle = temporal.get_workflow_handle(job.workflow_id)
+            await handle.signal("cancel")  # bare: build 1's typed handler raises
 
-        async def failing_task() -> int | None:
-            raw = (await handle.describe()).raw_description
-            attempt = raw.pending_workflow_task.attempt
-            return attempt if attempt >= STUCK_ATTEMPTS else None
+            async def failing_task() -> int | None:
+                raw = (await handle.describe()).raw_description
+                attempt = raw.pending_workflow_task.attempt
+                return attempt if attempt >= STUCK_ATTEMPTS else None
 
-        await eventually(failing_task, 60, "the workflow task failing on build 1")
-        await reconcile_once(temporal, build_1)
-        stuck = await jobs.get(job.id)
-        assert stuck.status == "running" and stuck.stuck_since is not None
-        assert stuck.stuck_reason is not None and "TypeError" in stuck.stuck_reason
-        async with engine.connect() as conn:
-            assert (await store.queue_state(conn)).stuck == 1
+            await eventually(failing_task, 60, "the workflow task failing on build 1")
+            await reconcile_once(temporal, build_1)
+            stuck = await jobs.get(job.id)
+            assert stuck.status == "running" and stuck.stuck_since is not None
+            assert stuck.stuck_reason is not None and "TypeError" in stuck.stuck_reason
+            async with engine.connect() as conn:
+                assert (await store.queue_state(conn)).stuck == 1
 
-        async with running_worker(temporal, build_2):
             moved = await asyncio.to_thread(
                 temporal_cli,
                 stack.temporal_address,
@@ -300,11 +330,21 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
             async def cancel_recorded() -> bool | None:
                 return (await jobs.get(job.id)).cancel_requested_at is not None or None
 
-            await eventually(cancel_recorded, 60, "build 2 handling the signal")
+            # The run moves at its next workflow-task retry, and the server spaces those
+            # out as they keep failing (measured on the dev server: 10 s apart, then 15,
+            # 19, 29, 49 s): the bound covers the retry due after a loaded machine's
+            # slowest way here, whatever attempt the override meets.
+            await eventually(
+                cancel_recorded,
+                FAILING_TASK_RETRY_SECONDS,
+                "build 2 handling the signal",
+                explain=lambda: pending_task(handle),
+            )
+        finally:
             gate.released.set()
-            done = await jobs.wait(job.id, timeout=60, interval=0.1)
-            assert done.status == "cancelled" and done.stuck_since is None
-            await workflow_closed(temporal, job.workflow_id)
+        done = await jobs.wait(job.id, timeout=60, interval=0.1)
+        assert done.status == "cancelled" and done.stuck_since is None
+        await workflow_closed(temporal, job.workflow_id)
     described = await handle.describe()
     assert described.status == WorkflowExecutionStatus.CANCELED
     builds, _, _ = builds_of(await all_runs_history(temporal, job.workflow_id))

@@ -5,6 +5,7 @@ their own."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -32,6 +33,12 @@ def admin_url(url: str) -> str:
     return url.rsplit("/", 1)[0] + "/postgres"
 
 
+# How long an in-process worker may take to stop: past its graceful shutdown (10 s) an
+# attempt that ignores its cancellation would hold the test until pytest's timeout, and
+# the failure that made the test leave early would never be seen.
+WORKER_EXIT_SECONDS = 30
+
+
 @asynccontextmanager
 async def running_worker(
     temporal: Client,
@@ -40,18 +47,34 @@ async def running_worker(
     before_write: BeforeWrite | None = None,
     workflow_classes: Sequence[type] | None = None,
 ) -> AsyncIterator[None]:
-    """An in-process worker with its own pool, as a worker process would have."""
+    """An in-process worker with its own pool, as a worker process would have. Its stop
+    is bounded (WORKER_EXIT_SECONDS): a worker that does not stop fails the test, named,
+    chained to whatever made the test leave."""
     engine = async_engine(settings.resolved_database_url(), pool_size=5)
+    worker = worker_module.build_worker(
+        temporal,
+        engine,
+        settings,
+        hooks={"before_write": before_write},
+        workflow_classes=workflow_classes,
+    )
+    left: BaseException | None = None
     try:
-        async with worker_module.build_worker(
-            temporal,
-            engine,
-            settings,
-            hooks={"before_write": before_write},
-            workflow_classes=workflow_classes,
-        ):
+        await worker.__aenter__()
+        try:
             await worker_module.announce_version(temporal, settings)
             yield
+        except BaseException as err:
+            left = err
+            raise
+        finally:
+            try:
+                async with asyncio.timeout(WORKER_EXIT_SECONDS):
+                    await worker.__aexit__(type(left) if left else None, left, None)
+            except TimeoutError:
+                raise AssertionError(
+                    f"the test's worker did not stop within {WORKER_EXIT_SECONDS} s"
+                ) from left
     finally:
         await engine.dispose()
 

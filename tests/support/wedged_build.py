@@ -1,6 +1,6 @@
 """A build of the course-tagging workflow with the bug of issue 18 put back: its
 ``cancel`` handler typed, so a bare signal (no argument) raises inside every workflow
-task. tests/test_versioning.py runs it as an old build that wedges a run, and shows
+task. tests/integration/test_versioning.py runs it as an old build that wedges a run, and shows
 the operator's way out (a versioning override onto a fixed build). Its own module:
 the workflow sandbox imports a workflow's module, and a test module is no place for
 that."""
