@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 # A row whose expire hook failed waits this long before the next try, so that it
 # neither blocks the sweep's batch nor is hammered.
 HOOK_RETRY_AFTER = timedelta(hours=1)
+# Past its deadline a delivery's last try may still run, then records its failure.
+DELIVERY_MARGIN = timedelta(hours=1)
 # Rows the reconciler selects a statement (up to its request's limit a run).
 RECONCILE_BATCH = 100
 # A running job whose pending workflow task is at this attempt or later is stuck: its
@@ -97,7 +99,15 @@ class MaintenanceActivities:
         holds the retention lock. Rows are read whole only for kinds with a hook."""
         if not await store.claim_retention(conn):
             return None
-        expired = await store.expired_jobs(conn, request.cutoff, request.batch)
+        # A completion webhook tries for up to HUBJOBS_WEBHOOK_DEADLINE_HOURS after its
+        # job finished (and a try a little longer): its row stays while it may.
+        delivering = timedelta(hours=self.deps.settings.webhook_deadline_hours)
+        expired = await store.expired_jobs(
+            conn,
+            request.cutoff,
+            request.batch,
+            deliveries_since=request.cutoff - delivering - DELIVERY_MARGIN,
+        )
         hooks = {
             job.kind: kind.expire
             for job in expired

@@ -714,14 +714,22 @@ class ExpiredJob:
     kind: str
 
 
-async def expired_jobs(conn: AsyncConnection, cutoff: datetime, limit: int) -> list[ExpiredJob]:
+async def expired_jobs(
+    conn: AsyncConnection, cutoff: datetime, limit: int, *, deliveries_since: datetime
+) -> list[ExpiredJob]:
     """Up to ``limit`` jobs expired at ``cutoff``, first expired first (ix_jobs_expires_at):
-    their ids and kinds, all a batch needs unless a kind has an expire hook."""
+    their ids and kinds, all a batch needs unless a kind has an expire hook. A job whose
+    completion webhook is still being delivered stays while it finished after
+    ``deliveries_since`` (its delivery may still be trying): its receiver is told of a
+    job it can still look up, and the delivery's outcome is not lost with the row."""
     rows = await conn.execute(
         text(
-            "SELECT id, kind FROM jobs WHERE expires_at <= :cutoff ORDER BY expires_at LIMIT :limit"
+            "SELECT id, kind FROM jobs WHERE expires_at <= :cutoff "
+            f"AND (notify_state IS DISTINCT FROM {NotifyState.pending.sql} "
+            "OR finished_at <= :deliveries_since) "
+            "ORDER BY expires_at LIMIT :limit"
         ),
-        {"cutoff": cutoff, "limit": limit},
+        {"cutoff": cutoff, "limit": limit, "deliveries_since": deliveries_since},
     )
     return [ExpiredJob(row.id, row.kind) for row in rows]
 

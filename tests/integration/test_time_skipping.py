@@ -39,10 +39,10 @@ from temporalio.worker import Worker
 import tests.support.toy_impl as toy_impl
 import tests.support.toy_kind as toy
 import worker as worker_module
-from activities.maintenance import HOOK_RETRY_AFTER
+from activities.maintenance import DELIVERY_MARGIN, HOOK_RETRY_AFTER
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.readmodel import store as read_model
-from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.status import JobStatus, NotifyState
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
@@ -155,9 +155,13 @@ async def sweep(
 
 
 async def insert_finished(
-    engine: AsyncEngine, course: DemoCourse, payloads: Sequence[dict[str, Any]]
+    engine: AsyncEngine,
+    course: DemoCourse,
+    payloads: Sequence[dict[str, Any]],
+    notify_url: str | None = None,
 ) -> list[uuid.UUID]:
-    """Finished toy jobs written straight into the read model, expiring in 24 h."""
+    """Finished toy jobs written straight into the read model, expiring in 24 h (with
+    ``notify_url``, their completion webhook pending)."""
     ids = [uuid.uuid4() for _ in payloads]
     async with engine.begin() as conn:
         for job_id, payload in zip(ids, payloads, strict=True):
@@ -170,6 +174,7 @@ async def insert_finished(
                 correlation_id=uuid.uuid4().hex,
                 idempotency_key=None,
                 payload=payload,
+                notify_url=notify_url,
             )
             await read_model.finish(
                 conn,
@@ -328,6 +333,50 @@ async def test_a_failing_hook_keeps_its_row_for_a_later_sweep(
     assert kept.expires_at == cutoff + HOOK_RETRY_AFTER
     assert await row(engine, normal) is None
     assert [expired.id for expired in toy.EXPIRED] == [normal]
+
+
+async def test_a_job_whose_webhook_is_still_being_delivered_stays_until_its_delivery_ends(
+    env: WorkflowEnvironment, engine: AsyncEngine, settings: Settings, course: DemoCourse
+) -> None:
+    """Retention waits for a completion webhook still trying (for up to its deadline,
+    HUBJOBS_WEBHOOK_DEADLINE_HOURS, and the margin of a last try): the receiver is told
+    of a job it can still look up, and the delivery's outcome is not lost with the row.
+    Once delivered it goes at the next sweep; a delivery that never ends (its workflow
+    terminated) holds its row no longer than the deadline."""
+    plain, delivered, never = (
+        *await insert_finished(engine, course, [{"message": "m"}]),
+        *await insert_finished(
+            engine, course, [{"message": "m"}] * 2, notify_url="http://127.0.0.1:9/hook"
+        ),
+    )
+    # Finished now by the server's clock (earlier tests of the module moved it on).
+    now = await env.get_current_time()
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE jobs SET finished_at = :now, expires_at = :now + interval '24 hours' "
+                "WHERE id = ANY(:ids)"
+            ),
+            {"now": now, "ids": [plain, delivered, never]},
+        )
+    async with worker_for(env, engine, settings):
+        await env.sleep(DAY_AND_A_BIT)
+        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert await row(engine, plain) is None
+        assert await row(engine, delivered) is not None and await row(engine, never) is not None
+
+        async with engine.begin() as conn:
+            assert await read_model.record_notify(
+                conn, delivered, state=NotifyState.delivered, attempt=1
+            )
+        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert await row(engine, delivered) is None
+        pending = await row(engine, never)
+        assert pending is not None and pending.notify_state == NotifyState.pending
+
+        await env.sleep(timedelta(hours=settings.webhook_deadline_hours) + DELIVERY_MARGIN)
+        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert await row(engine, never) is None
 
 
 # --- the real kind ----------------------------------------------------------------
