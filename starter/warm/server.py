@@ -15,9 +15,9 @@ import os
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 from pydantic import ValidationError
 from sqlalchemy import text
+from typer.core import TyperGroup
 
 from hubjobs.errors import INTERNAL_ERROR, HubJobsError
 from hubjobs.observability.logs import log_failure
