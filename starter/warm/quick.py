@@ -82,7 +82,17 @@ def answered(args: Sequence[str]) -> str | None:
     except (OSError, ValueError):  # no worker, a dead one, too slow, not an answer
         return None
     printed = answer.get("stdout") if isinstance(answer, dict) else None
-    return printed if isinstance(printed, str) else None
+    return printed if isinstance(printed, str) and _writable(printed) else None
+
+
+def _writable(printed: str) -> bool:
+    """Whether stdout takes the text (not, say, a title's CJK on a latin-1 stdout: the
+    full CLI then fails its own way)."""
+    try:
+        printed.encode(sys.stdout.encoding, sys.stdout.errors or "strict")
+    except (UnicodeError, LookupError):
+        return False
+    return True
 
 
 def main() -> None:

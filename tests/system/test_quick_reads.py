@@ -117,6 +117,11 @@ async def test_a_quick_read_prints_what_the_full_cli_prints(
         assert quick.printed == full.stdout, args
         done = await asyncio.to_thread(served.hubjobs, *args)
         assert (done.returncode, done.stdout, done.stderr) == (0, full.stdout, ""), args
+    # The table as rich draws it for the caller's stdout: in ASCII on an ASCII one.
+    ascii_out = {"PYTHONIOENCODING": "ascii"}
+    quick = await asyncio.to_thread(served.quick, "list", env=ascii_out)
+    full = await asyncio.to_thread(served.full, "list", env=ascii_out)
+    assert quick.printed == full.stdout and "+---" in full.stdout
     listed = json.loads((await asyncio.to_thread(served.quick, "list", "--json")).printed or "")
     assert [job["id"] for job in listed] == [second, first]  # newest first
 
