@@ -169,13 +169,15 @@ async def test_the_full_cli_runs_what_the_worker_may_not_answer(
     )
     assert colored.printed is not None and json.loads(colored.printed)["id"] == job
 
-    # No worker serving: the full CLI reads itself, and prints the same.
-    answered = await asyncio.to_thread(served.quick, "status", job, "--json")
+    # No worker serving: the full CLI reads itself (no relay either), and prints the same.
+    reads = [("status", job, "--json"), ("status", job), ("list", "--json"), ("list",)]
+    answered = [(await asyncio.to_thread(served.quick, *args)).printed for args in reads]
     served.worker.terminate()
     await asyncio.to_thread(served.worker.wait, 60)
     assert not (served.home / "starts.sock").exists()
-    alone = await asyncio.to_thread(served.quick, "status", job, "--json")
-    assert alone.printed is None
-    done = await asyncio.to_thread(served.hubjobs, "status", job, "--json")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == answered.printed
+    for args, printed in zip(reads, answered, strict=True):
+        assert printed is not None, args
+        alone = await asyncio.to_thread(served.quick, *args)
+        assert alone.printed is None
+        done = await asyncio.to_thread(served.hubjobs, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (0, printed, ""), args
