@@ -48,8 +48,10 @@ def recognised(args: Sequence[str]) -> bool:
 
 def request_for(args: Sequence[str]) -> dict[str, object]:
     """What the worker needs to answer as the full command would: the command line, and
-    what the command's settings and output depend on (the environment, the working
-    directory, whether stdout is a terminal, its encoding)."""
+    what the command's settings and output depend on: the environment (its ``HUBJOBS_*``
+    variables for the settings, the rest for rich's choices, FORCE_COLOR and the like;
+    the worker keeps none of it past the call), the working directory, whether stdout
+    is a terminal, its encoding."""
     return {
         "quick": list(args),
         "environ": dict(os.environ),
