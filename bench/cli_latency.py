@@ -1,16 +1,17 @@
 """Wall time of the CLI commands a person runs while a job runs, each as a process
 against the stack in HUBJOBS_HOME (after `make run`: the demo's profile gives the
 workspace and actor): `tag-course` and `cancel` (targets: 600 ms on a quiet machine),
-`status` and `list` (250 ms). Prints each command's median and best of N runs, and the
-machine's load, which a figure means nothing without. Not a test: the numbers are the
-machine's.
+`status` and `list` (250 ms), as JSON and as the plain text printed off a terminal.
+Prints each command's median and best of N runs, and the machine's load, which a figure
+means nothing without. Not a test: the numbers are the machine's.
 
     .venv/bin/python bench/cli_latency.py [--runs 7] [--hubjobs PATH]
 
 With the embedded stack's background worker running (`make run`, `hubjobs demo`, `hubjobs
 up --worker`) a start and a cancel go through it (starter/warm); without, the CLI
-makes them itself (`hubjobs down` then `hubjobs up` to measure that path). ``--hubjobs``
-times another checkout's CLI (a baseline), against the same stack.
+makes them itself (`hubjobs down` then `hubjobs up` to measure that path); a one-shot
+`status` and `list` are quick reads, printed by the worker (starter/warm/quick.py).
+``--hubjobs`` times another checkout's CLI (a baseline), against the same stack.
 """
 
 from __future__ import annotations
@@ -27,12 +28,22 @@ from pathlib import Path
 
 HUBJOBS = str(Path(sys.executable).parent / "hubjobs")
 REPO = Path(__file__).resolve().parents[1]
-TARGETS_MS = {"tag-course": 600, "cancel": 600, "status": 250, "list": 250}
+TARGETS_MS = {
+    "tag-course": 600,
+    "cancel": 600,
+    "status": 250,
+    "list": 250,
+    "status text": 250,
+    "list text": 250,
+}
 
 
-def timed(hubjobs: str, args: list[str]) -> tuple[float, str]:
+def timed(hubjobs: str, args: list[str], *, as_json: bool = True) -> tuple[float, str]:
+    """One command's wall time (stdout a pipe: the plain text is the off-terminal one)."""
     started = time.perf_counter()
-    done = subprocess.run([hubjobs, *args, "--json"], capture_output=True, text=True)
+    done = subprocess.run(
+        [hubjobs, *args, *(["--json"] if as_json else [])], capture_output=True, text=True
+    )
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"hubjobs {' '.join(args)} failed: {done.stderr.strip()}")
@@ -63,6 +74,8 @@ def main() -> None:
             "tag-course": took,
             "status": timed(args.hubjobs, ["status", job])[0],
             "list": timed(args.hubjobs, ["list", "--limit", "20"])[0],
+            "status text": timed(args.hubjobs, ["status", job], as_json=False)[0],
+            "list text": timed(args.hubjobs, ["list", "--limit", "20"], as_json=False)[0],
             "cancel": timed(args.hubjobs, ["cancel", job])[0],
         }
         if n:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound, Unavailable
-from hubjobs.readmodel.views import JobView
-
 if TYPE_CHECKING:
+    from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound, Unavailable
+    from hubjobs.readmodel.views import JobView
     from starter.client import HubJobsClient, WorkspaceJobs
 
 __all__ = [
@@ -22,10 +21,22 @@ __all__ = [
     "WorkspaceJobs",
 ]
 
+# Where each name lives. Loaded on first use, not with the package: the CLI's quick reads
+# (starter/warm/quick.py) run inside this package before pydantic (the views) is loaded,
+# and the CLI loads psycopg only for the calls it makes itself (starter/warm).
+_HOMES = {
+    "Forbidden": "hubjobs.errors",
+    "HubJobsError": "hubjobs.errors",
+    "InvalidInput": "hubjobs.errors",
+    "NotFound": "hubjobs.errors",
+    "Unavailable": "hubjobs.errors",
+    "JobView": "hubjobs.readmodel.views",
+    "HubJobsClient": "starter.client",
+    "WorkspaceJobs": "starter.client",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """The client on first use, not with the package: the CLI (``starter.cli``) loads
-    psycopg only for the calls it makes itself (starter/warm)."""
-    if name in {"HubJobsClient", "WorkspaceJobs"}:
-        return getattr(importlib.import_module("starter.client"), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'starter' has no attribute {name!r}")

@@ -9,7 +9,9 @@ decodes with surrogateescape) is refused as ``invalid_encoding`` before anything
 
 A command imports what it uses when it runs: ``hubjobs status`` starts in a fraction of
 the time it would take to import the Temporal SDK, SQLAlchemy, rich and the embedded
-servers, none of which it needs.
+servers, none of which it needs. (The ``hubjobs`` command's entry point is
+starter/warm/quick.py: a one-shot ``status`` or ``list`` the stack's worker answers
+never loads this module; anything else comes here.)
 
 The commands live by audience: jobs (starter/cli/jobs.py), schedules (schedules.py),
 the embedded stack and the demo (stack.py), operators' (ops.py); what they print and

@@ -68,7 +68,7 @@ def _setup_logging(settings: Settings) -> None:
     )
 
 
-def _check_encoding(kwargs: dict[str, Any]) -> None:
+def check_encoding(kwargs: dict[str, Any]) -> None:
     """Refuses an option whose bytes were not UTF-8: Python hands them over as lone
     surrogates (surrogateescape), which no database or server takes."""
     for name, value in kwargs.items():
@@ -104,7 +104,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             raise typer.Exit(2) from None
         _setup_logging(settings)
         try:
-            _check_encoding(kwargs)
+            check_encoding(kwargs)
             return fn(*args, **kwargs)
         except HubJobsError as error:
             # The code only: a message is plain, but the log keeps to codes and ids.
@@ -128,11 +128,13 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
     return asyncio.run(coro)
 
 
-def _default(flag: uuid.UUID | None, setting: uuid.UUID | None, key: str, what: str) -> uuid.UUID:
+def _default(
+    flag: uuid.UUID | None, setting: uuid.UUID | None, key: str, what: str, settings: Settings
+) -> uuid.UUID:
     """A flag, else its setting, else the demo's profile; refused when none names one."""
     value = flag or setting
     if value is None:
-        recorded = settings_now().recorded_profile().get(key)
+        recorded = settings.recorded_profile().get(key)
         value = uuid.UUID(recorded) if recorded else None
     if value is None:
         raise InvalidInput(
@@ -143,16 +145,20 @@ def _default(flag: uuid.UUID | None, setting: uuid.UUID | None, key: str, what: 
     return value
 
 
-def actor_of(actor: uuid.UUID | None) -> uuid.UUID:
-    return _default(actor, settings_now().actor, "actor_id", "actor")
+def actor_of(actor: uuid.UUID | None, settings: Settings | None = None) -> uuid.UUID:
+    settings = settings or settings_now()
+    return _default(actor, settings.actor, "actor_id", "actor", settings)
 
 
-def scope_of(workspace: uuid.UUID | None, actor: uuid.UUID | None) -> tuple[uuid.UUID, uuid.UUID]:
+def scope_of(
+    workspace: uuid.UUID | None, actor: uuid.UUID | None, settings: Settings | None = None
+) -> tuple[uuid.UUID, uuid.UUID]:
     """The workspace and actor a command acts as: flags override HUBJOBS_WORKSPACE /
-    HUBJOBS_ACTOR, which override the profile ``hubjobs demo`` wrote in HUBJOBS_HOME."""
-    return _default(workspace, settings_now().workspace, "workspace_id", "workspace"), actor_of(
-        actor
-    )
+    HUBJOBS_ACTOR, which override the profile ``hubjobs demo`` wrote in HUBJOBS_HOME (of
+    ``settings``: by default the command's)."""
+    settings = settings or settings_now()
+    workspace_id = _default(workspace, settings.workspace, "workspace_id", "workspace", settings)
+    return workspace_id, actor_of(actor, settings)
 
 
 async def _scoped(

@@ -7,7 +7,7 @@ import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,7 +31,16 @@ from starter.cli.common import (
     run,
     scoped_call,
 )
-from starter.cli.output import err, follow, job_json, out, print_job, print_json
+from starter.cli.output import (
+    err,
+    follow,
+    job_json,
+    json_text,
+    out,
+    print_job,
+    print_json,
+    show,
+)
 
 commands = typer.Typer()
 
@@ -180,6 +189,27 @@ def status(
     print_job(run(scoped_call(workspace, actor, lambda jobs: jobs.get(job_id))), as_json)
 
 
+def jobs_shown(found: list[JobView], as_json: bool) -> str | Table:
+    """A list of jobs as ``list`` shows it: a JSON array, or a table."""
+    return json_text([job_json(job) for job in found]) if as_json else jobs_table(found)
+
+
+def list_filters(
+    status: str | None, kind: str | None, schedule: str | None, limit: int
+) -> dict[str, Any]:
+    """The arguments of ``WorkspaceJobs.list`` for ``list``'s options (an unknown status
+    refused)."""
+    statuses = [s.value for s in JobStatus]
+    if status is not None and status not in statuses:
+        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
+    return {
+        "status": None if status is None else JobStatus(status),
+        "kind": kind,
+        "schedule_id": schedule,
+        "limit": limit,
+    }
+
+
 def jobs_table(found: list[JobView]) -> Table:
     from rich.table import Table
 
@@ -242,17 +272,10 @@ def list_jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """List a workspace's jobs, newest first."""
-    statuses = [s.value for s in JobStatus]
-    if status is not None and status not in statuses:
-        raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
+    filters = list_filters(status, kind, schedule, limit)
 
     async def read(jobs: WorkspaceJobs) -> list[JobView]:
-        return await jobs.list(
-            status=None if status is None else JobStatus(status),
-            kind=kind,
-            schedule_id=schedule,
-            limit=limit,
-        )
+        return await jobs.list(**filters)
 
     async def go() -> list[JobView]:
         if not watch:
@@ -266,10 +289,7 @@ def list_jobs(
         found = run(go())
     except KeyboardInterrupt:  # the end of --watch
         return
-    if as_json:
-        print_json([job_json(job) for job in found])
-    else:
-        out().print(jobs_table(found))
+    show(jobs_shown(found, as_json))
 
 
 @commands.command()

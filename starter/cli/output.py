@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
 
 from hubjobs.errors import (
     UnknownKind,
@@ -15,7 +16,8 @@ from hubjobs.errors import (
 from hubjobs.readmodel.views import CLI_JOB_FIELDS, JobView
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
+    from rich.table import Table
 
     from starter.client import WorkspaceJobs
 
@@ -25,14 +27,25 @@ if TYPE_CHECKING:
 UNBOUNDED_WIDTH = 100_000
 
 
-@functools.cache
-def _console(stderr: bool) -> Console:
+def console_on(
+    file: IO[str] | None = None, *, stderr: bool = False, environ: Mapping[str, str] | None = None
+) -> Console:
+    """A console as commands print with: a terminal or not as rich decides (from the
+    file and the environment: FORCE_COLOR, TTY_COMPATIBLE, …), unbounded off one. The
+    stack's worker renders a quick read (starter/warm/quick.py) on one of these, with
+    the caller's environment (``environ``; default this process's) and a stand-in for
+    the caller's stdout (``file``; default ours)."""
     from rich.console import Console
 
-    console = Console(stderr=stderr)
+    console = Console(file=file, stderr=stderr, _environ=environ)
     if not console.is_terminal:
-        console = Console(stderr=stderr, width=UNBOUNDED_WIDTH)
+        console = Console(file=file, stderr=stderr, width=UNBOUNDED_WIDTH, _environ=environ)
     return console
+
+
+@functools.cache
+def _console(stderr: bool) -> Console:
+    return console_on(stderr=stderr)
 
 
 def out() -> Console:
@@ -78,21 +91,37 @@ def job_json(job: JobView) -> dict[str, Any]:
     return {key: data[key] for key in CLI_JOB_FIELDS}
 
 
+def json_text(value: Any) -> str:
+    return json.dumps(value, indent=2) + "\n"
+
+
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+    sys.stdout.write(json_text(value))
 
 
-def print_job(job: JobView, as_json: bool) -> None:
+def show(shown: str | RenderableType) -> None:
+    """Prints what a command shows: text (JSON) as it is, a table on ``out()``."""
+    if isinstance(shown, str):
+        sys.stdout.write(shown)
+    else:
+        out().print(shown)
+
+
+def job_shown(job: JobView, as_json: bool) -> str | Table:
+    """A job as a command shows it: JSON, or a table of its fields."""
     if as_json:
-        print_json(job_json(job))
-        return
+        return json_text(job_json(job))
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
     for key, value in job_json(job).items():
         if value is not None:
             table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    out().print(table)
+    return table
+
+
+def print_job(job: JobView, as_json: bool) -> None:
+    show(job_shown(job, as_json))
 
 
 async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobView:

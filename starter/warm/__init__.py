@@ -10,4 +10,7 @@ it through the same client: one implementation of every start, with its checks a
 options, wherever it runs. When no worker serves the socket, or it runs with other
 settings, the CLI makes the call itself, as before.
 
-The protocol (protocol.py), the worker's side (server.py), the CLI's (relay.py)."""
+A one-shot ``status`` or ``list`` goes further: the ``hubjobs`` command asks the worker
+for what it prints before the CLI is loaded at all (quick.py: no pydantic, typer or rich).
+
+The protocol (protocol.py), the worker's side (server.py), the CLI's (relay.py, quick.py)."""

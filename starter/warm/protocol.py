@@ -3,13 +3,16 @@ way. The request names a ``WorkspaceJobs`` method (one of ``CALLS``), its argume
 workspace and actor, and the fingerprint of the caller's settings; the answer is the
 job (``{"job": …}``), the error a caller would have seen (``{"error": {"code",
 "message"}}``), or ``{"fallback": why}``: the worker did nothing, the caller calls
-itself. The stdlib and the read model's enums only: the CLI imports this at start."""
+itself. A quick read (starter/warm/quick.py) names a command line instead (``quick``:
+``status …`` or ``list …``) and is answered with what it prints (``{"stdout": …}``).
+The stdlib and the read model's enums only: the CLI imports this at start."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,11 @@ SOCKET_FILE = "starts.sock"
 # `list` (which need psycopg: a fifth of such a command's time).
 READS = frozenset({"get", "list"})
 CALLS = READS | {"start_course_tagging", "start_backup", "start_page_export", "retry", "cancel"}
+# A read the worker has not answered by then is made by the caller instead (it changes
+# nothing: made twice, it is the same read).
+READ_PATIENCE = 1.0
+# The commands a quick read answers (starter/warm/quick.py).
+QUICK = frozenset({"status", "list"})
 # A line longer than this is refused (a request is a few hundred bytes; a job a few KiB).
 MAX_LINE = 1 << 20
 # The CLI's defaults of whom it acts as: they do not change what a call does (the
@@ -33,6 +41,13 @@ CALLER_ONLY = frozenset({"workspace", "actor"})
 
 def socket_path(settings: Settings) -> Path:
     return settings.home / SOCKET_FILE
+
+
+def settings_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables ``Settings`` may read (pydantic-settings matches ``HUBJOBS_`` names
+    in any case; it reads no file of its own): two processes with these equal, in the
+    same working directory, read the same settings from the same files."""
+    return {name: value for name, value in environ.items() if name.lower().startswith("hubjobs_")}
 
 
 def fingerprint(settings: Settings) -> str:

@@ -15,6 +15,7 @@ from hubjobs.settings import Settings
 from starter.warm.protocol import (
     CALLS,
     MAX_LINE,
+    READ_PATIENCE,
     READS,
     answer_within,
     encode,
@@ -29,9 +30,6 @@ UNANSWERED = (
     "the stack's worker did not answer in time; the call may have been made: "
     "look with `hubjobs list` before trying again"
 )
-# A read the worker has not answered by then is made here instead (it changes nothing:
-# made twice, it is the same read). Made here, it takes a tenth of a second longer.
-READ_PATIENCE = 1.0
 
 
 class NotServed(Exception):
@@ -81,11 +79,16 @@ class Relay:
             writer.close()
         if not raw:  # the worker ended (killed, stopped) before it answered
             raise unanswered
-        answer = json.loads(raw)
-        if "fallback" in answer:
-            raise NotServed
-        if "error" in answer:
-            raise HubJobsError(answer["error"]["message"], code=answer["error"]["code"])
-        if "jobs" in answer:
-            return [JobView.model_validate(job) for job in answer["jobs"]]
-        return JobView.model_validate(answer["job"])
+        return received(json.loads(raw))
+
+
+def received(answer: dict[str, Any]) -> JobView | list[JobView]:
+    """What the caller gets from the worker's answer: the job or jobs it made or read,
+    else the error raised (``NotServed``: the worker did nothing)."""
+    if "fallback" in answer:
+        raise NotServed
+    if "error" in answer:
+        raise HubJobsError(answer["error"]["message"], code=answer["error"]["code"])
+    if "jobs" in answer:
+        return [JobView.model_validate(job) for job in answer["jobs"]]
+    return JobView.model_validate(answer["job"])

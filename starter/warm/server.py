@@ -1,23 +1,46 @@
 """The worker's side of the warm starter: makes the CLI's calls sent to
 ``<HUBJOBS_HOME>/starts.sock`` (its owner's only) with one ``HubJobsClient``, connected
-before the first call comes, until the worker stops."""
+before the first call comes, until the worker stops; and answers the CLI's quick reads
+(starter/warm/quick.py) with what the full command would print."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import io
 import json
 import logging
+import os
 from typing import Any
 
+import typer
+from pydantic import ValidationError
 from sqlalchemy import text
+from typer.core import TyperGroup
 
 from hubjobs.errors import INTERNAL_ERROR, HubJobsError
 from hubjobs.observability.logs import log_failure
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
+from starter.cli import app_for
+from starter.cli.common import check_encoding, scope_of
+from starter.cli.jobs import jobs_shown, jobs_table, list_filters
+from starter.cli.output import console_on, job_shown
 from starter.client import HubJobsClient
-from starter.warm.protocol import CALLS, MAX_LINE, decode, fingerprint, line, socket_path
+from starter.warm.protocol import (
+    CALLS,
+    MAX_LINE,
+    QUICK,
+    decode,
+    encode,
+    fingerprint,
+    line,
+    settings_environ,
+    socket_path,
+)
+from starter.warm.quick import recognised
+from starter.warm.relay import NotServed, received
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +74,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 async def _warm(client: HubJobsClient) -> None:
     """Connects to Temporal and the database (the engine, the read pool) now, not in
-    the first call."""
+    the first call; builds the quick reads' parsers and loads their tables' rich."""
+    for name in QUICK:
+        _command(name)
+    console_on(io.StringIO()).print(jobs_table([]))
     try:
         await client.temporal_client()
         await client.db(lambda conn: conn.execute(text("SELECT 1")))
@@ -66,7 +92,10 @@ async def _answer(
     try:
         raw = await reader.readline()
         if raw:
-            writer.write(line(await respond(client, mine, json.loads(raw))))
+            request = json.loads(raw)
+            quick = isinstance(request, dict) and "quick" in request
+            answer = await (respond_quick if quick else respond)(client, mine, request)
+            writer.write(line(answer))
             await writer.drain()
     except (ConnectionError, ValueError) as err:  # a caller gone, a line too long or not JSON
         log.info("warm starter call dropped: %s", type(err).__name__)
@@ -97,3 +126,134 @@ async def respond(client: HubJobsClient, mine: str, request: dict[str, Any]) -> 
     if isinstance(done, list):
         return {"jobs": [job.model_dump(mode="json") for job in done]}
     return {"job": done.model_dump(mode="json")}
+
+
+class NotQuick(Exception):
+    """The full CLI answers this command line (the reason, for the fallback)."""
+
+
+async def respond_quick(
+    client: HubJobsClient, mine: str, request: dict[str, Any]
+) -> dict[str, Any]:
+    """A quick read's answer (starter/warm/quick.py): ``{"stdout": …}``, what the full
+    command prints for the caller, made the full command's way (its parser, its
+    settings, the same call as its relay sends, its rendering); or ``fallback``, nothing
+    printed, whenever the full command might do or print anything else."""
+    try:
+        settings = _callers_settings(mine, request)
+        args = request.get("quick")
+        if not isinstance(args, list) or not recognised(args):
+            raise NotQuick("call")
+        params = _parsed(args)
+        workspace_id, actor_id = scope_of(params["workspace"], params["actor"], settings)
+        call, call_args, kwargs = _read(args[0], params)
+        answer = await respond(
+            client,
+            mine,
+            {
+                "call": call,
+                "args": encode(call_args),
+                "kwargs": encode(kwargs),
+                "workspace_id": encode(workspace_id),
+                "actor_id": encode(actor_id),
+                "fingerprint": mine,
+            },
+        )
+        found = received(answer)  # as the full command's relay takes it
+        printed = _printed(args[0], found, params["as_json"], request)
+    except NotQuick as why:
+        return {"fallback": str(why)}
+    except (HubJobsError, NotServed):  # the full command says it, as it would
+        return {"fallback": "error"}
+    except Exception as failure:
+        log_failure(log, "quick read failed", failure)
+        return {"fallback": "error"}
+    return {"stdout": printed}
+
+
+def _callers_settings(mine: str, request: dict[str, Any]) -> Settings:
+    """The settings the caller's command would read: read here, when the caller's
+    ``HUBJOBS_*`` variables and working directory are this process's (then the same
+    reading, of the same files, gives the same settings), and served only when they are
+    the settings this worker serves with (as a relayed call's fingerprint)."""
+    environ = request.get("environ")
+    if not isinstance(environ, dict) or request.get("cwd") != os.getcwd():
+        raise NotQuick("settings")
+    if settings_environ(environ) != settings_environ(os.environ):
+        raise NotQuick("settings")
+    try:
+        settings = Settings()
+        same = fingerprint(settings) == mine
+    except (ValidationError, HubJobsError):  # the full command reports it
+        raise NotQuick("settings") from None
+    if not same:
+        raise NotQuick("settings")
+    return settings
+
+
+@functools.cache
+def _command(name: str) -> Any:
+    """The full CLI's parser of command ``name`` (a click command of typer's own copy of
+    click), as the full CLI runs it (starter.cli.app_for)."""
+    group = typer.main.get_command(app_for([name]))
+    assert isinstance(group, TyperGroup)
+    return group.commands[name]
+
+
+def _parsed(args: list[str]) -> dict[str, Any]:
+    """The command's parameters as the full CLI parses ``args`` (a usage error: the
+    full CLI reports it); text that is not UTF-8 is refused there too."""
+    try:
+        with _command(args[0]).make_context(args[0], args[1:]) as ctx:
+            params = dict(ctx.params)
+    except (typer.TyperException, typer.Exit, typer.Abort):  # as starter.cli.run_cli
+        raise NotQuick("usage") from None
+    check_encoding(params)
+    return params
+
+
+def _read(command: str, params: dict[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
+    """The ``WorkspaceJobs`` call the command makes (starter/cli/jobs.py)."""
+    if command == "status":
+        return "get", [params["job_id"]], {}
+    if params["watch"]:
+        raise NotQuick("call")
+    return (
+        "list",
+        [],
+        list_filters(params["status"], params["kind"], params["schedule"], params["limit"]),
+    )
+
+
+class _CallersStdout(io.StringIO):
+    """Stands in for the caller's stdout (not a terminal), with its encoding: rich
+    draws a table's lines in ASCII for one that is not UTF."""
+
+    def __init__(self, encoding: str | None) -> None:
+        super().__init__()
+        self._encoding = encoding
+
+    @property
+    def encoding(self) -> str | None:  # type: ignore[override]
+        return self._encoding
+
+
+def _printed(
+    command: str, found: JobView | list[JobView], as_json: bool, request: dict[str, Any]
+) -> str:
+    """What the command prints: its JSON, or its table rendered as rich would on the
+    caller's stdout, with the caller's environment. A table for a terminal is the full
+    CLI's to print (its width, its colours)."""
+    if isinstance(found, list):
+        shown = jobs_shown(found, as_json)
+    else:
+        shown = job_shown(found, as_json)
+    if isinstance(shown, str):
+        return shown
+    encoding = request.get("encoding")
+    stdout = _CallersStdout(encoding if isinstance(encoding, str) else None)
+    console = console_on(stdout, environ=request["environ"])
+    if request.get("terminal") or console.is_terminal:
+        raise NotQuick("terminal")
+    console.print(shown)
+    return stdout.getvalue()

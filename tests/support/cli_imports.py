@@ -27,10 +27,13 @@ class Loaded:
     stderr: str
 
 
-def cli_loading(env: dict[str, str], *args: str, timeout: float = 120) -> Loaded:
+def cli_loading(
+    env: dict[str, str], *args: str, timeout: float = 120, cwd: str | None = None
+) -> Loaded:
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -39,3 +42,35 @@ def cli_loading(env: dict[str, str], *args: str, timeout: float = 120) -> Loaded
     printed, _, probe = done.stdout.rstrip().rpartition("\n")
     answer = json.loads(probe)
     return Loaded(answer["code"], answer["heavy"], printed, done.stderr)
+
+
+# What a quick read (starter/warm/quick.py) loads: its answer, or None (the full CLI
+# would then run the command line).
+LIGHT = ("pydantic", "pydantic_settings", "typer", "click", "rich", *HEAVY)
+QUICK_PROBE = f"""
+import json, sys
+from starter.warm.quick import answered
+printed = answered(sys.argv[1:])
+loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({LIGHT!r}))
+print(json.dumps({{"printed": printed, "loaded": loaded}}))
+"""
+
+
+@dataclass(frozen=True)
+class Quick:
+    printed: str | None
+    loaded: list[str]
+
+
+def quick_loading(env: dict[str, str], *args: str, cwd: str | None = None) -> Quick:
+    done = subprocess.run(
+        [sys.executable, "-c", QUICK_PROBE, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    answer = json.loads(done.stdout)
+    return Quick(answer["printed"], answer["loaded"])

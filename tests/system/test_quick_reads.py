@@ -1,0 +1,183 @@
+"""Quick reads (starter/warm/quick.py): with the stack's worker serving, ``hubjobs status``
+and ``hubjobs list`` print exactly what the full CLI prints for the same call, JSON and
+plain text off a terminal, loading neither pydantic nor typer nor rich; whenever the
+worker may not answer (none serves, other settings, another directory, a table for a
+terminal, an error to report), the full CLI runs the command line, as before. A real
+``hubjobs worker --serve-starts`` process, real CLI processes, the real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.settings import Settings
+from tests.support.cli_imports import Loaded, Quick, cli_loading, quick_loading
+from tests.support.processes import HUBJOBS, hubjobs_env
+
+# What rich reads to decide it writes for a terminal: not inherited from the test run.
+TERMINAL_HINTS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR")
+
+
+@dataclass(frozen=True)
+class Served:
+    env: dict[str, str]
+    cwd: Path
+    home: Path
+    worker: subprocess.Popen[bytes]
+
+    def quick(self, *args: str, env: dict[str, str] | None = None, cwd: str = "") -> Quick:
+        """The quick read's answer (None: not answered), in a fresh interpreter."""
+        return quick_loading(self.env | (env or {}), *args, cwd=cwd or str(self.cwd))
+
+    def full(self, *args: str, env: dict[str, str] | None = None, cwd: str = "") -> Loaded:
+        """The full CLI (starter.cli.run_cli), in a fresh interpreter."""
+        return cli_loading(self.env | (env or {}), *args, cwd=cwd or str(self.cwd))
+
+    def hubjobs(
+        self, *args: str, env: dict[str, str] | None = None, cwd: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        """The ``hubjobs`` command as people run it."""
+        return subprocess.run(
+            [str(HUBJOBS), *args],
+            env=self.env | (env or {}),
+            cwd=cwd or self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+
+@pytest.fixture
+def served(settings: Settings, course: DemoCourse, tmp_path: Path) -> Iterator[Served]:
+    """The stack's worker serving a home whose profile names the course's actor; the
+    workspace comes from HUBJOBS_WORKSPACE (the CLI's defaults, as after `make run`)."""
+    home = tmp_path / "h"  # short: a unix socket's path has at most 107 bytes
+    home.mkdir()
+    (home / "profile.json").write_text(json.dumps({"actor_id": str(course.actor_id)}))
+    env = hubjobs_env(settings, home, workspace=str(course.workspace_id))
+    for hint in TERMINAL_HINTS:
+        env.pop(hint, None)
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [str(HUBJOBS), "worker", "--serve-starts"],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / "starts.sock").is_socket():
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            assert time.monotonic() < deadline, "the worker did not serve its socket"
+            time.sleep(0.1)
+        yield Served(env, tmp_path, home, worker)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+
+
+def _tagged(served: Served, root_page: object, tag: str) -> str:
+    done = served.hubjobs("tag-course", "--root-page", str(root_page), "--tag", tag, "--wait")
+    assert done.returncode == 0, done.stderr
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith(" id ")]
+    return line.split()[1]
+
+
+async def test_a_quick_read_prints_what_the_full_cli_prints(
+    served: Served, course: DemoCourse
+) -> None:
+    first = await asyncio.to_thread(_tagged, served, course.root_page_id, "quick-1")
+    second = await asyncio.to_thread(_tagged, served, course.root_page_id, "quick-2")
+    for args in (
+        ("status", first, "--json"),
+        ("status", second),
+        ("status", first, "--workspace", str(course.workspace_id), "--actor", str(course.actor_id)),
+        ("list", "--json"),
+        ("list",),
+        ("list", "--limit", "1", "--status", "succeeded"),
+        ("list", "--kind=course_tagging", "--json", "--limit=5"),
+        ("list", "--kind", "page_export"),
+    ):
+        quick = await asyncio.to_thread(served.quick, *args)
+        assert quick.printed is not None, f"{args}: not answered by the worker"
+        assert quick.loaded == [], f"{args}: loaded {quick.loaded}"
+        full = await asyncio.to_thread(served.full, *args)
+        assert full.code == 0, full.stderr
+        assert quick.printed == full.stdout, args
+        done = await asyncio.to_thread(served.hubjobs, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (0, full.stdout, ""), args
+    # The table as rich draws it for the caller's stdout: in ASCII on an ASCII one.
+    ascii_out = {"PYTHONIOENCODING": "ascii"}
+    quick = await asyncio.to_thread(served.quick, "list", env=ascii_out)
+    full = await asyncio.to_thread(served.full, "list", env=ascii_out)
+    assert quick.printed == full.stdout and "+---" in full.stdout
+    listed = json.loads((await asyncio.to_thread(served.quick, "list", "--json")).printed or "")
+    assert [job["id"] for job in listed] == [second, first]  # newest first
+
+
+async def test_the_full_cli_runs_what_the_worker_may_not_answer(
+    served: Served, settings: Settings, course: DemoCourse
+) -> None:
+    job = await asyncio.to_thread(_tagged, served, course.root_page_id, "quick-3")
+    # The same database under another URL: other settings, so the CLI reads it itself.
+    other_url = settings.resolved_database_url() + "?application_name=other"
+    cases: list[tuple[tuple[str, ...], dict[str, str], str]] = [
+        (("status", job, "--json"), {"HUBJOBS_DATABASE_URL": other_url}, ""),
+        (("list",), {"HUBJOBS_DATABASE_URL": other_url}, ""),
+        # Another directory (the same settings: HUBJOBS_HOME is absolute; the worker
+        # answers only a caller in its own directory, where a relative one is the same).
+        (("status", job, "--json"), {}, "/"),
+        # A table for a terminal: the full CLI lays it out (80 columns, colours).
+        (("list",), {"FORCE_COLOR": "1"}, ""),
+        (("status", job), {"TTY_COMPATIBLE": "1"}, ""),
+        # Errors are the full CLI's to print (and their exit codes).
+        (("status", "8cfcfd20-f95f-4e7f-b675-55af8d32cc39", "--json"), {}, ""),
+        (("list", "--status", "bogus"), {}, ""),
+        (("list", "--limit", "0"), {}, ""),
+        (("status",), {}, ""),
+        (("list", "--help"), {}, ""),
+        (("list", "--watch", "--json"), {}, ""),  # not a one-shot read
+    ]
+    for args, env, cwd in cases:
+        quick = await asyncio.to_thread(served.quick, *args, env=env, cwd=cwd)
+        assert quick.printed is None, f"{args} {env}: answered by the worker"
+        if "--watch" in args:
+            continue
+        full = await asyncio.to_thread(served.full, *args, env=env, cwd=cwd)
+        done = await asyncio.to_thread(served.hubjobs, *args, env=env, cwd=cwd)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            full.code,
+            full.stdout,
+            full.stderr,
+        ), (args, env)
+        if "HUBJOBS_DATABASE_URL" in env:  # read here, not by the worker
+            assert "psycopg" in full.heavy
+    # JSON is the same on any stdout: a quick read answers it whatever rich would decide.
+    colored = await asyncio.to_thread(
+        served.quick, "status", job, "--json", env={"FORCE_COLOR": "1"}
+    )
+    assert colored.printed is not None and json.loads(colored.printed)["id"] == job
+
+    # No worker serving: the full CLI reads itself (no relay either), and prints the same.
+    reads = [("status", job, "--json"), ("status", job), ("list", "--json"), ("list",)]
+    answered = [(await asyncio.to_thread(served.quick, *args)).printed for args in reads]
+    served.worker.terminate()
+    await asyncio.to_thread(served.worker.wait, 60)
+    assert not (served.home / "starts.sock").exists()
+    for args, printed in zip(reads, answered, strict=True):
+        assert printed is not None, args
+        alone = await asyncio.to_thread(served.quick, *args)
+        assert alone.printed is None
+        done = await asyncio.to_thread(served.hubjobs, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (0, printed, ""), args
