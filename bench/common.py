@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -106,12 +106,18 @@ class Stack:
 
     ``temporal_store``: ``memory`` or ``file`` (the SQLite file `make run` uses);
     ``sqlite_pragmas``: ``NAME=VALUE`` settings for the file store (None: `make run`'s,
-    hubjobs.settings.DEV_STORE_PRAGMAS; empty: SQLite's defaults)."""
+    hubjobs.settings.DEV_STORE_PRAGMAS; empty: SQLite's defaults); ``pg_settings``:
+    PostgreSQL's (say, a ``shared_buffers`` that holds a million-page course; by
+    default the server's own defaults)."""
 
     def __init__(
-        self, temporal_store: str = MEMORY, sqlite_pragmas: Sequence[str] | None = None
+        self,
+        temporal_store: str = MEMORY,
+        sqlite_pragmas: Sequence[str] | None = None,
+        pg_settings: Mapping[str, str] | None = None,
     ) -> None:
         self.temporal_store = temporal_store
+        self.pg_settings = dict(pg_settings or {})
         self.sqlite_pragmas = list(DEV_STORE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas)
         # Not under a private (0700) folder: as root, PostgreSQL runs as its own user.
         self.home = Path(tempfile.mkdtemp(prefix="hubjobs-bench-"))
@@ -139,8 +145,11 @@ class Stack:
     @property
     def pg_port(self) -> int:
         if self._postgres is None:
-            say("starting PostgreSQL 18 (embedded, fsync on)")
-            self._postgres = EmbeddedPostgres(self.home / "pg", durable=True)
+            tuned = "".join(f", {k}={v}" for k, v in self.pg_settings.items())
+            say(f"starting PostgreSQL 18 (embedded, fsync on{tuned})")
+            self._postgres = EmbeddedPostgres(
+                self.home / "pg", durable=True, settings=self.pg_settings
+            )
             self._pg_port = self._postgres.start(0)
             template = self._postgres.ensure_database(self._pg_port, TEMPLATE)
             upgrade(template)

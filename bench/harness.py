@@ -367,7 +367,26 @@ def parser_for(module: ModuleType) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     module.add_arguments(parser)
+    parser.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a PostgreSQL setting for the benchmark's server (repeatable), e.g. "
+        "shared_buffers=4GB: the defaults size it for a laptop",
+    )
     return parser
+
+
+def pg_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs as settings; a pair without ``=`` is refused."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--pg-setting wants NAME=VALUE, not {pair!r}")
+        settings[name.strip()] = value.strip()
+    return settings
 
 
 def exit_now(code: int) -> None:
@@ -386,7 +405,7 @@ def main_for(module: ModuleType) -> None:
     args = parser_for(module).parse_args()
     code = 0
     try:
-        with Stack() as stack:
+        with Stack(pg_settings=pg_settings(args.pg_setting)) as stack:
             clock = Clock()
             outcome: Outcome = asyncio.run(module.run(stack, args))
             outcome.seconds = clock.elapsed

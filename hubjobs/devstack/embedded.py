@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -311,9 +311,12 @@ class EmbeddedPostgres:
         durable: bool = True,
         listen: str = "127.0.0.1",
         trusted_network: str | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.home = home.resolve()
         self.pgdata = self.home / "pgdata"
+        # Server settings written at initdb (the benchmarks size a server for their data).
+        self.settings = dict(settings or {})
         self.logfile = self.home / "postgres.log"
         # Tests trade crash safety of the server itself for speed; `up` keeps it.
         self.durable = durable
@@ -427,6 +430,8 @@ class EmbeddedPostgres:
                 conf.write("max_connections = 200\n")
                 if not self.durable:
                     conf.write("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+                for name, value in self.settings.items():
+                    conf.write(f"{name} = '{value}'\n")
             if self.trusted_network:
                 with open(self.pgdata / "pg_hba.conf", "a") as hba:
                     hba.write(f"host all all {self.trusted_network} trust\n")
