@@ -259,6 +259,8 @@ def _printed(
         shown = job_shown(found, as_json)
     if isinstance(shown, str):
         return shown
+    if "terminal_size" not in request:  # a caller's CLI from before it was sent
+        raise NotQuick("terminal")
     encoding = request.get("encoding")
     stdout = _CallersStdout(
         encoding if isinstance(encoding, str) else None, request.get("terminal") is True

@@ -26,7 +26,7 @@ from starter.cli.output import console_on
 from starter.client import HubJobsClient
 from starter.warm.protocol import fingerprint, settings_environ
 from starter.warm.quick import recognised, request_for, terminal_size
-from starter.warm.server import NotQuick, respond_quick, sized_as_callers
+from starter.warm.server import NotQuick, _printed, respond_quick, sized_as_callers
 
 JOB = str(uuid.uuid4())
 BASE = {
@@ -215,6 +215,17 @@ def test_a_size_that_is_not_one_leaves_the_table_to_the_full_cli() -> None:
         console = console_on(_Stdout(True), environ={"TERM": "xterm"})
         with pytest.raises(NotQuick):
             sized_as_callers(console, size)
+
+
+def test_a_table_without_the_callers_terminal_size_is_the_full_clis() -> None:
+    """A caller's CLI from before the size was sent: rich would lay its table out for a
+    terminal the worker cannot see."""
+    found = cast(Any, [])
+    request = request_for(["list"])
+    del request["terminal_size"]
+    with pytest.raises(NotQuick):
+        _printed("list", found, False, request)
+    assert _printed("list", found, True, request) == "[]\n"
 
 
 def test_the_terminal_size_is_the_first_standard_streams_as_rich_asks() -> None:
