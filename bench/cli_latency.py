@@ -139,7 +139,7 @@ def main() -> None:
         median = statistics.median(values)
         verdict = "ok" if median <= TARGETS_MS[name] else "over"
         print(
-            f"  {name:10} median {median:5.0f} ms  best {min(values):5.0f} ms  "
+            f"  {name:11} median {median:5.0f} ms  best {min(values):5.0f} ms  "
             f"(target {TARGETS_MS[name]} ms: {verdict})"
         )
 
