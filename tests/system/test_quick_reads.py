@@ -100,6 +100,7 @@ class Served:
         }[how]
         done = run_on_terminal(argv, self.env | env, str(self.cwd), columns=columns, lines=lines)
         if how == "quick":
+            assert report.exists(), (args, env, done)  # not left by the full CLI's exit
             assert json.loads(report.read_text()) == [], f"{args} {env}: not a quick read"
         return done
 
