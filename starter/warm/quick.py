@@ -14,8 +14,10 @@ renders with the command's own functions. So nothing here knows a setting, an op
 type or a layout, and nothing can drift from the full CLI.
 
 Whatever the worker does not answer goes to the full CLI: no worker, other settings, a
-usage error or any error (the full CLI says it), ``--help``, ``list --watch``, plain text
-for a terminal (its layout depends on the terminal), an answer not back in time."""
+usage error or any error (the full CLI says it), ``--help``, ``list --watch``, an answer
+not back in time. Plain text for a terminal is answered too: its layout depends on the
+terminal, so the request carries what rich decides it from (that stdout is one, its
+size, its encoding, the environment), and the worker renders for that terminal."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from starter.warm.protocol import QUICK, READ_PATIENCE, SOCKET_FILE, line
 
@@ -51,14 +54,39 @@ def request_for(args: Sequence[str]) -> dict[str, object]:
     what the command's settings and output depend on: the environment (its ``HUBJOBS_*``
     variables for the settings, the rest for rich's choices, FORCE_COLOR and the like;
     the worker keeps none of it past the call), the working directory, whether stdout
-    is a terminal, its encoding."""
+    is a terminal, the terminal's size, stdout's encoding."""
     return {
         "quick": list(args),
         "environ": dict(os.environ),
         "cwd": os.getcwd(),
         "terminal": sys.stdout.isatty(),
+        "terminal_size": terminal_size(),
         "encoding": sys.stdout.encoding,
     }
+
+
+def terminal_size() -> list[int] | None:
+    """The terminal's ``[columns, lines]`` where rich would ask for them in this process
+    (rich.console.Console.size): the first of stdin, stdout and stderr that is a
+    terminal, so a table for stdout is as wide as the full CLI makes it even when stdin
+    is the terminal and stdout is not; None when none is. Only the raw answer: which of
+    it rich takes (COLUMNS and LINES first, 80×25 for none, …) is rich's own, in the
+    worker."""
+    for stream, default in ((sys.__stdin__, 0), (sys.__stdout__, 1), (sys.__stderr__, 2)):
+        try:
+            return list(os.get_terminal_size(_fileno(stream, default)))
+        except (AttributeError, ValueError, OSError):  # not a terminal
+            continue
+    return None
+
+
+def _fileno(stream: TextIO | None, default: int) -> int:
+    """The descriptor rich asks for a standard stream: its own, or the usual one when it
+    has none (no stream, a closed or replaced one), as rich.console takes them."""
+    try:
+        return stream.fileno() if stream is not None else default
+    except Exception:  # whatever a stand-in raises, as rich takes it
+        return default
 
 
 def socket_path() -> Path:

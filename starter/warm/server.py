@@ -12,7 +12,7 @@ import io
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import ValidationError
@@ -41,6 +41,9 @@ from starter.warm.protocol import (
 )
 from starter.warm.quick import recognised
 from starter.warm.relay import NotServed, received
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -226,34 +229,74 @@ def _read(command: str, params: dict[str, Any]) -> tuple[str, list[Any], dict[st
 
 
 class _CallersStdout(io.StringIO):
-    """Stands in for the caller's stdout (not a terminal), with its encoding: rich
-    draws a table's lines in ASCII for one that is not UTF."""
+    """Stands in for the caller's stdout: its encoding (rich draws a table's lines in
+    ASCII for one that is not UTF) and whether it is a terminal (rich's own detection,
+    with the caller's environment, then decides as it does in the full CLI: a terminal
+    unless TTY_COMPATIBLE=0, one if FORCE_COLOR is set, …)."""
 
-    def __init__(self, encoding: str | None) -> None:
+    def __init__(self, encoding: str | None, terminal: bool) -> None:
         super().__init__()
         self._encoding = encoding
+        self._terminal = terminal
 
     @property
     def encoding(self) -> str | None:  # type: ignore[override]
         return self._encoding
+
+    def isatty(self) -> bool:
+        return self._terminal
 
 
 def _printed(
     command: str, found: JobView | list[JobView], as_json: bool, request: dict[str, Any]
 ) -> str:
     """What the command prints: its JSON, or its table rendered as rich would on the
-    caller's stdout, with the caller's environment. A table for a terminal is the full
-    CLI's to print (its width, its colours)."""
+    caller's stdout: with the caller's environment, for the caller's terminal if it is
+    one (its size, its colours)."""
     if isinstance(found, list):
         shown = jobs_shown(found, as_json)
     else:
         shown = job_shown(found, as_json)
     if isinstance(shown, str):
         return shown
-    encoding = request.get("encoding")
-    stdout = _CallersStdout(encoding if isinstance(encoding, str) else None)
-    console = console_on(stdout, environ=request["environ"])
-    if request.get("terminal") or console.is_terminal:
+    if "terminal_size" not in request:  # a caller's CLI from before it was sent
         raise NotQuick("terminal")
+    encoding = request.get("encoding")
+    stdout = _CallersStdout(
+        encoding if isinstance(encoding, str) else None, request.get("terminal") is True
+    )
+    console = console_on(stdout, environ=request["environ"])
+    sized_as_callers(console, request.get("terminal_size"))
     console.print(shown)
     return stdout.getvalue()
+
+
+# What rich takes when no standard stream is a terminal, or one says 0 (rich.console).
+DEFAULT_SIZE = (80, 25)
+
+
+def sized_as_callers(console: Console, size: object) -> None:
+    """Gives ``console`` the size rich finds in the caller's process, where rich asks the
+    terminal (the first of stdin, stdout, stderr that is one) for each dimension it was
+    not given (by COLUMNS or LINES, or the unbounded width off a terminal); here that
+    terminal is the caller's (``size``, sent by starter/warm/quick.py), never this
+    worker's own. A dumb terminal is left alone: rich makes it 80×25 without asking."""
+    if console.is_dumb_terminal:
+        return
+    columns, lines = _terminal_size(size)
+    # What rich was given (or took from COLUMNS, LINES): Console keeps it privately.
+    given = (console._width, console._height)
+    console.size = (
+        given[0] if given[0] is not None else columns or DEFAULT_SIZE[0],
+        given[1] if given[1] is not None else lines or DEFAULT_SIZE[1],
+    )
+
+
+def _terminal_size(size: object) -> tuple[int, int]:
+    """The caller's ``[columns, lines]`` (0, 0: no terminal, as rich takes it); a size
+    that is not one leaves the table to the full CLI."""
+    if size is None:
+        return 0, 0
+    if isinstance(size, list) and len(size) == 2 and all(type(n) is int and n >= 0 for n in size):
+        return size[0], size[1]
+    raise NotQuick("terminal")

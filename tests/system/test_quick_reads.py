@@ -1,15 +1,18 @@
 """Quick reads (starter/warm/quick.py): with the stack's worker serving, ``hubjobs status``
 and ``hubjobs list`` print exactly what the full CLI prints for the same call, JSON and
 plain text off a terminal, loading neither pydantic nor typer nor rich; whenever the
-worker may not answer (none serves, other settings, another directory, a table for a
-terminal, an error to report), the full CLI runs the command line, as before. A real
+worker may not answer (none serves, other settings, another directory, an error to
+report), the full CLI runs the command line, as before; and on a real terminal a table
+is byte for byte the full CLI's (its size, its colours, TERM=dumb, NO_COLOR). A real
 ``hubjobs worker --serve-starts`` process, real CLI processes, the real servers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +24,36 @@ from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.settings import Settings
 from tests.support.cli_imports import Loaded, Quick, cli_loading, quick_loading
 from tests.support.processes import HUBJOBS, hubjobs_env
+from tests.support.terminal import OnTerminal, run_on_terminal
 
-# What rich reads to decide it writes for a terminal: not inherited from the test run.
-TERMINAL_HINTS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR")
+# What rich reads to decide it writes for a terminal and how: not inherited from the
+# test run.
+TERMINAL_HINTS = (
+    "FORCE_COLOR",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "NO_COLOR",
+    "TERM",
+    "COLORTERM",
+    "COLUMNS",
+    "LINES",
+)
+# The `hubjobs` command's entry point on a terminal, reporting to a file (argv[1]) which
+# of the full CLI's packages it loaded: none when the worker printed the answer.
+QUICK_ON_TERMINAL = """
+import json, sys
+report, sys.argv[1:] = sys.argv[1], sys.argv[2:]
+try:
+    from starter.warm.quick import main
+    main()
+finally:
+    sys.stdout.flush()
+    loaded = sorted({m.split(".")[0] for m in sys.modules} & {"pydantic", "typer", "rich"})
+    with open(report, "w") as out:
+        json.dump(loaded, out)
+"""
+# The full CLI as the `hubjobs` command runs it when the worker does not answer.
+FULL_ON_TERMINAL = "from starter.cli import main; main()"
 
 
 @dataclass(frozen=True)
@@ -54,6 +84,25 @@ class Served:
             timeout=120,
             check=False,
         )
+
+    def on_terminal(
+        self, *args: str, env: dict[str, str], columns: int, lines: int, how: str
+    ) -> OnTerminal:
+        """``hubjobs <args>`` with stdout and stderr on a real terminal: ``how`` is
+        "quick" (the command's entry point, answered by the worker: it loads none of the
+        full CLI's packages), "full" (the full CLI itself) or "hubjobs" (the command)."""
+        report = self.cwd / "loaded.json"
+        report.unlink(missing_ok=True)
+        argv = {
+            "quick": [sys.executable, "-c", QUICK_ON_TERMINAL, str(report), *args],
+            "full": [sys.executable, "-c", FULL_ON_TERMINAL, *args],
+            "hubjobs": [str(HUBJOBS), *args],
+        }[how]
+        done = run_on_terminal(argv, self.env | env, str(self.cwd), columns=columns, lines=lines)
+        if how == "quick":
+            assert report.exists(), (args, env, done)  # not left by the full CLI's exit
+            assert json.loads(report.read_text()) == [], f"{args} {env}: not a quick read"
+        return done
 
 
 @pytest.fixture
@@ -122,6 +171,17 @@ async def test_a_quick_read_prints_what_the_full_cli_prints(
     quick = await asyncio.to_thread(served.quick, "list", env=ascii_out)
     full = await asyncio.to_thread(served.full, "list", env=ascii_out)
     assert quick.printed == full.stdout and "+---" in full.stdout
+    # A terminal as rich decides it from the environment, on a pipe: its layout, its
+    # styles (the list's header; on a real terminal:
+    # test_a_table_for_a_terminal_is_the_full_clis_bytes).
+    for args, env in (
+        (("list",), {"FORCE_COLOR": "1"}),
+        (("status", first), {"TTY_COMPATIBLE": "1"}),
+    ):
+        quick = await asyncio.to_thread(served.quick, *args, env=env)
+        full = await asyncio.to_thread(served.full, *args, env=env)
+        assert quick.printed == full.stdout, env
+        assert "\x1b[" in full.stdout or args[0] == "status", env
     listed = json.loads((await asyncio.to_thread(served.quick, "list", "--json")).printed or "")
     assert [job["id"] for job in listed] == [second, first]  # newest first
 
@@ -138,9 +198,6 @@ async def test_the_full_cli_runs_what_the_worker_may_not_answer(
         # Another directory (the same settings: HUBJOBS_HOME is absolute; the worker
         # answers only a caller in its own directory, where a relative one is the same).
         (("status", job, "--json"), {}, "/"),
-        # A table for a terminal: the full CLI lays it out (80 columns, colours).
-        (("list",), {"FORCE_COLOR": "1"}, ""),
-        (("status", job), {"TTY_COMPATIBLE": "1"}, ""),
         # Errors are the full CLI's to print (and their exit codes).
         (("status", "8cfcfd20-f95f-4e7f-b675-55af8d32cc39", "--json"), {}, ""),
         (("list", "--status", "bogus"), {}, ""),
@@ -181,3 +238,42 @@ async def test_the_full_cli_runs_what_the_worker_may_not_answer(
         assert alone.printed is None
         done = await asyncio.to_thread(served.hubjobs, *args)
         assert (done.returncode, done.stdout, done.stderr) == (0, printed, ""), args
+
+
+# rich's colours and styles, to measure what a terminal shows.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Terminals of a fixed size and what rich reads in the environment for them.
+TERMINALS: list[tuple[dict[str, str], int, int]] = [
+    ({"TERM": "xterm-256color"}, 120, 40),
+    ({"TERM": "xterm-256color", "NO_COLOR": "1"}, 120, 40),
+    ({"TERM": "xterm-256color"}, 60, 20),  # narrow: the table's columns wrap
+    ({"TERM": "dumb"}, 120, 40),  # rich: 80 columns, no colours, whatever the size
+    ({"TERM": "xterm", "COLORTERM": "truecolor", "COLUMNS": "100"}, 120, 40),
+    ({"TERM": "xterm-256color", "TTY_COMPATIBLE": "0"}, 120, 40),  # laid out as off one
+]
+
+
+async def test_a_table_for_a_terminal_is_the_full_clis_bytes(
+    served: Served, course: DemoCourse
+) -> None:
+    """On a real terminal, each environment: the quick read (printed by the worker),
+    the full CLI and the ``hubjobs`` command write the same bytes."""
+    job = await asyncio.to_thread(_tagged, served, course.root_page_id, "quick-tty")
+    for env, columns, lines in TERMINALS:
+        for args in (("status", job), ("list",)):
+            written = {
+                how: await asyncio.to_thread(
+                    served.on_terminal, *args, env=env, columns=columns, lines=lines, how=how
+                )
+                for how in ("quick", "full", "hubjobs")
+            }
+            full = written["full"]
+            # The id whole in the status, cut to the column's width in the list.
+            assert full.code == 0 and job[:4].encode() in full.written, (args, env, full)
+            assert written["quick"] == full, (args, env, columns)
+            assert written["hubjobs"] == full, (args, env, columns)
+            shown = ANSI.sub("", full.written.decode())
+            if env == TERMINALS[0][0] and columns == 120 and args == ("list",):
+                assert shown != full.written.decode(), "no styles: not for a terminal"
+            if columns == 60 and args == ("list",):
+                assert max(len(row) for row in shown.splitlines()) <= 60, shown

@@ -2,10 +2,12 @@
 they may answer, that they load nothing heavy, and that the worker answers only a caller
 whose settings it can read as its own: same ``HUBJOBS_*`` variables (in any case, as
 pydantic-settings matches them; nothing else changes the settings), same directory,
-same settings as it serves with. Printing the same as the full CLI: tests/system."""
+same settings as it serves with; and that it renders a table at the size rich finds in
+the caller's process. Printing the same as the full CLI: tests/system."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -20,10 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hubjobs.settings import Settings
+from starter.cli.output import console_on
 from starter.client import HubJobsClient
 from starter.warm.protocol import fingerprint, settings_environ
-from starter.warm.quick import recognised, request_for
-from starter.warm.server import respond_quick
+from starter.warm.quick import recognised, request_for, terminal_size
+from starter.warm.server import NotQuick, _printed, respond_quick, sized_as_callers
 
 JOB = str(uuid.uuid4())
 BASE = {
@@ -148,3 +151,102 @@ async def test_the_worker_answers_only_a_caller_with_its_settings(
     # Its own settings, but a command line it does not answer, or one its parser refuses.
     assert await _answer(request | {"quick": ["status", "--help"]}, mine) == {"fallback": "call"}
     assert await _answer(request | {"quick": ["status", "x"]}, mine) == {"fallback": "usage"}
+
+
+class _Stdout(io.StringIO):
+    """A stdout that is a terminal or not, as rich asks it."""
+
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self._terminal = terminal
+
+    def isatty(self) -> bool:
+        return self._terminal
+
+
+def _rich_size(environ: dict[str, str], terminal: bool, size: tuple[int, int] | None) -> object:
+    """The size rich itself finds in the full CLI, for a process whose first terminal
+    among stdin, stdout and stderr is ``size`` (None: none is)."""
+
+    def asked(fd: int) -> os.terminal_size:
+        if size is None:
+            raise OSError("not a terminal")
+        return os.terminal_size(size)
+
+    with mock.patch("rich.console.os.get_terminal_size", asked):
+        return console_on(_Stdout(terminal), environ=environ).size
+
+
+def _workers_size(environ: dict[str, str], terminal: bool, size: tuple[int, int] | None) -> object:
+    """The size the worker renders the same caller's table at, its own stdin, stdout and
+    stderr not asked (they would fail the call)."""
+    console = console_on(_Stdout(terminal), environ=environ)
+    with mock.patch("rich.console.os.get_terminal_size", side_effect=AssertionError("asked")):
+        sized_as_callers(console, None if size is None else list(size))
+        return console.size
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+@pytest.mark.parametrize("size", [(120, 40), (60, 20), (0, 0), None])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"TERM": "xterm-256color"},
+        {"TERM": "dumb"},
+        {"TERM": "unknown", "COLUMNS": "100"},
+        {"TERM": "DUMB", "COLUMNS": "100", "LINES": "10"},
+        {"COLUMNS": "100"},
+        {"LINES": "10"},
+        {"COLUMNS": "x", "LINES": "-3"},
+        {"FORCE_COLOR": "1"},
+        {"TTY_COMPATIBLE": "0", "LINES": "7"},
+    ],
+)
+def test_the_worker_renders_at_the_size_rich_finds_for_the_caller(
+    environ: dict[str, str], size: tuple[int, int] | None, terminal: bool
+) -> None:
+    """COLUMNS and LINES first, then the caller's terminal, 80×25 for none or for 0, a
+    dumb terminal 80×25: whatever rich decides, the worker's console has that size."""
+    assert _workers_size(environ, terminal, size) == _rich_size(environ, terminal, size)
+
+
+def test_a_size_that_is_not_one_leaves_the_table_to_the_full_cli() -> None:
+    for size in ([80], ["80", 25], [80, -1], [True, 25], {"columns": 80}):
+        console = console_on(_Stdout(True), environ={"TERM": "xterm"})
+        with pytest.raises(NotQuick):
+            sized_as_callers(console, size)
+
+
+def test_a_table_without_the_callers_terminal_size_is_the_full_clis() -> None:
+    """A caller's CLI from before the size was sent: rich would lay its table out for a
+    terminal the worker cannot see."""
+    found = cast(Any, [])
+    request = request_for(["list"])
+    del request["terminal_size"]
+    with pytest.raises(NotQuick):
+        _printed("list", found, False, request)
+    assert _printed("list", found, True, request) == "[]\n"
+
+
+def test_the_terminal_size_is_the_first_standard_streams_as_rich_asks() -> None:
+    """stdin, then stdout, then stderr: here stdin is none, stdout is one."""
+    asked: list[int] = []
+
+    def get_terminal_size(fd: int) -> os.terminal_size:
+        asked.append(fd)
+        if fd == 0:
+            raise OSError("not a terminal")
+        return os.terminal_size((61, 17))
+
+    streams = [mock.Mock(**{"fileno.return_value": fd}) for fd in (0, 1, 2)]
+    with (
+        mock.patch.object(sys, "__stdin__", streams[0]),
+        mock.patch.object(sys, "__stdout__", streams[1]),
+        mock.patch.object(sys, "__stderr__", streams[2]),
+        mock.patch("starter.warm.quick.os.get_terminal_size", get_terminal_size),
+    ):
+        assert terminal_size() == [61, 17]
+        assert request_for(["list"])["terminal_size"] == [61, 17]
+    assert asked[:2] == [0, 1]
+    with mock.patch("starter.warm.quick.os.get_terminal_size", side_effect=OSError):
+        assert terminal_size() is None
