@@ -152,7 +152,8 @@ def settings(stack: embedded.StackInfo, database_url: str, tmp_path: Path) -> Se
         work_slice_seconds=1,
         max_activity_attempts=3,
         # Unversioned: the session's tests share one namespace across hundreds of task
-        # queues; tests/integration/test_versioning.py runs versioned workers on deployments of its own.
+        # queues; tests/integration/test_versioning.py runs versioned workers on
+        # deployments of its own.
         worker_versioning=False,
     )
 
