@@ -3,7 +3,9 @@ its kind and its work activity (see ``kind_workflow``).
 
 A job runs as attempts of its kind's work activity, each carrying on from the cursor
 of the one before. The first opens the read-model row, and the attempt that completes
-the work finishes it, so a small job is one activity and two workflow tasks. Between
+the work finishes it. A kind that can do a small job whole in one transaction names a
+local activity for it (``at_once``), tried before the first attempt: a small job is
+then one workflow task and one commit; any other job it leaves as it found it. Between
 attempts the workflow judges each failure: only attempts that made no durable progress
 count against the kind's attempts (see hubjobs.temporal.failures); an attempt that
 handed its job over (time slice over, worker shutting down) costs nothing.
@@ -365,6 +367,8 @@ class JobWorkflow:
         self.running = workflow.start_local_activity_method(
             at_once,
             request,
+            # The job's lifecycle_local_seconds (30 s by default), as a lifecycle step:
+            # past it the attempts take the job, on any worker.
             start_to_close_timeout=min(
                 timedelta(seconds=job.options.lifecycle_local_seconds), LOCAL_TIMEOUT
             ),
