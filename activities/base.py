@@ -515,6 +515,16 @@ class WholeWork(Generic[P]):
     work: Callable[[AsyncConnection, WorkContext[P]], Awaitable[store.Finished | None]]
 
 
+def _not_at_once(err: Exception) -> None:
+    """Logs why a small job's local attempt gave the job back: a refusal or an outage
+    as what the attempts will meet and say again; anything else with its traceback, for
+    it would otherwise be seen nowhere (the attempts may well succeed)."""
+    if isinstance(err, HubJobsError | ApplicationError) or is_outage(err):
+        log.info("job not done at once (%s): its attempts take it", type(err).__name__)
+    else:
+        log.warning("job not done at once: its attempts take it", exc_info=err)
+
+
 # --- the shared attempt --------------------------------------------------------------------
 
 
@@ -624,7 +634,7 @@ class KindActivities(Generic[P]):
             log.debug("job not done at once: %s", why)
             return WorkResult()
         except Exception as err:  # whatever it was, the attempts take the job over
-            log.info("job not done at once (%s): its attempts take it", type(err).__name__)
+            _not_at_once(err)
             return WorkResult()
         outcome = after_finish(self.deps, finished)
         return WorkResult(outcome=outcome, counters=outcome.counters)

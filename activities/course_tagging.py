@@ -157,7 +157,10 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         there when it recorded every item (see ``tag_batch``); a page that fails the
         batch's one write (``BatchWriteFailed``), or a cancellation request, leaves the
         job to the attempts, which tag page by page or end it cancelled."""
-        landed = await self.tag_batch(conn, ctx=ctx, after=0)
+        try:
+            landed = await self.tag_batch(conn, ctx=ctx, after=0)
+        except BatchWriteFailed:
+            return None
         return None if landed is None else landed.finished
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
