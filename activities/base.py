@@ -499,6 +499,32 @@ async def with_outage_retry(
     return await ride_out_outages(settings, on_connection, on_wait=on_wait)
 
 
+class NotAtOnce(Exception):
+    """A small job's local attempt cannot do the job whole: its transaction rolls back,
+    and the workflow's attempts take the job as it is."""
+
+
+@dataclass(frozen=True)
+class WholeWork(Generic[P]):
+    """What a kind whose small jobs can be done in one transaction gives
+    ``attempt_at_once``: ``fits`` (the job, not yet snapshotted, is small enough: a
+    bounded count, no write) and ``work`` (all of it, on the transaction's connection,
+    finishing the row there with ``ctx.finish_in``; None when it did not finish)."""
+
+    fits: Callable[[AsyncConnection, JobView, P], Awaitable[bool]]
+    work: Callable[[AsyncConnection, WorkContext[P]], Awaitable[store.Finished | None]]
+
+
+def _not_at_once(err: Exception) -> None:
+    """Logs why a small job's local attempt gave the job back: a refusal or an outage
+    as what the attempts will meet and say again; anything else with its traceback, for
+    it would otherwise be seen nowhere (the attempts may well succeed)."""
+    if isinstance(err, HubJobsError | ApplicationError) or is_outage(err):
+        log.info("job not done at once (%s): its attempts take it", type(err).__name__)
+    else:
+        log.warning("job not done at once: its attempts take it", exc_info=err)
+
+
 # --- the shared attempt --------------------------------------------------------------------
 
 
@@ -583,6 +609,79 @@ class KindActivities(Generic[P]):
             raise ApplicationError(f"the attempt failed ({type(err).__name__})") from None
         finally:
             _outage.reset(outage)
+
+    async def attempt_at_once(self, request: WorkRequest, whole: WholeWork[P]) -> WorkResult:
+        """A small job's first attempt as the workflow's local activity: the row opened,
+        the snapshot taken, the work done and the row finished in ONE transaction (one
+        commit, no activity task, no second workflow task). It does only a job that
+        ``whole`` says fits (counted before anything is written) and that nothing has
+        touched yet (no snapshot, no cancellation request); a job it cannot finish here,
+        for whatever reason (too big, refused, a failure, the database out of reach or
+        slow), it leaves exactly as it found it, its transaction rolled back, and hands
+        back no outcome: the workflow's attempts then do the job as they always did.
+        Run twice (its worker killed after the commit), it finds the row final and
+        returns it."""
+        bind_job(request.job)
+        if self.deps.reach.cut_off:
+            return WorkResult()  # this worker knows it cannot reach the database
+        info = activity.info()
+        try:
+            # One unit of work of one batch's size: the batch's deadline bounds it all.
+            with deadline(self.deps.settings.db_batch_timeout_seconds):
+                async with self.deps.engine.begin() as conn:
+                    finished = await self._whole(conn, request, info.workflow_id, whole)
+        except NotAtOnce as why:
+            log.debug("job not done at once: %s", why)
+            return WorkResult()
+        except Exception as err:  # whatever it was, the attempts take the job over
+            _not_at_once(err)
+            return WorkResult()
+        outcome = after_finish(self.deps, finished)
+        return WorkResult(outcome=outcome, counters=outcome.counters)
+
+    async def _whole(
+        self,
+        conn: AsyncConnection,
+        request: WorkRequest,
+        workflow_id: str | None,
+        whole: WholeWork[P],
+    ) -> store.Finished:
+        """``attempt_at_once``'s transaction: raises NotAtOnce (rolling it back) unless
+        the job was finished, by now or by an earlier run of it."""
+        row = await store.get_job(conn, request.job.job_id)
+        if row is None or row.workflow_id != workflow_id:
+            raise NotAtOnce("no row of this workflow (a direct start creates it)")
+        if row.is_final:
+            return store.Finished(row, changed=False)
+        if row.snapshot_at is not None or row.cancel_requested_at is not None:
+            raise NotAtOnce("an earlier attempt or a cancellation came first")
+        payload = self.kind.validate(row.payload)
+        if not await whole.fits(conn, row, payload):
+            raise NotAtOnce("larger than one unit of work")
+        if not await job_rows.take_snapshot(conn, row):
+            raise NotAtOnce("the snapshot was taken meanwhile")
+        job = await store.open_job(
+            conn,
+            row.id,
+            run_id=activity.info().workflow_run_id,
+            attempts=request.attempt,
+            attempts_failed=request.attempts_failed,
+            workflow_id=workflow_id,
+        )
+        if job is None or job.is_final:
+            raise NotAtOnce("finished meanwhile")
+        ctx: WorkContext[P] = WorkContext(
+            deps=self.deps,
+            kind=self.kind,
+            request=request,
+            job=job,
+            payload=payload,
+            counters=job.counters,
+        )
+        finished = await whole.work(conn, ctx)
+        if finished is None:
+            raise NotAtOnce("the work did not finish in one unit")
+        return finished
 
     async def _open(
         self,

@@ -40,6 +40,7 @@ from activities.base import (
     KindActivities,
     Paused,
     Stopped,
+    WholeWork,
     WorkContext,
     WorkEnd,
 )
@@ -60,10 +61,12 @@ from hubjobs.kinds.course_tagging import (
     TaggingOutput,
     change_summary,
     decide,
+    fits,
     written,
 )
 from hubjobs.readmodel import store
 from hubjobs.readmodel.store import Finished, ItemOutcome, Recorded
+from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,33 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         """One attempt: tags pending pages until none is left (the job succeeds), a
         cancellation request is seen, or the time slice is over."""
         return await self.attempt(request, self.work)
+
+    @activity.defn
+    async def tag_small_course(self, request: WorkRequest) -> WorkResult:
+        """A job's first attempt as the workflow's local activity: a course that fits in
+        one batch is snapshotted, tagged and finished in one transaction; any other job
+        (or one this cannot finish) is left untouched for ``tag_course``'s attempts."""
+        return await self.attempt_at_once(
+            request, WholeWork(fits=self.fits_one_batch, work=self.whole_course)
+        )
+
+    async def fits_one_batch(
+        self, conn: AsyncConnection, job: JobView, payload: CourseTaggingPayload
+    ) -> bool:
+        return await fits(conn, job, payload, self.deps.settings.tagging_batch_size)
+
+    async def whole_course(
+        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload]
+    ) -> Finished | None:
+        """The course's one batch, in the caller's transaction: it finishes the job
+        there when it recorded every item (see ``tag_batch``); a page that fails the
+        batch's one write (``BatchWriteFailed``), or a cancellation request, leaves the
+        job to the attempts, which tag page by page or end it cancelled."""
+        try:
+            landed = await self.tag_batch(conn, ctx=ctx, after=0)
+        except BatchWriteFailed:
+            return None
+        return None if landed is None else landed.finished
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import (
@@ -26,7 +27,7 @@ from hubjobs.errors import InvalidInput
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState
-from hubjobs.readmodel.views import Counters
+from hubjobs.readmodel.views import Counters, JobView
 
 # Snapshots this large refresh job_items' planner statistics in their own transaction.
 ANALYZE_FROM = 10_000
@@ -146,6 +147,35 @@ FAILED_ITEMS = f"""
       FROM ({store.failed_items_of(":source")}) i JOIN pages p ON p.id = i.ref
      WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
+
+
+# How many items a job would take, up to ``:bound``: the same walk (or the same failed
+# items) read no further than the bound, and nothing written. A recursive query under a
+# LIMIT is evaluated only as far as it is read, so a course of a million pages costs no
+# more to count here than one of ``:bound``.
+COURSE_SIZE = f"""{COURSE}
+    SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
+"""
+FAILED_SIZE = f"SELECT count(*) FROM ({FAILED_ITEMS} LIMIT :bound) s"
+
+
+async def fits(
+    conn: AsyncConnection, job: JobView, payload: CourseTaggingPayload, pages: int
+) -> bool:
+    """Whether the job's snapshot would take at most ``pages`` items, counted before it
+    is taken (what a small job's one-transaction attempt asks first). Pages added
+    between this count and the snapshot only make the job bigger than it was counted:
+    the attempt then finds items left after its one batch, and leaves the job to its
+    ordinary attempts."""
+    params: dict[str, Any] = {"workspace": job.workspace_id, "bound": pages + 1}
+    if job.source_job_id is not None:
+        query = FAILED_SIZE
+        params |= {"tag": payload.tag, "source": job.source_job_id}
+    else:
+        query = COURSE_SIZE
+        params |= {"root": payload.root_page_id}
+    size = (await conn.execute(text(query), params)).scalar_one()
+    return int(size) <= pages
 
 
 async def check(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> str:

@@ -466,7 +466,14 @@ async def test_maintenance_is_one_long_lived_workflow_per_task_queue(
                     return await expired_left() == 0
 
                 await until(f"sweep {round_ + 1}", swept, timeout=30)
-            state = await handle.query("state")
+
+            # The rows go at the sweep's commit; its count reaches the workflow with the
+            # activity's result, a moment later.
+            async def counted() -> dict[str, Any] | None:
+                state: dict[str, Any] = await handle.query("state")
+                return state if state["swept"] >= 30 else None
+
+            state = await until("the sweeps counted", counted, timeout=30)
             assert state["swept"] >= 30 and state["plan"]["sweep_seconds"] == 0.5
         runs = await temporal.count_workflows(f"TaskQueue = '{fast.task_queue}'")
         assert runs.count == 1  # the one maintenance run: no run per step

@@ -58,6 +58,12 @@ def test_histories_are_recorded() -> None:
         "completion_delivery_retried_v4",
         "completion_delivery_refused_v4",
         "completion_delivery_failed_v4",
+        # Recorded on the code of issue 22: a small course-tagging job done at once by a
+        # local activity, tried on a course too big for it (then the ordinary way), and
+        # cancelled before its work could commit.
+        "course_tagging_at_once_v5",
+        "course_tagging_at_once_too_big_v5",
+        "course_tagging_at_once_cancelled_v5",
     } <= names
 
 

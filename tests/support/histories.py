@@ -19,7 +19,9 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # v3: lifecycle steps hand over to any worker (``lifecycle-steps-hand-over``).
 # v4: a job with a notify_url starts its completion webhook's delivery as a child
 # workflow once final (``completion-webhook``), and that delivery's own workflow.
-GENERATION = "v4"
+# v5: a small course-tagging job is done at once by a local activity
+# (``small-job-at-once``).
+GENERATION = "v5"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

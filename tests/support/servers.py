@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -46,11 +46,15 @@ async def running_worker(
     *,
     before_write: BeforeWrite | None = None,
     workflow_classes: Sequence[type] | None = None,
+    on_engine: Callable[[AsyncEngine], None] | None = None,
 ) -> AsyncIterator[None]:
     """An in-process worker with its own pool, as a worker process would have. Its stop
     is bounded (WORKER_EXIT_SECONDS): a worker that does not stop fails the test, named,
-    chained to whatever made the test leave."""
+    chained to whatever made the test leave. ``on_engine`` sees the worker's engine
+    before it serves (a test counting the worker's commits)."""
     engine = async_engine(settings.resolved_database_url(), pool_size=5)
+    if on_engine is not None:
+        on_engine(engine)
     worker = worker_module.build_worker(
         temporal,
         engine,

@@ -26,6 +26,7 @@ from playwright.async_api import async_playwright, expect
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.common.v1 import Payload, Payloads, SearchAttributes
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 from hubjobs.devstack import embedded
@@ -81,9 +82,17 @@ def plain_secrets(shown_json: str, secrets: list[str]) -> list[str]:
     return sorted({s for s in secrets if any(s in text for text in texts)})
 
 
+# What the SDK itself writes in its markers, plain by design (its core reads them back
+# on replay, below any codec), none of it a job's value: a patch's name (``patch-data``)
+# and a local activity's sequence number, type, attempt and times (``data``). A local
+# activity's ``result`` is the job's, and is encrypted.
+SDK_MARKER_FIELDS = frozenset({"patch-data", "data"})
+
+
 def payload_metadata(history: WorkflowHistory) -> list[dict[str, bytes]]:
     """Every payload of the history but its search attributes (plain by design: the
-    UI and the visibility store query them), by its metadata."""
+    UI and the visibility store query them) and the SDK's own marker fields
+    (``SDK_MARKER_FIELDS``), by its metadata."""
     found: list[dict[str, bytes]] = []
 
     def walk(message: Message) -> None:
@@ -108,8 +117,20 @@ def payload_metadata(history: WorkflowHistory) -> list[dict[str, bytes]]:
                 walk(item)
 
     for event in history.events:
-        walk(event)
+        for message in _with_payloads(event):
+            walk(message)
     return found
+
+
+def _with_payloads(event: HistoryEvent) -> list[Message]:
+    """The event, or of a marker only the parts that are not the SDK's own."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return [event]
+    marker = event.marker_recorded_event_attributes
+    parts: list[Message] = [
+        p for name, p in marker.details.items() if name not in SDK_MARKER_FIELDS
+    ]
+    return parts + ([marker.failure] if marker.HasField("failure") else [])
 
 
 async def tag_a_course(
@@ -127,7 +148,10 @@ async def test_with_the_codec_on_the_history_holds_no_plain_value_and_the_job_wo
     codec = with_codec(settings)
     client = await connect(codec)
     course = await seed(engine, 30)
-    async with running_worker(client, codec):
+    # A course bigger than one batch, so that the history holds an ordinary attempt's
+    # payloads (its heartbeats) too; a small job's local activity is in the next test's.
+    ordinary = codec.model_copy(update={"tagging_batch_size": 10})
+    async with running_worker(client, ordinary):
         workflow_id, done = await tag_a_course(client, engine, codec, course, tag)
     assert done.status == "succeeded"
     await assert_every_page_tagged_once(engine, done, course.page_ids, tag)
@@ -162,7 +186,8 @@ async def test_a_job_started_under_the_old_key_finishes_under_the_new_one(
     temporal: Client, engine: AsyncEngine, settings: Settings
 ) -> None:
     """Rotation mid-flight: a starter still encrypting with the old key, a worker already
-    encrypting with the new one (and holding both)."""
+    encrypting with the new one (and holding both). The course fits in one batch: the
+    worker's payloads are its local activity's result and the workflow's."""
     old_client = await connect(with_codec(settings, current=OLD_KEY_ID))
     new_settings = with_codec(settings, current=NEW_KEY_ID)
     new_client = await connect(new_settings)
@@ -171,6 +196,7 @@ async def test_a_job_started_under_the_old_key_finishes_under_the_new_one(
         workflow_id, done = await tag_a_course(old_client, engine, settings, course, "rotated")
     assert done.status == "succeeded" and done.succeeded == 20
     history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+    assert any(e.HasField("marker_recorded_event_attributes") for e in history.events)
     key_ids = {m[KEY_ID].decode() for m in payload_metadata(history)}
     assert key_ids == {OLD_KEY_ID, NEW_KEY_ID}
     result = await new_client.get_workflow_handle(workflow_id).result()

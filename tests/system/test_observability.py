@@ -360,7 +360,10 @@ async def test_one_trace_runs_from_the_start_to_the_activities(
     client = await _connect(stack)
     jobs = HubJobsClient(client, engine, settings).scope(course.workspace_id, course.actor_id)
     correlation_id = f"trace-{uuid.uuid4().hex}"
-    async with running_worker(client, settings):
+    # A course bigger than one batch: its work runs as ordinary attempts (a smaller one
+    # would be done at once by a local activity), the activities this trace follows.
+    ordinary = settings.model_copy(update={"tagging_batch_size": 10})
+    async with running_worker(client, ordinary):
         job = await jobs.start_course_tagging(
             root_page_id=course.root_page_id, tag=TAG, correlation_id=correlation_id
         )
