@@ -170,6 +170,22 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
     return HubJobsClient(temporal, engine, settings)
 
 
+@pytest.fixture
+def slow_settings(settings: Settings) -> Settings:
+    """Small batches with a pause between them: a 1,000-page course takes seconds, so
+    that it is seen running (a module needing it slower overrides this fixture)."""
+    return settings.model_copy(
+        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+    )
+
+
+@pytest_asyncio.fixture
+async def slow_worker(temporal: Client, slow_settings: Settings) -> AsyncIterator[None]:
+    """A worker on ``slow_settings`` (the module's, where it has its own)."""
+    async with running_worker(temporal, slow_settings):
+        yield
+
+
 @pytest_asyncio.fixture
 async def worker(temporal: Client, settings: Settings) -> AsyncIterator[None]:
     async with running_worker(temporal, settings):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,29 +23,14 @@ from temporalio.client import (
 
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.readmodel.views import JobView
-from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import CancelRequest
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.helpers import item_counts, job_revisions
 from tests.support.histories import record
-from tests.support.servers import running_worker, seed
+from tests.support.servers import seed
 
 TAG = "archived"
-
-
-@pytest.fixture
-def slow_settings(settings: Settings) -> Settings:
-    """Small batches with a pause between them: a 1,000-page course takes seconds."""
-    return settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
-    )
-
-
-@pytest_asyncio.fixture
-async def slow_worker(temporal: Client, slow_settings: Settings) -> AsyncIterator[None]:
-    async with running_worker(temporal, slow_settings):
-        yield
 
 
 @pytest_asyncio.fixture

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -32,7 +31,7 @@ from hubjobs.webhooks.signing import verify
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.helpers import until
 from tests.support.histories import record
-from tests.support.servers import bearer, running_worker, seed
+from tests.support.servers import bearer, seed
 from tests.support.sse import serving
 from tests.support.webhooks import WEBHOOK_SECRET, Receiver
 
@@ -270,19 +269,6 @@ async def test_a_direct_temporal_start_with_a_good_notify_url_is_delivered(
         done = await _settled(hub.scope(course.workspace_id, course.actor_id), job_id)
     assert done.notify_state == "delivered" and done.notify_attempts == 1
     assert [d.completion["status"] for d in receiver.received] == ["succeeded"]
-
-
-@pytest.fixture
-def slow_settings(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
-    )
-
-
-@pytest_asyncio.fixture
-async def slow_worker(temporal: Client, slow_settings: Settings) -> AsyncIterator[None]:
-    async with running_worker(temporal, slow_settings):
-        yield
 
 
 @pytest.mark.parametrize("how", ["signal", "temporal"])

@@ -22,12 +22,10 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -48,7 +46,7 @@ from tests.support.helpers import (
     until,
     workflow_closed,
 )
-from tests.support.servers import running_worker, seed
+from tests.support.servers import seed
 
 TYPESCRIPT = Path(__file__).resolve().parents[1] / "support" / "typescript"
 TAG = "from-elsewhere"
@@ -95,12 +93,6 @@ def slow_settings(settings: Settings) -> Settings:
     return settings.model_copy(
         update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.2}
     )
-
-
-@pytest_asyncio.fixture
-async def slow_worker(temporal: Client, slow_settings: Settings) -> AsyncIterator[None]:
-    async with running_worker(temporal, slow_settings):
-        yield
 
 
 def direct_input(course: DemoCourse, **fields: Any) -> dict[str, Any]:
