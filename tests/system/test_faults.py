@@ -404,6 +404,7 @@ async def test_postgres_down_for_several_old_retry_budgets_costs_no_attempt(
         assert done.status == "succeeded", failed_job(done, [run.worker])
         log = run.worker.log_text()
         await assert_every_page_tagged_once(engine, done, run.course.page_ids, run.tag)
+        await workflow_closed(temporal, done.workflow_id)  # while the worker can run it
     assert (done.attempts, done.attempts_failed) == (1, 0), done
     endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
     assert endings == ["completed"], endings
@@ -479,6 +480,9 @@ async def test_postgres_down_for_several_handover_bounds_hands_over_at_no_cost(
         assert done.status == "succeeded", failed_job(done, [run.worker])
         await assert_every_page_tagged_once(engine, done, run.course.page_ids, run.tag)
         log = run.worker.log_text()
+        # The row is final before the last attempt's completion reaches Temporal: its
+        # ending is read once the run has closed, while the worker can still report it.
+        await workflow_closed(temporal, done.workflow_id)
     assert done.attempts_failed == 0, done
     endings = await run_endings(temporal, done.workflow_id, TAG_COURSE)
     assert len(endings) >= 3 and set(endings) == {"completed"}, endings
@@ -677,6 +681,7 @@ async def test_a_rolling_restart_of_two_workers_hands_the_job_over_at_no_cost(
         done = await wait_until_final(jobs, job.id, timeout=120)
         took = time.monotonic() - started
         assert done.status == "succeeded", failed_job(done, every)
+        await workflow_closed(temporal, done.workflow_id)  # while the workers can run it
     finally:
         for w in every:
             w.kill()
@@ -781,6 +786,7 @@ async def test_a_backup_whose_worker_is_sigtermed_mid_stream_is_handed_over_whol
         workers.append(WorkerProcess("worker-2", env, tmp_path))
         done = await jobs.wait(job.id, timeout=60, interval=0.2)
         assert done.status == "succeeded", failed_job(done, workers)
+        await workflow_closed(temporal, done.workflow_id)  # while worker-2 can run it
     finally:
         for w in workers:
             w.kill()
