@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.support.helpers import all_runs_history, item_counts
+from tests.support.helpers import all_runs_history, item_counts, workflow_closed
 from tests.support.histories import record
 from tests.support.servers import SUGGEST_CONTINUE_AS_NEW, running_worker, seed
 
@@ -59,6 +59,8 @@ async def test_small_chunks_continue_as_new_and_end_exact(
     async with running_worker(temporal, tiny):
         job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="can")
         done = await jobs.wait(job.id, timeout=240)
+        # The row is final a step before the run closes: wait for it, worker still up.
+        await workflow_closed(temporal, done.workflow_id)
         handle = temporal.get_workflow_handle(done.workflow_id)
         final = await handle.describe()
     # The last run: it started from a checkpoint, for the replay test.
