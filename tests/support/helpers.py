@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import time
 import uuid
@@ -14,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
@@ -365,12 +364,25 @@ async def tag_whole_job(
 
 
 async def workflow_closed(client: Client, workflow_id: str, timeout: float = 30) -> None:
-    """Waits until the workflow has closed, however it ended. A job's row is final a
-    workflow task before its workflow is: a test that stops its workers as soon as the
-    row is final must wait for this first."""
+    """Waits until the workflow has closed, however it ended (its latest run: one that
+    continued as new is followed). A job's row is final a step before its workflow is
+    (the last attempt's completion still has to reach Temporal, then a workflow task
+    closes the run): a test that reads Temporal's view of the run, or stops its workers,
+    as soon as the row is final must wait for this first, while a worker can still run
+    that task. Polls the run's description, which decodes no payload: any client will
+    do, whatever its codec. Past ``timeout`` the test fails, naming the run."""
     handle = client.get_workflow_handle(workflow_id)
-    with contextlib.suppress(WorkflowFailureError):
-        await asyncio.wait_for(handle.result(), timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        status = (await handle.describe()).status
+        if status is not None and status != WorkflowExecutionStatus.RUNNING:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"waited {timeout:.0f} s for workflow {workflow_id} to close: its run is "
+                f"still {status.name if status is not None else 'of unknown status'}"
+            )
+        await asyncio.sleep(0.05)
 
 
 async def row_of(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
