@@ -5,7 +5,6 @@ work already done. And an actor who stops being an administrator fails the job."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -18,7 +17,6 @@ from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
 )
 
 from hubjobs.devstack.demo_data import DemoCourse
@@ -26,7 +24,7 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import CancelRequest
 from starter.client import HubJobsClient, WorkspaceJobs
-from tests.support.helpers import item_counts, job_revisions
+from tests.support.helpers import item_counts, job_revisions, workflow_closed
 from tests.support.histories import record
 from tests.support.servers import seed
 
@@ -47,11 +45,10 @@ async def _started(jobs: WorkspaceJobs, course: DemoCourse, at_least: int) -> Jo
 
 
 async def _closed(temporal: Client, workflow_id: str) -> WorkflowExecutionDescription:
-    """The workflow once it has closed (the read model is finished just before)."""
-    handle = temporal.get_workflow_handle(workflow_id)
-    with contextlib.suppress(WorkflowFailureError):
-        await handle.result()
-    return await handle.describe()
+    """The workflow once it has closed (the read model is finished just before); a run
+    that does not close fails the test, named."""
+    await workflow_closed(temporal, workflow_id)
+    return await temporal.get_workflow_handle(workflow_id).describe()
 
 
 async def _kept_work(engine: AsyncEngine, job: JobView) -> None:

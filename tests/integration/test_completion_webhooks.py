@@ -29,7 +29,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.messages import JobInput
 from hubjobs.webhooks.signing import verify
 from starter.client import HubJobsClient, WorkspaceJobs
-from tests.support.helpers import until
+from tests.support.helpers import until, workflow_closed
 from tests.support.histories import record
 from tests.support.servers import bearer, seed
 from tests.support.sse import serving
@@ -113,8 +113,10 @@ async def test_three_failures_then_one_delivery_signed_with_one_key(
         "error_code": None,
     }
 
-    # The job's run closed at once (Completed); the delivery is its own workflow, whose
-    # history shows the tries.
+    # The job's run closed (Completed), not waiting for the delivery; the delivery is its
+    # own workflow, whose history shows the tries. The delivery is settled by the child,
+    # which the parent's closing task need not have beaten: waited for, not assumed.
+    await workflow_closed(temporal, done.workflow_id)
     parent = temporal.get_workflow_handle(done.workflow_id)
     assert (await parent.describe()).status == WorkflowExecutionStatus.COMPLETED
     child = temporal.get_workflow_handle(f"{done.workflow_id}-notify")

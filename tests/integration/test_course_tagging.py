@@ -14,7 +14,14 @@ from hubjobs.kinds import job_rows
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient
-from tests.support.helpers import edit, item_counts, items_of, job_revisions, tags_of
+from tests.support.helpers import (
+    edit,
+    item_counts,
+    items_of,
+    job_revisions,
+    tags_of,
+    workflow_closed,
+)
 from tests.support.histories import record
 from tests.support.servers import running_worker
 from workflows.course_tagging import CourseTaggingWorkflow
@@ -65,6 +72,9 @@ async def test_every_outcome_of_the_table(
 
     async with running_worker(temporal, settings):
         done = await jobs.wait(job.id, timeout=60)
+        # The row is final a step before the run closes (the attempt's completion has
+        # yet to reach the workflow): queried and described once closed, worker still up.
+        await workflow_closed(temporal, done.workflow_id)
         # The progress query answers with the read model's counters (a worker serves it).
         handle = temporal.get_workflow_handle(done.workflow_id)
         progress = await handle.query(CourseTaggingWorkflow.progress)
