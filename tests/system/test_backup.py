@@ -426,6 +426,9 @@ async def test_a_running_backup_reports_its_progress_to_its_workflow(
         assert mid.counters.total == row.total
         assert mid.message is not None and "MB read" in mid.message
         done = await jobs.wait(job.id, timeout=60)
+        # The row is final before the attempt's result reaches the workflow: its final
+        # counters are queried once the run has closed, the worker still up.
+        await workflow_closed(temporal, done.workflow_id)
         final = await handle.query(BackupWorkflow.progress)
     assert done.status == "succeeded"
     assert final.counters == done.counters

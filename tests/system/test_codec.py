@@ -40,7 +40,7 @@ from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support import toy_kind
 from tests.support.codec_keys import NEW_KEY_ID, OLD_KEY_ID, codec_env, with_codec
-from tests.support.helpers import assert_every_page_tagged_once, temporal_cli
+from tests.support.helpers import assert_every_page_tagged_once, temporal_cli, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import api_process
 from tests.support.servers import running_worker, seed
@@ -136,9 +136,13 @@ def _with_payloads(event: HistoryEvent) -> list[Message]:
 async def tag_a_course(
     client: Client, engine: AsyncEngine, settings: Settings, course: DemoCourse, tag: str
 ) -> tuple[str, Any]:
+    """Tags the course and waits for the job, then for its run to close (the row is final
+    a step before): the caller, whose worker is still up, reads a whole history."""
     jobs = HubJobsClient(client, engine, settings).scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
-    return job.workflow_id, await jobs.wait(job.id, timeout=60, interval=0.1)
+    done = await jobs.wait(job.id, timeout=60, interval=0.1)
+    await workflow_closed(client, job.workflow_id)
+    return job.workflow_id, done
 
 
 async def test_with_the_codec_on_the_history_holds_no_plain_value_and_the_job_works(
@@ -220,6 +224,10 @@ async def test_failures_are_encrypted_and_still_judged(
         exhausted = await jobs.start("toy_echo", {"message": "Quillonwort", "fail_attempts": 9})
         retried_done = await jobs.wait(retried.id, timeout=60, interval=0.1)
         exhausted_done = await jobs.wait(exhausted.id, timeout=60, interval=0.1)
+        # The rows are final a step before the runs close: the histories shown below
+        # are whole once the runs have closed, while the worker can close them.
+        for job in (retried_done, exhausted_done):
+            await workflow_closed(client, job.workflow_id)
     assert (retried_done.status, retried_done.attempts_failed) == ("succeeded", 1)
     assert (exhausted_done.status, exhausted_done.error_code) == ("failed", "processing_failed")
     for job in (retried_done, exhausted_done):
