@@ -33,8 +33,9 @@ async def test_a_connection_that_died_while_idle_is_replaced_unseen(database_url
     try:
         first = await pool.run(backend_pid)
         with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
-        await asyncio.sleep(0.2)  # the server has closed it by now
+            # Waits (up to 10 s) for the backend to have exited, not only been told to.
+            row = admin.execute("SELECT pg_terminate_backend(%s, 10000)", (first,)).fetchone()
+        assert row == (True,), f"backend {first} still alive 10 s after its termination"
         second = await pool.run(backend_pid)
         assert second != first
         assert await pool.run(backend_pid) == second  # the fresh one is kept

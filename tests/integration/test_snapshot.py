@@ -19,7 +19,7 @@ from hubjobs.kinds import job_rows
 from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.support.helpers import edit, items_of, row_of
+from tests.support.helpers import edit, items_of, row_of, until
 from tests.support.servers import running_worker
 
 TAG = "Week-1"
@@ -89,12 +89,23 @@ async def test_two_attempts_taking_the_snapshot_at_once_take_it_once(
     first_holds_lock = asyncio.Event()
     second_done = asyncio.Event()
 
+    async def second_waits_on_a_lock() -> bool:
+        async with engine.connect() as conn:
+            waiting = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            )
+            return bool(waiting.scalar_one())
+
     async def first() -> bool:
         async with engine.begin() as conn:
             took = await job_rows.take_snapshot(conn, row)
             first_holds_lock.set()
-            # The second is waiting on the lock now, or will: it cannot finish first.
-            await asyncio.sleep(0.3)
+            # The second is seen waiting on the lock (whatever the machine's pace): it
+            # cannot finish first.
+            await until("the second taking waiting on the lock", second_waits_on_a_lock, 30)
             assert not second_done.is_set()
             return took
 

@@ -17,25 +17,39 @@ from tests.support.helpers import assert_every_page_tagged_once, item_counts, wa
 from tests.support.servers import running_worker, seed
 
 PAGES = 60
+FILL_WITHIN = 30.0
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
 async def test_lanes_overlap_batches_and_tag_every_page_once(
     temporal: Client, engine: AsyncEngine, settings: Settings, lanes: int
 ) -> None:
-    """Each batch's write waits 0.2 s in the test's hook; with two lanes a second batch
-    is seen there while the first waits, with one never. Either way every page gets the
-    tag and one revision once, and the counters equal the items."""
+    """Each batch's write waits in the test's hook until every lane has had a batch there
+    at once, then 0.2 s: with two lanes a second batch is seen there while the first
+    waits, with one never. Either way every page gets the tag and one revision once, and
+    the counters equal the items."""
     tuned = settings.model_copy(update={"tagging_batch_size": 10, "tagging_lanes": lanes})
     course = await seed(engine, PAGES)
     waiting = 0
     most = 0
+    # Every lane has had a batch in the hook at once (with one lane, at the first batch).
+    filled = asyncio.Event()
+    unfilled: list[float] = []
 
     async def hold(conn: AsyncConnection, page_ids: Sequence[uuid.UUID], attempt: int) -> None:
         nonlocal waiting, most
         waiting += 1
         most = max(most, waiting)
+        if most >= lanes:
+            filled.set()
         try:
+            # Until the lanes have filled (the second batch is here however slowly it
+            # was read: not raced against a fixed time), then 0.2 s, in which a batch
+            # overlapping with one lane would be seen.
+            try:
+                await asyncio.wait_for(filled.wait(), FILL_WITHIN)
+            except TimeoutError:
+                unfilled.append(FILL_WITHIN)
             await asyncio.sleep(0.2)
         finally:
             waiting -= 1
@@ -44,6 +58,7 @@ async def test_lanes_overlap_batches_and_tag_every_page_once(
     async with running_worker(temporal, tuned, before_write=hold):
         job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="lanes")
         done = await wait_until_final(jobs, job.id, timeout=60)
+    assert not unfilled, f"with {lanes} lanes, never {lanes} batches at once in {FILL_WITHIN} s"
     assert most == lanes
     assert (done.status, done.succeeded, done.processed) == ("succeeded", PAGES, PAGES)
     assert await item_counts(engine, job.id) == {"succeeded": PAGES}

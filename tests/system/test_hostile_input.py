@@ -33,7 +33,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
+from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW, workspace_query
@@ -41,6 +42,7 @@ from hubjobs.settings import Settings
 from starter.api.tokens import mint
 from starter.cli import run_cli
 from tests.support.cli_errors import refusal_code
+from tests.support.helpers import until
 from tests.support.hostile import CANONICAL, hostile_text, invalid_utf8
 from tests.support.processes import hubjobs_env
 from tests.support.servers import API_SECRET, bearer
@@ -119,9 +121,29 @@ async def assert_no_workflow_without_its_row(
     async for schedule in await temporal.list_schedules(workspace_query(workspace_id)):
         await temporal.get_schedule_handle(schedule.id).delete()
     async with engine.connect() as conn:
-        ids = {str(i) for i in (await conn.execute(text("SELECT id FROM jobs"))).scalars()}
-    await asyncio.sleep(1)  # visibility lags a start a little
-    async for wf in temporal.list_workflows(f'TaskQueue = "{task_queue}"'):
+        rows = (await conn.execute(text("SELECT id, workflow_id FROM jobs"))).all()
+    ids = {str(row.id) for row in rows}
+    # Visibility lags a start a little: the list is read once it shows every row's
+    # workflow Temporal has (a start withdrawn before Temporal took it has none).
+    started = set()
+    for row in rows:
+        try:
+            await temporal.get_workflow_handle(row.workflow_id).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        else:
+            started.add(row.workflow_id)
+    query = f'TaskQueue = "{task_queue}"'
+
+    async def listed() -> tuple[list[WorkflowExecution]] | None:
+        found = [wf async for wf in temporal.list_workflows(query)]
+        return (found,) if started <= {wf.id for wf in found} else None
+
+    (workflows,) = await until(
+        f"visibility to list the {len(started)} workflows of the rows", listed, timeout=30
+    )
+    for wf in workflows:
         if wf.workflow_type != SCHEDULED_START_WORKFLOW:
             assert wf.id.split("-", 1)[1] in ids, wf.id  # <kind>-<job id>
         if wf.status is not None and wf.status.name == "RUNNING":
