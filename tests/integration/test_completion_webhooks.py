@@ -113,9 +113,9 @@ async def test_three_failures_then_one_delivery_signed_with_one_key(
         "error_code": None,
     }
 
-    # The job's run closed (Completed), not waiting for the delivery; the delivery is its
-    # own workflow, whose history shows the tries. The delivery is settled by the child,
-    # which the parent's closing task need not have beaten: waited for, not assumed.
+    # The job's run closed (Completed); the delivery is its own workflow, whose history
+    # shows the tries. The delivery settles in the child, whose tries the parent's last
+    # workflow task is not ordered with: its closing is waited for, not assumed.
     await workflow_closed(temporal, done.workflow_id)
     parent = temporal.get_workflow_handle(done.workflow_id)
     assert (await parent.describe()).status == WorkflowExecutionStatus.COMPLETED
