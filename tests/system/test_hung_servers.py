@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import pytest_asyncio
 from pydantic import SecretStr
@@ -38,6 +39,7 @@ from hubjobs.devstack import embedded
 from hubjobs.settings import Settings
 from starter.api.tokens import mint
 from starter.client import NOT_STARTED
+from tests.support.helpers import until
 from tests.support.processes import WorkerProcess, api_process
 from tests.support.stacks import OwnStack, hubjobs, own_stack, server_pids
 
@@ -159,6 +161,16 @@ async def jobs_of(api: httpx.AsyncClient, hung: Hung) -> list[dict[str, Any]]:
     return found
 
 
+def no_open_transaction(database_url: str) -> bool:
+    """No client of the server but this probe is inside a transaction."""
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        ).fetchone()
+    return row is not None and row[0] == 0
+
+
 def start_path(hung: Hung) -> str:
     return f"/workspaces/{hung.workspace}/jobs/course_tagging"
 
@@ -195,8 +207,13 @@ async def test_postgres_hung_is_unavailable_within_seconds(
     assert cli_status.returncode == 1 and cli_status_took < CLI_WITHIN, cli_status.stderr
     assert "[unavailable]" in cli_status.stderr and "Traceback" not in cli_status.stderr
     # Running again: answers at once, and the POST cut off by the hang left no job (its
-    # transaction never committed), once the server has read what it was sent.
-    await asyncio.sleep(2)
+    # transaction never committed), once the server has read what it was sent: the
+    # backends the hang caught mid-transaction have ended them (their clients gone).
+    await until(
+        "the transactions the hang cut off to end",
+        lambda: asyncio.to_thread(no_open_transaction, hung.stack.database_url),
+        timeout=30,
+    )
     assert (await api.get("/health")).status_code == 200
     assert len(await jobs_of(api, hung)) == before
 
