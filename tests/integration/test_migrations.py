@@ -7,7 +7,9 @@ models (hubjobs/migrations/env.py), makes exactly the schema they make with them
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -61,3 +63,27 @@ def test_an_upgrade_without_the_models_makes_the_schema_the_models_see(
     command.upgrade(alembic_config(with_models), "head")  # the models loaded, as alembic's
     assert _schema(lean) == _schema(with_models)
     assert any("CONSTRAINT pk_pages PRIMARY KEY" in line for line in _schema(lean))
+
+
+# In a fresh interpreter: an upgrade from code, then the modules it loaded.
+UPGRADE_PROBE = """
+import json, sys
+from hubjobs.db.migrate import upgrade
+upgrade(sys.argv[1])
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(
+    ("sqlalchemy.orm", "hubjobs.domain.tables", "hubjobs.readmodel.tables")))))
+"""
+
+
+def test_an_upgrade_from_code_leaves_the_models_and_the_orm_unimported(
+    empty_databases: list[str],
+) -> None:
+    """What keeps a restore's (and `hubjobs migrate`'s) schema step short."""
+    done = subprocess.run(
+        [sys.executable, "-c", UPGRADE_PROBE, empty_databases[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
