@@ -26,14 +26,21 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    command.upgrade(_migrations_only(alembic_config(url)), revision)
 
 
 def upgrade_on(connection: Connection, revision: str = "head") -> None:
     """Migrates inside the caller's transaction."""
-    config = alembic_config("postgresql://unused")
+    config = _migrations_only(alembic_config("postgresql://unused"))
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
+
+
+def _migrations_only(config: Config) -> Config:
+    """Marks an upgrade: the environment then leaves the models (for comparing only)
+    unimported (hubjobs/migrations/env.py)."""
+    config.attributes["migrations_only"] = True
+    return config
 
 
 def known_revisions() -> set[str]:

@@ -20,6 +20,7 @@ from starter.cli.common import (
     settings_now,
 )
 from starter.cli.output import out, print_json
+from starter.startup import imports_uncollected
 
 commands = typer.Typer()
 
@@ -132,7 +133,8 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild an empty database and its attachment files from an archive."""
-    from hubjobs.ops.restore import restore as restore_archive
+    with imports_uncollected():
+        from hubjobs.ops.restore import restore as restore_archive
 
     folder = attachments_dir or settings_now().resolved_attachments_dir
     report = restore_archive(archive, database_url, folder)

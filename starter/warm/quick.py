@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from starter.startup import imports_uncollected
 from starter.warm.protocol import QUICK, READ_PATIENCE, SOCKET_FILE, line
 
 # Options a quick read never takes, wherever they stand: help, and the list that keeps
@@ -128,8 +129,8 @@ def _writable(printed: str) -> bool:
 def main() -> None:
     printed = answered(sys.argv[1:])
     if printed is None:
-        from starter.cli import main as full_cli
-
+        with imports_uncollected():
+            from starter.cli import main as full_cli
         full_cli()
         return
     sys.stdout.write(printed)

@@ -3,7 +3,8 @@ read model on a plain psycopg connection and never import the Temporal SDK or
 SQLAlchemy (a second of a command line's start-up on a loaded machine). Each runs in a
 fresh interpreter against a database that refuses connections (nothing answers on port
 1): the command fails as ``unavailable``, and what it had imported by then is checked.
-A start and a cancel that the stack's worker makes (starter/warm) import neither too."""
+A start and a cancel that the stack's worker makes (starter/warm) import neither too;
+``hubjobs restore`` needs SQLAlchemy but neither the SDK, FastAPI nor the ORM."""
 
 from __future__ import annotations
 
@@ -159,3 +160,37 @@ def test_a_call_the_stacks_worker_makes_imports_neither_nor_psycopg(
     call = {"tag-course": "start_course_tagging", "status": "get"}.get(command[0], command[0])
     assert request["call"] == call
     assert request["workspace_id"] == {"$uuid": IDS[1]}
+
+
+RESTORE_PROBE = """
+import json, sys
+from starter.cli import run_cli
+code = run_cli(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"temporalio", "fastapi"}
+               or m.startswith(("sqlalchemy.orm", "hubjobs.domain.tables")))
+print(json.dumps({"code": code, "heavy": heavy, "restore": "hubjobs.ops.restore" in sys.modules}))
+"""
+
+
+def test_restore_imports_neither_the_sdk_nor_the_api_nor_the_orm(tmp_path: Path) -> None:
+    """``hubjobs restore`` loads what a restore needs (SQLAlchemy's core, Alembic,
+    psycopg), not the Temporal SDK, FastAPI or the ORM models: their imports would come
+    before its COPY starts. Here it refuses a file that is not an archive, once its
+    module is loaded."""
+    not_an_archive = tmp_path / "not.zip"
+    not_an_archive.write_bytes(b"no")
+    env = {"HUBJOBS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    command = ["restore", str(not_an_archive), "--attachments-dir", str(tmp_path / "files")]
+    command += ["--database-url", "postgresql://hubjobs@127.0.0.1:1/hubjobs", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", RESTORE_PROBE, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 1 and "archive_unreadable" in done.stderr, done.stderr
+    assert answer["restore"]
+    assert answer["heavy"] == []
