@@ -45,7 +45,20 @@ def console_on(
 
 @functools.cache
 def _console(stderr: bool) -> Console:
+    _replacing(sys.stderr if stderr else sys.stdout)
     return console_on(stderr=stderr)
+
+
+def _replacing(stream: IO[str]) -> None:
+    """A stream whose encoding cannot take what rich draws on a terminal (the "…" of a
+    cell cut to its column) gets "?" for it, not a failed command: rich picks ASCII
+    borders for such a stream, but not an ASCII ellipsis."""
+    try:
+        "…".encode(getattr(stream, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
 
 
 def out() -> Console:
