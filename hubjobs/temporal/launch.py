@@ -46,22 +46,27 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
     )
 
 
+def job_input(job: JobView, options: JobOptions | None = None) -> JobInput:
+    """The workflow input a job's row stands for, with ``options`` (default: none set)."""
+    return JobInput(
+        job_id=job.id,
+        kind=job.kind,
+        workspace_id=job.workspace_id,
+        actor_id=job.actor_id,
+        correlation_id=job.correlation_id,
+        payload=job.payload,
+        options=options or JobOptions(),
+        notify_url=job.notify_url,
+    )
+
+
 def job_start(job: JobView, settings: Settings) -> JobStart:
     """The workflow a job's row stands for: its type, id, input and UI metadata."""
     kind = get_kind(job.kind)
     return JobStart(
         workflow_type=kind.workflow_type,
         workflow_id=job.workflow_id,
-        input=JobInput(
-            job_id=job.id,
-            kind=job.kind,
-            workspace_id=job.workspace_id,
-            actor_id=job.actor_id,
-            correlation_id=job.correlation_id,
-            payload=job.payload,
-            options=job_options(settings, kind),
-            notify_url=job.notify_url,
-        ),
+        input=job_input(job, job_options(settings, kind)),
         summary=job.summary,
         details=f"Job `{job.id}` · correlation id `{job.correlation_id}`",
         priority_key=kind.priority,

@@ -26,12 +26,12 @@ from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.settings import Settings
+from hubjobs.temporal.launch import job_input
 from hubjobs.temporal.messages import CANCEL_SIGNAL, WorkRequest
 from starter.client import HubJobsClient
 from tests.support.helpers import (
     assert_every_page_tagged_once,
     item_counts,
-    job_input_of,
     job_revisions,
     row_of,
     until,
@@ -266,7 +266,7 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     the row still queued."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    request = WorkRequest(job=job_input_of(job), attempt=1)
+    request = WorkRequest(job=job_input(job), attempt=1)
     environment = ActivityEnvironment()
     environment.info = dataclasses.replace(
         environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True

@@ -30,15 +30,7 @@ class Loaded:
 def cli_loading(
     env: dict[str, str], *args: str, timeout: float = 120, cwd: str | None = None
 ) -> Loaded:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = _probed(PROBE, args, env, cwd=cwd, timeout=timeout)
     printed, _, probe = done.stdout.rstrip().rpartition("\n")
     answer = json.loads(probe)
     return Loaded(answer["code"], answer["heavy"], printed, done.stderr)
@@ -63,14 +55,22 @@ class Quick:
 
 
 def quick_loading(env: dict[str, str], *args: str, cwd: str | None = None) -> Quick:
-    done = subprocess.run(
-        [sys.executable, "-c", QUICK_PROBE, *args],
+    done = _probed(QUICK_PROBE, args, env, cwd=cwd, timeout=60)
+    done.check_returncode()
+    answer = json.loads(done.stdout)
+    return Quick(answer["printed"], answer["loaded"])
+
+
+def _probed(
+    script: str, args: tuple[str, ...], env: dict[str, str], *, cwd: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``script`` run with ``args`` in a fresh interpreter, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=60,
-        check=True,
+        timeout=timeout,
+        check=False,
     )
-    answer = json.loads(done.stdout)
-    return Quick(answer["printed"], answer["loaded"])

@@ -33,7 +33,8 @@ from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import JobInput, WorkRequest
+from hubjobs.temporal.launch import job_input
+from hubjobs.temporal.messages import WorkRequest
 from starter.client import WorkspaceJobs
 from tests.support.processes import WorkerProcess
 
@@ -298,19 +299,6 @@ async def snapshot_now(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
     return taken
 
 
-def job_input_of(job: JobView) -> JobInput:
-    """The workflow input a job's row stands for (its default options), as an attempt's
-    request carries it: for a test that runs an activity outside Temporal."""
-    return JobInput(
-        job_id=job.id,
-        kind=job.kind,
-        workspace_id=job.workspace_id,
-        actor_id=job.actor_id,
-        correlation_id=job.correlation_id,
-        payload=job.payload,
-    )
-
-
 async def tagger_for(
     engine: AsyncEngine, job_id: uuid.UUID, before_write: BeforeWrite | None = None, batch: int = 50
 ) -> tuple[CourseTaggingActivities, WorkContext[CourseTaggingPayload]]:
@@ -327,7 +315,7 @@ async def tagger_for(
         await job_rows.take_snapshot(conn, row)
         job = await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
     assert job is not None
-    request = WorkRequest(job=job_input_of(job))
+    request = WorkRequest(job=job_input(job))
     ctx = WorkContext(
         deps=deps,
         kind=COURSE_TAGGING,

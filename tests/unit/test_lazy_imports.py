@@ -31,6 +31,18 @@ print(json.dumps({"code": code, "heavy": heavy}))
 """
 
 
+def probed(script: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``script`` run with ``args`` in a fresh interpreter (its last line: the probe's)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     "command",
     [["status", str(uuid.uuid4()), *IDS], ["list", *IDS], ["watch", str(uuid.uuid4()), *IDS]],
@@ -45,14 +57,7 @@ def test_a_read_command_imports_neither_the_sdk_nor_sqlalchemy(
         "HUBJOBS_TEMPORAL_ADDRESS": "127.0.0.1:1",
         "PATH": "/usr/bin:/bin",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *command, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = probed(PROBE, [*command, "--json"], env)
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["code"] == 1, done.stderr  # unavailable: nothing answers there
     assert "unavailable" in done.stderr
@@ -141,14 +146,7 @@ def test_a_call_the_stacks_worker_makes_imports_neither_nor_psycopg(
         "HUBJOBS_TEMPORAL_ADDRESS": "127.0.0.1:1",
         "PATH": "/usr/bin:/bin",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE.replace(HEAVY_SET, WARM_HEAVY_SET), *command, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = probed(PROBE.replace(HEAVY_SET, WARM_HEAVY_SET), [*command, "--json"], env)
     server.join(5)
     *printed, probe = done.stdout.strip().splitlines()
     answer = json.loads(probe)
@@ -182,14 +180,7 @@ def test_restore_imports_neither_the_sdk_nor_the_api_nor_the_orm(tmp_path: Path)
     env = {"HUBJOBS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     command = ["restore", str(not_an_archive), "--attachments-dir", str(tmp_path / "files")]
     command += ["--database-url", "postgresql://hubjobs@127.0.0.1:1/hubjobs", "--json"]
-    done = subprocess.run(
-        [sys.executable, "-c", RESTORE_PROBE, *command],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = probed(RESTORE_PROBE, command, env)
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["code"] == 1 and "archive_unreadable" in done.stderr, done.stderr
     assert answer["restore"]
