@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.common import MetricMeter
 
 from activities.base import Deps, WorkContext
@@ -357,9 +357,14 @@ async def workflow_closed(client: Client, workflow_id: str, timeout: float = 30)
     (the last attempt's completion still has to reach Temporal, then a workflow task
     closes the run): a test that reads Temporal's view of the run, or stops its workers,
     as soon as the row is final must wait for this first, while a worker can still run
-    that task. Polls the run's description, which decodes no payload: any client will
-    do, whatever its codec. Past ``timeout`` the test fails, naming the run."""
-    handle = client.get_workflow_handle(workflow_id)
+    that task."""
+    await run_closed(client.get_workflow_handle(workflow_id), timeout)
+
+
+async def run_closed(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> None:
+    """Waits until the handle's run has closed. Polls its description, which decodes no
+    payload: any client will do, whatever its codec. Past ``timeout`` the test fails,
+    naming the run."""
     deadline = time.monotonic() + timeout
     while True:
         status = (await handle.describe()).status
@@ -367,7 +372,7 @@ async def workflow_closed(client: Client, workflow_id: str, timeout: float = 30)
             return
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"waited {timeout:.0f} s for workflow {workflow_id} to close: its run is "
+                f"waited {timeout:.0f} s for workflow {handle.id} to close: its run is "
                 f"still {status.name if status is not None else 'of unknown status'}"
             )
         await asyncio.sleep(0.05)

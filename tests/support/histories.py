@@ -9,12 +9,12 @@ by that code may still be open (files without a suffix are the first generation)
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowHandle
+
+from tests.support.helpers import run_closed
 
 FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # Bump when a workflow change makes new runs' histories differ (a ``workflow.patched``).
@@ -31,19 +31,7 @@ async def record(handle: WorkflowHandle[object, object], name: str) -> None:
         return
     # A whole history only: a job's row is final a step before its run closes, and a
     # recording cut there would replay as a run still open.
-    await _closed(handle)
+    await run_closed(handle)
     history = await handle.fetch_history()
     FOLDER.mkdir(exist_ok=True)
     (FOLDER / f"{name}_{GENERATION}.json").write_text(history.to_json())
-
-
-async def _closed(handle: WorkflowHandle[object, object], timeout: float = 30) -> None:
-    """Until the recorded run has closed; fails, naming it, past ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while (status := (await handle.describe()).status) == WorkflowExecutionStatus.RUNNING:
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not recording workflow {handle.id}: still running after {timeout:.0f} s"
-            )
-        await asyncio.sleep(0.05)
-    assert status is not None, handle.id
