@@ -18,7 +18,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,7 +36,7 @@ from hubjobs.db.engine import set_local_budget
 from hubjobs.db.errors import answered_late, is_outage
 from hubjobs.db.limits import Purpose, budget
 from hubjobs.errors import HubJobsError, JobNotFound
-from hubjobs.kinds import REGISTRY, JobKind, job_rows
+from hubjobs.kinds import REGISTRY, JobKind, Prepared, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
@@ -266,6 +266,9 @@ class WorkContext(Generic[P]):
     message: str | None = None
     # Set when the kind's last unit of work finished the row in its own transaction.
     finished: store.Finished | None = None
+    # Set when this attempt took the snapshot in the transaction of its whole work (a
+    # small job's, ``attempt_at_once``): its total and summary land with the final row.
+    snapshot: Prepared | None = None
     _reported: float = field(default_factory=time.monotonic)
     _last_report: JobProgressReport | None = None
     _sending: asyncio.Task[None] | None = None
@@ -341,6 +344,25 @@ class WorkContext(Generic[P]):
         if finished is None:
             raise job_not_found()
         return finished
+
+    async def finish_whole(
+        self,
+        conn: AsyncConnection,
+        outcomes: Sequence[store.ItemOutcome],
+        output: dict[str, Any] | None,
+    ) -> store.Finished | None:
+        """Records the outcome of every item of the snapshot this attempt took and
+        finishes the job succeeded, in one statement of the caller's transaction (a small
+        job's whole work: ``attempt_at_once``); None when they are not all of them."""
+        assert self.snapshot is not None, "only the attempt that took the snapshot"
+        return await job_rows.finish_whole(
+            conn,
+            self.job,
+            outcomes,
+            prepared=self.snapshot,
+            output=output,
+            default_retention=self.deps.default_retention,
+        )
 
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
         """Like ``db`` for work holding its own connection (a backup's snapshot): after
@@ -509,7 +531,7 @@ class WholeWork(Generic[P]):
     """What a kind whose small jobs can be done in one transaction gives
     ``attempt_at_once``: ``fits`` (the job, not yet snapshotted, is small enough: a
     bounded count, no write) and ``work`` (all of it, on the transaction's connection,
-    finishing the row there with ``ctx.finish_in``; None when it did not finish)."""
+    its last statement ``ctx.finish_whole``; None when it did not finish)."""
 
     fits: Callable[[AsyncConnection, JobView, P], Awaitable[bool]]
     work: Callable[[AsyncConnection, WorkContext[P]], Awaitable[store.Finished | None]]
@@ -646,37 +668,39 @@ class KindActivities(Generic[P]):
         workflow_id: str | None,
         whole: WholeWork[P],
     ) -> store.Finished:
-        """``attempt_at_once``'s transaction: raises NotAtOnce (rolling it back) unless
-        the job was finished, by now or by an earlier run of it."""
-        row = await store.get_job(conn, request.job.job_id)
-        if row is None or row.workflow_id != workflow_id:
-            raise NotAtOnce("no row of this workflow (a direct start creates it)")
-        if row.is_final:
-            return store.Finished(row, changed=False)
-        if row.snapshot_at is not None or row.cancel_requested_at is not None:
-            raise NotAtOnce("an earlier attempt or a cancellation came first")
-        payload = self.kind.validate(row.payload)
-        if not await whole.fits(conn, row, payload):
-            raise NotAtOnce("larger than one unit of work")
-        if not await job_rows.take_snapshot(conn, row):
-            raise NotAtOnce("the snapshot was taken meanwhile")
-        job = await store.open_job(
+        """``attempt_at_once``'s transaction, in as few statements as it can take: the
+        snapshot lock, the row opened only if nothing touched it (its snapshot marked
+        taken), the size counted, the items inserted, then the kind's work, whose last
+        statement records every outcome with the final row. Raises NotAtOnce (rolling
+        it all back) unless the job was finished, by now or by an earlier run of it."""
+        await store.lock_snapshot(conn, request.job.job_id)
+        opened = await store.open_untouched(
             conn,
-            row.id,
+            request.job.job_id,
             run_id=activity.info().workflow_run_id,
             attempts=request.attempt,
             attempts_failed=request.attempts_failed,
             workflow_id=workflow_id,
         )
-        if job is None or job.is_final:
-            raise NotAtOnce("finished meanwhile")
+        if opened is None:
+            raise NotAtOnce("no row of this workflow (a direct start creates it)")
+        job, untouched = opened
+        if job.is_final:
+            return store.Finished(job, changed=False)
+        if not untouched:
+            raise NotAtOnce("an earlier attempt or a cancellation came first")
+        payload = self.kind.validate(job.payload)
+        if not await whole.fits(conn, job, payload):
+            raise NotAtOnce("larger than one unit of work")
+        snapshot = await job_rows.insert_snapshot(conn, job)
         ctx: WorkContext[P] = WorkContext(
             deps=self.deps,
             kind=self.kind,
             request=request,
             job=job,
             payload=payload,
-            counters=job.counters,
+            counters=Counters(total=snapshot.total),
+            snapshot=snapshot,
         )
         finished = await whole.work(conn, ctx)
         if finished is None:

@@ -153,15 +153,33 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def whole_course(
         self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload]
     ) -> Finished | None:
-        """The course's one batch, in the caller's transaction: it finishes the job
-        there when it recorded every item (see ``tag_batch``); a page that fails the
-        batch's one write (``BatchWriteFailed``), or a cancellation request, leaves the
-        job to the attempts, which tag page by page or end it cancelled."""
+        """The course's one batch, in the caller's transaction, right after its snapshot:
+        every page tagged or decided, then every outcome recorded with the final row in
+        one statement. A snapshot larger than the batch (pages added since it was
+        counted), a page that fails the batch's one write (``BatchWriteFailed``) or a
+        cancellation request leaves the job to the attempts (None), which tag page by
+        page or end it cancelled."""
+        batch = await self.read_batch(conn, ctx, 0, None)
+        if not batch.actor_ok:
+            raise ActorUnavailable()
+        if batch.cancel_requested or len(batch.items) != ctx.counters.total:
+            return None
         try:
-            landed = await self.tag_batch(conn, ctx=ctx, after=0)
+            outcomes = await self._tag(conn, ctx, batch.items, careful=False)
         except BatchWriteFailed:
             return None
-        return None if landed is None else landed.finished
+        finished = await ctx.finish_whole(
+            conn,
+            [
+                ItemOutcome(o, outcomes[o].state, outcomes[o].code, outcomes[o].message)
+                for o in outcomes
+            ],
+            self.done(ctx).output,
+        )
+        if finished is not None:
+            delta = Counter(outcome.state.value for outcome in outcomes.values())
+            self.deps.metrics.items_processed(self.kind.name, dict(delta))
+        return finished
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after

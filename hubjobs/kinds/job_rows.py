@@ -18,6 +18,8 @@ counters), ``expires_at`` from the kind's retention.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,9 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator
 from hubjobs.errors import InvalidInput
-from hubjobs.kinds import REGISTRY, JobKind, NewJob
+from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
 from hubjobs.readmodel import store
-from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.store import Finished
 from hubjobs.readmodel.views import Counters, JobView
 
@@ -104,13 +106,19 @@ async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:
     snapshot, then the row's total, summary and ``snapshot_at``, in the caller's
     transaction (the attempt's opening one). Raises the kind's HubJobsError when the job
     cannot go on (its course is gone since the start). Returns whether it took them."""
-    kind = REGISTRY.get(job.kind)
     if not await store.snapshot_due(conn, job.id):
         return False
-    new_job = NewJob(job.id, job.workspace_id, job.actor_id, job.correlation_id, job.source_job_id)
-    prepared = await kind.prepare(conn, new_job, kind.validate(job.payload))
+    prepared = await insert_snapshot(conn, job)
     await store.set_snapshot(conn, job.id, total=prepared.total, summary=prepared.summary)
     return True
+
+
+async def insert_snapshot(conn: AsyncConnection, job: JobView) -> Prepared:
+    """The kind's snapshot of the job's items, inserted, under the snapshot lock the
+    caller took; the row's ``snapshot_at`` is the caller's to write."""
+    kind = REGISTRY.get(job.kind)
+    new_job = NewJob(job.id, job.workspace_id, job.actor_id, job.correlation_id, job.source_job_id)
+    return await kind.prepare(conn, new_job, kind.validate(job.payload))
 
 
 async def record_refused(
@@ -188,3 +196,38 @@ async def finish_job(
         attempts=attempts,
         attempts_failed=attempts_failed,
     )
+
+
+async def finish_whole(
+    conn: AsyncConnection,
+    job: JobView,
+    outcomes: Sequence[store.ItemOutcome],
+    *,
+    prepared: Prepared,
+    output: dict[str, Any] | None,
+    default_retention: timedelta,
+) -> Finished | None:
+    """A small job done in one transaction (its snapshot ``prepared`` in it): the outcome
+    of every item and the final row, succeeded with its kind's result, in one statement.
+    None when the outcomes are not the whole snapshot (the caller rolls back)."""
+    kind = REGISTRY.get(job.kind)
+    counts = Counter(o.state for o in outcomes)
+    counters = Counters(
+        total=prepared.total,
+        processed=len(outcomes),
+        succeeded=counts[ItemState.succeeded],
+        skipped=counts[ItemState.skipped],
+        failed=counts[ItemState.failed],
+    )
+    result = kind.result_of(kind.validate(job.payload), counters, output)
+    final = await store.record_and_finish(
+        conn,
+        job.id,
+        outcomes,
+        total=prepared.total,
+        summary=prepared.summary,
+        retention=kind.retention or default_retention,
+        result=result,
+        result_content_type=kind.result_content_type if result is not None else None,
+    )
+    return None if final is None else Finished(final, changed=True)

@@ -124,17 +124,8 @@ async def insert_items(
     conn: AsyncConnection, job_id: uuid.UUID, select: str, params: dict[str, Any]
 ) -> int:
     """A job's snapshot: ``select`` (a kind's query) yields ``ordinal, ref, label,
-    done_at_snapshot, detail`` for each item; one statement, whatever the size."""
-    # A snapshot reads a bounded part of a workspace by index. Right after a bulk import
-    # the statistics are stale and the planner took ``pages`` for a few hundred rows,
-    # scanning all of it once per parent (186 s for a fresh 100,000-page course, 0.35 s
-    # by index); and its ordering sort stays in memory (4 MB spilled that course). Both
-    # last until the end of the start's transaction, whose other statements go by key.
-    await conn.execute(
-        text(
-            "SELECT set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
-        )
-    )
+    done_at_snapshot, detail`` for each item; one statement, whatever the size, run
+    under the snapshot lock and its planner settings (``lock_snapshot``)."""
     inserted = await conn.execute(
         text(
             "WITH inserted AS (INSERT INTO job_items "
@@ -147,16 +138,32 @@ async def insert_items(
     return int(inserted.scalar_one())
 
 
-async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
-    """Whether the unfinished job's items are still to be taken, asked under the job's
-    snapshot lock, which the caller's transaction then holds: two attempts taking them
-    at once (one presumed dead) do so one after the other, and the second finds them
-    taken. The lock is the job's own, not its row's: a cancellation request written
-    meanwhile does not wait for a long snapshot."""
+# Set with the snapshot lock, for the rest of its transaction. A snapshot reads a bounded
+# part of a workspace by index. Right after a bulk import the statistics are stale and the
+# planner took ``pages`` for a few hundred rows, scanning all of it once per parent (186 s
+# for a fresh 100,000-page course, 0.35 s by index); and its ordering sort stays in memory
+# (4 MB spilled that course). The transaction's other statements go by key.
+SNAPSHOT_PLANNER = "set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
+
+
+async def lock_snapshot(conn: AsyncConnection, job_id: uuid.UUID) -> None:
+    """Takes the job's snapshot lock, which the caller's transaction then holds: two
+    attempts taking the items at once (one presumed dead) do so one after the other. The
+    lock is the job's own, not its row's: a cancellation request written meanwhile does
+    not wait for a long snapshot. What the caller reads of the row must come in a later
+    statement (a statement's view of the rows is fixed before it waits for the lock)."""
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text)))"),
+        text(
+            f"SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text))), {SNAPSHOT_PLANNER}"
+        ),
         {"class": SNAPSHOT_LOCK, "id": job_id},
     )
+
+
+async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
+    """Whether the unfinished job's items are still to be taken, asked under the job's
+    snapshot lock (``lock_snapshot``): the second of two attempts finds them taken."""
+    await lock_snapshot(conn, job_id)
     due = await conn.execute(
         text(f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}"),
         {"id": job_id},
@@ -472,6 +479,56 @@ async def open_job(
     return None if row is None else _view(row)
 
 
+async def open_untouched(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    *,
+    run_id: str | None,
+    attempts: int,
+    attempts_failed: int,
+    workflow_id: str | None,
+) -> tuple[JobView, bool] | None:
+    """A small job's one-transaction attempt, under the snapshot lock: moves the job to
+    running with its snapshot taken now, only if nothing has touched it yet (no snapshot,
+    no cancellation request). Returns the row and whether it was opened so (the row as
+    it is otherwise); None when the workflow has no row. The snapshot's total and summary
+    are written with the final row (``record_and_finish``), in the same transaction."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH opened AS (
+                    UPDATE jobs SET status = {JobStatus.running.sql},
+                           started_at = COALESCE(started_at, now()), run_id = :run_id,
+                           attempts = GREATEST(attempts, :attempts),
+                           attempts_failed = GREATEST(attempts_failed, :failed),
+                           snapshot_at = now(), updated_at = now()
+                     WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
+                       AND snapshot_at IS NULL AND cancel_requested_at IS NULL
+                 RETURNING {JOB_COLUMNS}
+                )
+                SELECT {JOB_COLUMNS}, true AS opened FROM opened
+                UNION ALL
+                SELECT {JOB_COLUMNS}, false FROM jobs
+                 WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
+                """
+            ),
+            {
+                "id": job_id,
+                "run_id": run_id,
+                "attempts": attempts,
+                "failed": attempts_failed,
+                "workflow_id": workflow_id,
+            },
+        )
+    ).first()
+    if row is None:
+        return None
+    values = dict(row._mapping)
+    opened = bool(values.pop("opened"))
+    return JobView.model_validate(values), opened
+
+
 @dataclass(frozen=True)
 class ItemOutcome:
     ordinal: int
@@ -553,6 +610,79 @@ async def record_outcomes(
         recorded=int(row.recorded),
         cancel_requested=bool(row.cancel_requested),
     )
+
+
+async def record_and_finish(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    outcomes: Sequence[ItemOutcome],
+    *,
+    total: int,
+    summary: str,
+    retention: timedelta,
+    result: dict[str, Any] | None,
+    result_content_type: str | None,
+) -> JobView | None:
+    """A small job's whole work in one statement, the last of its one transaction: the
+    outcome of each of its ``total`` items (its snapshot's) recorded, its counters, total
+    and summary set from exactly those, and the row finished succeeded. Only when every
+    one of them was recorded here (each still pending), the row running with no
+    cancellation request; otherwise None, and the caller rolls back (what it recorded
+    with it)."""
+    ordinals = [o.ordinal for o in outcomes]
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                WITH o AS (
+                    SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
+                                         CAST(:codes AS text[]), CAST(:messages AS text[]))
+                        AS o(ordinal, state, code, message)
+                ), recorded AS (
+                    UPDATE job_items i
+                       SET state = o.state, error_code = o.code, error_message = o.message,
+                           processed_at = now()
+                      FROM o
+                     WHERE i.job_id = :job AND i.ordinal = o.ordinal
+                       AND i.state = {ItemState.pending.sql}
+                 RETURNING i.state
+                ), counted AS (
+                    SELECT count(*) AS n,
+                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS n_ok,
+                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS n_skip,
+                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS n_bad
+                      FROM recorded
+                ), finished AS (
+                    UPDATE jobs j
+                       SET total = c.n, processed = c.n, succeeded = c.n_ok,
+                           skipped = c.n_skip, failed = c.n_bad, summary = :summary,
+                           status = {JobStatus.succeeded.sql}, result = CAST(:result AS jsonb),
+                           result_content_type = :content_type,
+                           finished_at = now(), expires_at = now() + :retention,
+                           updated_at = now()
+                      FROM counted c
+                     WHERE j.id = :job AND c.n = :total
+                       AND j.status = {JobStatus.running.sql} AND j.cancel_requested_at IS NULL
+                 RETURNING {JOB_COLUMNS}, {NOTIFY}
+                )
+                SELECT {JOB_COLUMNS} FROM finished
+                """
+            ),
+            {
+                "job": job_id,
+                "ordinals": int_array(ordinals),
+                "states": [o.state.value for o in outcomes],
+                "codes": [o.code for o in outcomes],
+                "messages": [o.message for o in outcomes],
+                "total": total,
+                "summary": summary,
+                "result": None if result is None else _json(result),
+                "content_type": result_content_type,
+                "retention": retention,
+            },
+        )
+    ).first()
+    return None if row is None else _view(row)
 
 
 async def set_progress(
