@@ -435,6 +435,31 @@ async def request_cancel(
     )
 
 
+# What an attempt's opening sets (``_opening`` gives its parameters): running, the run,
+# the attempts only ever growing.
+OPENING = (
+    f"status = {JobStatus.running.sql}, started_at = COALESCE(started_at, now()), "
+    "run_id = :run_id, attempts = GREATEST(attempts, :attempts), "
+    "attempts_failed = GREATEST(attempts_failed, :failed)"
+)
+
+
+def _opening(
+    job_id: uuid.UUID,
+    run_id: str | None,
+    attempts: int,
+    attempts_failed: int,
+    workflow_id: str | None,
+) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "run_id": run_id,
+        "attempts": attempts,
+        "failed": attempts_failed,
+        "workflow_id": workflow_id,
+    }
+
+
 async def open_job(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -453,11 +478,7 @@ async def open_job(
             text(
                 f"""
                 WITH opened AS (
-                    UPDATE jobs SET status = {JobStatus.running.sql},
-                           started_at = COALESCE(started_at, now()), run_id = :run_id,
-                           attempts = GREATEST(attempts, :attempts),
-                           attempts_failed = GREATEST(attempts_failed, :failed),
-                           updated_at = now()
+                    UPDATE jobs SET {OPENING}, updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
                  RETURNING {JOB_COLUMNS}, {NOTIFY}
                 )
@@ -467,13 +488,7 @@ async def open_job(
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
                 """
             ),
-            {
-                "id": job_id,
-                "run_id": run_id,
-                "attempts": attempts,
-                "failed": attempts_failed,
-                "workflow_id": workflow_id,
-            },
+            _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
         )
     ).first()
     return None if row is None else _view(row)
@@ -498,11 +513,7 @@ async def open_untouched(
             text(
                 f"""
                 WITH opened AS (
-                    UPDATE jobs SET status = {JobStatus.running.sql},
-                           started_at = COALESCE(started_at, now()), run_id = :run_id,
-                           attempts = GREATEST(attempts, :attempts),
-                           attempts_failed = GREATEST(attempts_failed, :failed),
-                           snapshot_at = now(), updated_at = now()
+                    UPDATE jobs SET {OPENING}, snapshot_at = now(), updated_at = now()
                      WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
                        AND snapshot_at IS NULL AND cancel_requested_at IS NULL
                  RETURNING {JOB_COLUMNS}
@@ -513,13 +524,7 @@ async def open_untouched(
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
                 """
             ),
-            {
-                "id": job_id,
-                "run_id": run_id,
-                "attempts": attempts,
-                "failed": attempts_failed,
-                "workflow_id": workflow_id,
-            },
+            _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
         )
     ).first()
     if row is None:
@@ -547,23 +552,10 @@ class Recorded:
     cancel_requested: bool
 
 
-async def record_outcomes(
-    conn: AsyncConnection,
-    job_id: uuid.UUID,
-    outcomes: Sequence[ItemOutcome],
-    *,
-    clear_detail: bool = False,
-) -> Recorded:
-    """Records the outcome of each still-pending item and moves the job's counters by
-    exactly those, in one statement; an item recorded before (by an attempt presumed
-    dead) is left alone and not counted again. ``clear_detail`` drops what the snapshot
-    froze for the items, once it is no longer needed."""
-    ordinals = [o.ordinal for o in outcomes]
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                WITH o AS (
+# The outcomes of a batch's items (``_recording`` gives the parameters), each recorded
+# while pending, and the count of those this statement recorded, by state: the CTEs the
+# statements that move a job's counters begin with.
+RECORDING = f"""WITH o AS (
                     SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
                                          CAST(:codes AS text[]), CAST(:messages AS text[]))
                         AS o(ordinal, state, code, message)
@@ -578,14 +570,48 @@ async def record_outcomes(
                  RETURNING i.state
                 ), counted AS (
                     SELECT count(*) AS n,
-                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS succeeded,
-                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS skipped,
-                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS failed
+                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS n_ok,
+                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS n_skip,
+                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS n_bad
                       FROM recorded
-                )
+                )"""
+
+
+def _recording(
+    job_id: uuid.UUID, outcomes: Sequence[ItemOutcome], clear_detail: bool
+) -> dict[str, Any]:
+    ordinals = [o.ordinal for o in outcomes]
+    return {
+        "job": job_id,
+        "ordinals": int_array(ordinals),
+        "states": [o.state.value for o in outcomes],
+        "codes": [o.code for o in outcomes],
+        "messages": [o.message for o in outcomes],
+        "low": min(ordinals, default=0),
+        "high": max(ordinals, default=0),
+        "clear": clear_detail,
+    }
+
+
+async def record_outcomes(
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    outcomes: Sequence[ItemOutcome],
+    *,
+    clear_detail: bool = False,
+) -> Recorded:
+    """Records the outcome of each still-pending item and moves the job's counters by
+    exactly those, in one statement; an item recorded before (by an attempt presumed
+    dead) is left alone and not counted again. ``clear_detail`` drops what the snapshot
+    froze for the items, once it is no longer needed."""
+    row = (
+        await conn.execute(
+            text(
+                f"""
+                {RECORDING}
                 UPDATE jobs j
-                   SET processed = j.processed + c.n, succeeded = j.succeeded + c.succeeded,
-                       skipped = j.skipped + c.skipped, failed = j.failed + c.failed,
+                   SET processed = j.processed + c.n, succeeded = j.succeeded + c.n_ok,
+                       skipped = j.skipped + c.n_skip, failed = j.failed + c.n_bad,
                        updated_at = now()
                   FROM counted c
                  WHERE j.id = :job
@@ -593,16 +619,7 @@ async def record_outcomes(
                        j.cancel_requested_at IS NOT NULL AS cancel_requested, {NOTIFY_J}
                 """
             ),
-            {
-                "job": job_id,
-                "ordinals": int_array(ordinals),
-                "states": [o.state.value for o in outcomes],
-                "codes": [o.code for o in outcomes],
-                "messages": [o.message for o in outcomes],
-                "low": min(ordinals, default=0),
-                "high": max(ordinals, default=0),
-                "clear": clear_detail,
-            },
+            _recording(job_id, outcomes, clear_detail),
         )
     ).one()
     return Recorded(
@@ -629,30 +646,11 @@ async def record_and_finish(
     one of them was recorded here (each still pending), the row running with no
     cancellation request; otherwise None, and the caller rolls back (what it recorded
     with it)."""
-    ordinals = [o.ordinal for o in outcomes]
     row = (
         await conn.execute(
             text(
                 f"""
-                WITH o AS (
-                    SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
-                                         CAST(:codes AS text[]), CAST(:messages AS text[]))
-                        AS o(ordinal, state, code, message)
-                ), recorded AS (
-                    UPDATE job_items i
-                       SET state = o.state, error_code = o.code, error_message = o.message,
-                           processed_at = now()
-                      FROM o
-                     WHERE i.job_id = :job AND i.ordinal = o.ordinal
-                       AND i.state = {ItemState.pending.sql}
-                 RETURNING i.state
-                ), counted AS (
-                    SELECT count(*) AS n,
-                           count(*) FILTER (WHERE state = {ItemState.succeeded.sql}) AS n_ok,
-                           count(*) FILTER (WHERE state = {ItemState.skipped.sql}) AS n_skip,
-                           count(*) FILTER (WHERE state = {ItemState.failed.sql}) AS n_bad
-                      FROM recorded
-                ), finished AS (
+                {RECORDING}, finished AS (
                     UPDATE jobs j
                        SET total = c.n, processed = c.n, succeeded = c.n_ok,
                            skipped = c.n_skip, failed = c.n_bad, summary = :summary,
@@ -669,11 +667,7 @@ async def record_and_finish(
                 """
             ),
             {
-                "job": job_id,
-                "ordinals": int_array(ordinals),
-                "states": [o.state.value for o in outcomes],
-                "codes": [o.code for o in outcomes],
-                "messages": [o.message for o in outcomes],
+                **_recording(job_id, outcomes, clear_detail=False),
                 "total": total,
                 "summary": summary,
                 "result": None if result is None else _json(result),

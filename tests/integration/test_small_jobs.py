@@ -28,6 +28,7 @@ from hubjobs.kinds import job_rows
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState
+from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.launch import job_input
 from hubjobs.temporal.messages import CANCEL_SIGNAL, WorkRequest
@@ -269,11 +270,7 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     the row still queued."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    request = WorkRequest(job=job_input(job), attempt=1)
-    environment = ActivityEnvironment()
-    environment.info = dataclasses.replace(
-        environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
-    )
+    request, environment = _local_attempt(job)
 
     async def cut(conn: AsyncConnection, pages: Any, attempt: int) -> None:
         raise RuntimeError("cut mid-write")
@@ -305,11 +302,7 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
     row not opened, nothing tagged), for the attempts to do."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    request = WorkRequest(job=job_input(job), attempt=1)
-    environment = ActivityEnvironment()
-    environment.info = dataclasses.replace(
-        environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
-    )
+    request, environment = _local_attempt(job)
     row = await row_of(engine, job.id)
     assert row is not None
     holding = asyncio.Event()
@@ -392,6 +385,16 @@ async def test_the_final_statement_refuses_outcomes_short_of_the_snapshot(
             conn, job.id, run_id="run", attempts=1, attempts_failed=0, workflow_id=job.workflow_id
         )
     assert later is not None and not later[1] and later[0].status == "succeeded"
+
+
+def _local_attempt(job: JobView) -> tuple[WorkRequest, ActivityEnvironment]:
+    """The first attempt's request of a job's local activity, and an environment that
+    runs it as that workflow's local activity, outside Temporal."""
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(
+        environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
+    )
+    return WorkRequest(job=job_input(job), attempt=1), environment
 
 
 def _tagger(
