@@ -25,13 +25,15 @@ async def role_of(
     """The actor's role in the workspace, or None when not an enabled member."""
     from sqlalchemy import text
 
+    from hubjobs.db.engine import PREPARED
+
     row = (
         await conn.execute(
             text(
                 "SELECT m.role FROM workspace_memberships m "
                 "JOIN user_accounts u ON u.id = m.user_id "
                 "WHERE m.workspace_id = :workspace AND m.user_id = :actor AND u.enabled"
-            ),
+            ).execution_options(**PREPARED),
             {"workspace": workspace_id, "actor": actor_id},
         )
     ).first()

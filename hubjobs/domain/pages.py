@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array, uuid_array
+from hubjobs.db.engine import PREPARED
 from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput, NotFound
@@ -109,7 +110,9 @@ async def course_root(
     (``page_trashed``)."""
     root = (
         await conn.execute(
-            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id"),
+            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id").execution_options(
+                **PREPARED
+            ),
             {"id": root_page_id},
         )
     ).first()

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db.arrays import int_array
+from hubjobs.db.engine import PREPARED
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import (
@@ -99,7 +100,7 @@ async def insert_job(
                 "CAST(:notify AS text), CASE WHEN CAST(:notify AS text) IS NULL THEN NULL "
                 f"ELSE {NotifyState.pending.sql} END) "
                 f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}"
-            ),
+            ).execution_options(**PREPARED),
             {
                 "id": job_id,
                 "workflow_id": workflow_id or workflow_id_for(kind, job_id),
@@ -155,7 +156,7 @@ async def lock_snapshot(conn: AsyncConnection, job_id: uuid.UUID) -> None:
     await conn.execute(
         text(
             f"SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text))), {SNAPSHOT_PLANNER}"
-        ),
+        ).execution_options(**PREPARED),
         {"class": SNAPSHOT_LOCK, "id": job_id},
     )
 
@@ -165,7 +166,9 @@ async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
     snapshot lock (``lock_snapshot``): the second of two attempts finds them taken."""
     await lock_snapshot(conn, job_id)
     due = await conn.execute(
-        text(f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}"),
+        text(
+            f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}"
+        ).execution_options(**PREPARED),
         {"id": job_id},
     )
     return bool(due.scalar())
@@ -179,7 +182,7 @@ async def set_snapshot(
         text(
             "UPDATE jobs SET total = :total, summary = :summary, snapshot_at = now(), "
             f"updated_at = now() WHERE id = :id AND snapshot_at IS NULL RETURNING {NOTIFY}"
-        ),
+        ).execution_options(**PREPARED),
         {"id": job_id, "total": total, "summary": summary},
     )
 
@@ -196,7 +199,7 @@ async def get_job(
             text(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id "
                 "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)"
-            ),
+            ).execution_options(**PREPARED),
             {"id": job_id, "workspace": workspace_id},
         )
     ).first()
@@ -211,7 +214,7 @@ async def find_by_idempotency_key(
             text(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
                 "AND kind = :kind AND idempotency_key = :key"
-            ),
+            ).execution_options(**PREPARED),
             {"workspace": workspace_id, "kind": kind, "key": key},
         )
     ).first()
@@ -487,7 +490,7 @@ async def open_job(
                 SELECT {JOB_COLUMNS} FROM jobs
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
                 """
-            ),
+            ).execution_options(**PREPARED),
             _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
         )
     ).first()
@@ -523,7 +526,7 @@ async def open_untouched(
                 SELECT {JOB_COLUMNS}, false FROM jobs
                  WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
                 """
-            ),
+            ).execution_options(**PREPARED),
             _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
         )
     ).first()

@@ -1,0 +1,78 @@
+"""Prepared statements (hubjobs/db/engine.py PREPARED): a statement that asks is prepared
+once per connection and no other ever is; a schema change made meanwhile by another
+connection (a migration while workers run) and a rollback leave them working."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import JobView
+
+UNPREPARED = "SELECT count(*) FROM jobs WHERE status = 'queued'"
+
+
+async def _prepared(conn: AsyncConnection) -> list[str]:
+    """The statements this connection has prepared on the server."""
+    rows = await conn.execute(text("SELECT statement FROM pg_prepared_statements"))
+    return [str(statement) for statement in rows.scalars()]
+
+
+async def _insert(conn: AsyncConnection, course: DemoCourse) -> JobView:
+    job = await store.insert_job(
+        conn,
+        job_id=uuid.uuid4(),
+        kind=COURSE_TAGGING.name,
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="prepared",
+        idempotency_key=None,
+        payload={"root_page_id": str(course.root_page_id), "tag": "prepared"},
+    )
+    assert job is not None
+    return job
+
+
+async def test_a_statement_that_asks_is_prepared_once_and_no_other_is(
+    engine: AsyncEngine, course: DemoCourse
+) -> None:
+    async with engine.connect() as conn:
+        job = await _insert(conn, course)
+        for _ in range(7):  # past psycopg's own threshold (5), were it on
+            assert await store.get_job(conn, job.id) == job
+            await conn.execute(text(UNPREPARED))
+        prepared = await _prepared(conn)
+        assert sum("INSERT INTO jobs" in s for s in prepared) == 1
+        assert sum(s.startswith("SELECT") and "FROM jobs WHERE id" in s for s in prepared) == 1
+        assert not any("count(*)" in s for s in prepared)
+        await conn.commit()
+
+
+async def test_a_schema_change_meanwhile_and_a_rollback_leave_them_working(
+    engine: AsyncEngine, course: DemoCourse
+) -> None:
+    """A column added to ``jobs`` by another connection after this one prepared its
+    statements: they are planned again on their next run and return what they did (each
+    names its columns). A rollback drops them (psycopg), and they are prepared again."""
+    async with engine.connect() as conn:
+        job = await _insert(conn, course)
+        await conn.commit()
+        assert await store.get_job(conn, job.id) == job
+        await conn.commit()
+        async with engine.connect() as other:
+            await other.execute(text("ALTER TABLE jobs ADD COLUMN added_later integer DEFAULT 7"))
+            await other.commit()
+        assert await store.get_job(conn, job.id) == job
+        second = await _insert(conn, course)
+        assert await store.get_job(conn, second.id) == second
+        await conn.rollback()
+        assert await _prepared(conn) == []
+        assert await store.get_job(conn, job.id) == job
+        assert await store.get_job(conn, second.id) is None  # rolled back with its statements
+        assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
+        await conn.commit()
