@@ -97,6 +97,8 @@ def async_engine(
         _watch_and_ping(dialect, dbapi_connection, record, ping_after_idle)
 
     event.listen(engine.sync_engine, "before_cursor_execute", _prepare_if_asked)
+    event.listen(engine.sync_engine, "after_cursor_execute", _prepare_no_more)
+    event.listen(engine.sync_engine, "handle_error", _prepare_no_more_after_error)
     event.listen(engine.sync_engine.pool, "connect", _fresh)
     event.listen(engine.sync_engine.pool, "checkout", checkout)
     event.listen(engine.sync_engine.pool, "checkin", _unwatch)
@@ -138,17 +140,31 @@ async def _connect_within_deadline(conninfo: str) -> psycopg.AsyncConnection[Any
     return await within(psycopg.AsyncConnection.connect(conninfo, prepare_threshold=None))
 
 
+def _asks(context: Any) -> bool:
+    return context is not None and bool(context.execution_options.get("hubjobs_prepared"))
+
+
 def _prepare_if_asked(
     conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
 ) -> None:
-    """psycopg prepares the next statement when it is one that asks (PREPARED), and
-    nothing else."""
-    wanted = (
-        0 if context is not None and context.execution_options.get("hubjobs_prepared") else None
-    )
-    driver = conn.connection.driver_connection
-    if driver.prepare_threshold != wanted:
-        driver.prepare_threshold = wanted
+    """psycopg prepares this statement if it asks (PREPARED); the connection prepares
+    nothing otherwise (its threshold is None again after it, ``_prepare_no_more``)."""
+    if _asks(context):
+        conn.connection.driver_connection.prepare_threshold = 0
+
+
+def _prepare_no_more(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> None:
+    if _asks(context):
+        conn.connection.driver_connection.prepare_threshold = None
+
+
+def _prepare_no_more_after_error(failure: Any) -> None:
+    if _asks(failure.execution_context) and failure.connection is not None:
+        driver = failure.connection.connection.driver_connection
+        if driver is not None:
+            driver.prepare_threshold = None
 
 
 def _fresh(dbapi_connection: Any, record: Any) -> None:

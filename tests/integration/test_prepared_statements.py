@@ -1,18 +1,31 @@
 """Prepared statements (hubjobs/db/engine.py PREPARED): a statement that asks is prepared
-once per connection and no other ever is; a schema change made meanwhile by another
-connection (a migration while workers run) and a rollback leave them working."""
+once per connection and no other ever is; a small job's whole attempt prepares its key
+lookups and never a statement whose plan could turn on its values (arrays, the
+course's walk); a schema change made meanwhile by another connection (a migration while
+workers run) and a rollback leave them working."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio.common import MetricMeter
+from temporalio.testing import ActivityEnvironment
 
+from activities.base import Deps
+from activities.course_tagging import CourseTaggingActivities
+from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.launch import job_input
+from hubjobs.temporal.messages import WorkRequest
 
 UNPREPARED = "SELECT count(*) FROM jobs WHERE status = 'queued'"
 
@@ -76,3 +89,40 @@ async def test_a_schema_change_meanwhile_and_a_rollback_leave_them_working(
         assert await store.get_job(conn, second.id) is None  # rolled back with its statements
         assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
         await conn.commit()
+
+
+async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_on_values(
+    course: DemoCourse, settings: Settings
+) -> None:
+    """A course that fits in a batch, done in one transaction on a connection of its own:
+    the lock, the opening, the root's facts and the batch's read are prepared; the count
+    and the snapshot (the course's walk), the write and the outcomes (arrays of the
+    batch) never are, whatever the size: their generic plan is the trap of
+    docs/benchmarks.md."""
+    engine = async_engine(settings.resolved_database_url(), pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            job = await _insert(conn, course)
+            await conn.commit()
+        environment = ActivityEnvironment()
+        environment.info = dataclasses.replace(
+            environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
+        )
+        tagger = CourseTaggingActivities(
+            Deps(engine=engine, settings=settings, metrics=JobMetrics(MetricMeter.noop), hooks={})
+        )
+        done = await environment.run(tagger.tag_small_course, WorkRequest(job=job_input(job)))
+        assert done.outcome is not None and done.outcome.status == "succeeded"
+        async with engine.connect() as conn:
+            prepared = await _prepared(conn)
+            await conn.commit()
+    finally:
+        await engine.dispose()
+    assert sum("pg_advisory_xact_lock" in s for s in prepared) == 1
+    assert sum("UPDATE jobs SET" in s for s in prepared) == 1
+    assert sum("trashed, title FROM pages WHERE id" in s for s in prepared) == 1
+    assert sum("AS cancel_requested" in s for s in prepared) == 1
+    assert sum("INSERT INTO jobs" in s for s in prepared) == 1  # the start's, by key
+    assert len(prepared) == 5, prepared  # and nothing else: not the pool's ping either
+    planned_on_values = re.compile(r"(unnest|ANY)\(\s*(CAST\()?\$\d|RECURSIVE|INTO job_items")
+    assert not any(planned_on_values.search(s) for s in prepared)

@@ -42,7 +42,8 @@ def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str)
     list with it; SIGINT ends it with exit code 0. Returns the backup's id."""
     watching = subprocess.Popen(
         [HUBJOBS, "list", "--watch", "--interval", "0.2", "--json"],
-        env=env,
+        # On SIGABRT, every thread's Python stack on stderr: why it did not end, if not.
+        env=env | {"PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -57,7 +58,14 @@ def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str)
             assert line, "--watch ended early"
             seen = [job["id"] for job in json.loads(line)]
         watching.send_signal(signal.SIGINT)
-        assert watching.wait(30) == 0
+        # Reading on to the end (a child blocked on a full pipe could not finish).
+        try:
+            watching.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            watching.send_signal(signal.SIGABRT)
+            _, stacks = watching.communicate(timeout=10)
+            raise AssertionError(f"list --watch did not end on SIGINT:\n{stacks}") from None
+        assert watching.returncode == 0
         return str(backup["id"])
     finally:
         watching.kill()
