@@ -7,7 +7,10 @@ identical notifications into one). The payload is the job's id, never its conten
 job when its id arrives. A notification sent while the connection was down is lost, so
 each (re)connection wakes every waiter once: the bounded re-read that catches up on
 what may have been missed. A quiet connection is checked every ``check_seconds`` (a
-dead one otherwise waits for TCP to notice).
+dead one otherwise waits for TCP to notice). The connection lasts while someone waits:
+after the last waiter leaves it is closed at the next check (at once if it was lost),
+and the next subscriber opens it again -- a client that is never closed does not keep
+a connection, nor retry one to a database that has gone, for the rest of its process.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class JobChanges:
             for event in waiting:
                 event.set()
 
+    @property
+    def listening(self) -> bool:
+        """Whether the listener runs (from the first subscriber to after the last)."""
+        return self._task is not None and not self._task.done()
+
     async def _run(self) -> None:
         while True:
             try:
@@ -91,6 +99,10 @@ class JobChanges:
                 # The type only: a database error's message may quote values.
                 log.warning("change listener lost its connection: %s", type(err).__name__)
             self.backend_pid = None
+            # No await between this check and the end: a subscriber either came before
+            # it (and is served) or finds the task done (and starts another).
+            if not self._waiters:
+                return
             await asyncio.sleep(self._retry)
 
     async def _listen(self) -> None:
@@ -103,4 +115,6 @@ class JobChanges:
             while True:
                 async for note in conn.notifies(timeout=self._check):
                     self._wake(note.payload)
+                if not self._waiters:
+                    return
                 await conn.execute("SELECT 1")

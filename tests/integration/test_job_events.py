@@ -295,6 +295,29 @@ async def test_a_failed_read_ends_the_feed_with_its_error_and_the_next_follower_
         await hub.close()
 
 
+async def test_the_listener_ends_with_its_last_waiter_and_starts_with_the_next(
+    settings: Settings, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    """A client never closed keeps no listening connection once nobody waits (nor
+    retries one, every half second, to a database that has gone): the listener closes
+    at its next check after the last waiter leaves, and the next subscriber opens a new
+    one, which wakes on the next change as the first did."""
+    changes = JobChanges(settings.resolved_database_url(), check_seconds=0.2)
+    job_id = await new_job(engine, course)
+    try:
+        for done in (1, 2):
+            with changes.subscribe(job_id) as changed:
+                await until("the listener", lambda: asyncio.sleep(0, changes.backend_pid))
+                assert changes.connections == done
+                changed.clear()
+                await progress(engine, job_id, done, "step")
+                await asyncio.wait_for(changed.wait(), timeout=30)
+            await until("the listener gone", lambda: asyncio.sleep(0, not changes.listening))
+            assert changes.backend_pid is None
+    finally:
+        await changes.close()
+
+
 async def test_a_tagging_jobs_stream_follows_its_batches_to_the_final_event(
     api: tuple[httpx.AsyncClient, HubJobsClient],
     api_settings: Settings,

@@ -20,6 +20,7 @@ import asyncio
 import json
 import signal
 import subprocess
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -37,11 +38,33 @@ def get_json(url: str, token: str) -> Any:
         return json.loads(response.read())
 
 
+# Runs a command with SIGINT as a terminal gives it (default action, not blocked),
+# whatever this test process inherited or set (in CI, where the watch once ignored
+# SIGINT, a pytest-xdist worker that has run other tests).
+AS_FROM_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+WATCH = ("list", "--watch", "--interval", "0.2", "--json")
+
+
+def signal_state(pid: int) -> str:
+    """The process's signal masks (pending, blocked, ignored, caught), from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as err:
+        return f"(no status: {err})"
+    return " ".join(line for line in status.splitlines() if line.startswith(("Sig", "ShdPnd")))
+
+
 def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str) -> str:
     """``hubjobs list --watch --json`` prints ``listed``, then, once a backup starts, a
     list with it; SIGINT ends it with exit code 0. Returns the backup's id."""
     watching = subprocess.Popen(
-        [HUBJOBS, "list", "--watch", "--interval", "0.2", "--json"],
+        [sys.executable, "-c", AS_FROM_A_TERMINAL, HUBJOBS, *WATCH],
         # On SIGABRT, every thread's Python stack on stderr: why it did not end, if not.
         env=env | {"PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
@@ -62,9 +85,12 @@ def watch_sees_a_new_job(env: dict[str, str], listed: list[str], workspace: str)
         try:
             watching.communicate(timeout=30)
         except subprocess.TimeoutExpired:
+            state = signal_state(watching.pid)
             watching.send_signal(signal.SIGABRT)
             _, stacks = watching.communicate(timeout=10)
-            raise AssertionError(f"list --watch did not end on SIGINT:\n{stacks}") from None
+            raise AssertionError(
+                f"list --watch did not end on SIGINT ({state}):\n{stacks}"
+            ) from None
         assert watching.returncode == 0
         return str(backup["id"])
     finally:
