@@ -98,7 +98,6 @@ def async_engine(
 
     event.listen(engine.sync_engine, "before_cursor_execute", _prepare_if_asked)
     event.listen(engine.sync_engine, "after_cursor_execute", _prepare_no_more)
-    event.listen(engine.sync_engine, "handle_error", _prepare_no_more_after_error)
     event.listen(engine.sync_engine.pool, "connect", _fresh)
     event.listen(engine.sync_engine.pool, "checkout", checkout)
     event.listen(engine.sync_engine.pool, "checkin", _unwatch)
@@ -147,10 +146,14 @@ def _asks(context: Any) -> bool:
 def _prepare_if_asked(
     conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
 ) -> None:
-    """psycopg prepares this statement if it asks (PREPARED); the connection prepares
-    nothing otherwise (its threshold is None again after it, ``_prepare_no_more``)."""
-    if _asks(context):
-        conn.connection.driver_connection.prepare_threshold = 0
+    """psycopg prepares this statement if it asks (PREPARED), and no other: the
+    threshold is set for each statement, and put back after one that asked
+    (``_prepare_no_more``), so what runs on the connection outside SQLAlchemy's
+    statements (the pool's ping) is never prepared."""
+    wanted = 0 if _asks(context) else None
+    driver = conn.connection.driver_connection
+    if driver.prepare_threshold != wanted:
+        driver.prepare_threshold = wanted
 
 
 def _prepare_no_more(
@@ -158,13 +161,6 @@ def _prepare_no_more(
 ) -> None:
     if _asks(context):
         conn.connection.driver_connection.prepare_threshold = None
-
-
-def _prepare_no_more_after_error(failure: Any) -> None:
-    if _asks(failure.execution_context) and failure.connection is not None:
-        driver = failure.connection.connection.driver_connection
-        if driver is not None:
-            driver.prepare_threshold = None
 
 
 def _fresh(dbapi_connection: Any, record: Any) -> None:

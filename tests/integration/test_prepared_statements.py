@@ -6,26 +6,19 @@ workers run) and a rollback leave them working."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from temporalio.common import MetricMeter
-from temporalio.testing import ActivityEnvironment
 
-from activities.base import Deps
-from activities.course_tagging import CourseTaggingActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.launch import job_input
-from hubjobs.temporal.messages import WorkRequest
+from tests.support.helpers import local_attempt, tagging_activities
 
 UNPREPARED = "SELECT count(*) FROM jobs WHERE status = 'queued'"
 
@@ -104,14 +97,8 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
         async with engine.connect() as conn:
             job = await _insert(conn, course)
             await conn.commit()
-        environment = ActivityEnvironment()
-        environment.info = dataclasses.replace(
-            environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
-        )
-        tagger = CourseTaggingActivities(
-            Deps(engine=engine, settings=settings, metrics=JobMetrics(MetricMeter.noop), hooks={})
-        )
-        done = await environment.run(tagger.tag_small_course, WorkRequest(job=job_input(job)))
+        request, environment = local_attempt(job)
+        done = await environment.run(tagging_activities(engine, settings).tag_small_course, request)
         assert done.outcome is not None and done.outcome.status == "succeeded"
         async with engine.connect() as conn:
             prepared = await _prepared(conn)

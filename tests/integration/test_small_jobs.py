@@ -9,7 +9,6 @@ on the server), which is what PostgreSQL's ``xact_commit`` counts of that worker
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -18,26 +17,21 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
-from temporalio.common import MetricMeter
-from temporalio.testing import ActivityEnvironment
 
-from activities.base import Deps
-from activities.course_tagging import CourseTaggingActivities
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import job_rows
-from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState
-from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.launch import job_input
-from hubjobs.temporal.messages import CANCEL_SIGNAL, WorkRequest
+from hubjobs.temporal.messages import CANCEL_SIGNAL
 from starter.client import HubJobsClient
 from tests.support.helpers import (
     assert_every_page_tagged_once,
     item_counts,
     job_revisions,
+    local_attempt,
     row_of,
+    tagging_activities,
     until,
     workflow_closed,
 )
@@ -270,12 +264,12 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     the row still queued."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    request, environment = _local_attempt(job)
+    request, environment = local_attempt(job)
 
     async def cut(conn: AsyncConnection, pages: Any, attempt: int) -> None:
         raise RuntimeError("cut mid-write")
 
-    cut_short = _tagger(engine, settings, {"before_write": cut})
+    cut_short = tagging_activities(engine, settings, {"before_write": cut})
     left = await environment.run(cut_short.tag_small_course, request)
     assert left.outcome is None
     row = await row_of(engine, job.id)
@@ -283,7 +277,7 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     assert await item_counts(engine, job.id) == {}
     assert await job_revisions(engine, TAG) == {}
 
-    tagger = _tagger(engine, settings, {})
+    tagger = tagging_activities(engine, settings, {})
     first = await environment.run(tagger.tag_small_course, request)
     again = await environment.run(tagger.tag_small_course, request)
     assert first.outcome is not None and first.outcome.status == "succeeded"
@@ -302,7 +296,7 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
     row not opened, nothing tagged), for the attempts to do."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    request, environment = _local_attempt(job)
+    request, environment = local_attempt(job)
     row = await row_of(engine, job.id)
     assert row is not None
     holding = asyncio.Event()
@@ -316,7 +310,9 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
 
     async def local() -> Any:
         await holding.wait()
-        return await environment.run(_tagger(engine, settings, {}).tag_small_course, request)
+        return await environment.run(
+            tagging_activities(engine, settings, {}).tag_small_course, request
+        )
 
     took, left = await asyncio.gather(ordinary(), local())
     assert took and left.outcome is None
@@ -385,29 +381,6 @@ async def test_the_final_statement_refuses_outcomes_short_of_the_snapshot(
             conn, job.id, run_id="run", attempts=1, attempts_failed=0, workflow_id=job.workflow_id
         )
     assert later is not None and not later[1] and later[0].status == "succeeded"
-
-
-def _local_attempt(job: JobView) -> tuple[WorkRequest, ActivityEnvironment]:
-    """The first attempt's request of a job's local activity, and an environment that
-    runs it as that workflow's local activity, outside Temporal."""
-    environment = ActivityEnvironment()
-    environment.info = dataclasses.replace(
-        environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
-    )
-    return WorkRequest(job=job_input(job), attempt=1), environment
-
-
-def _tagger(
-    engine: AsyncEngine, settings: Settings, hooks: dict[str, Any]
-) -> CourseTaggingActivities:
-    return CourseTaggingActivities(
-        Deps(
-            engine=engine,
-            settings=settings,
-            metrics=JobMetrics(MetricMeter.noop),
-            hooks=hooks,
-        )
-    )
 
 
 async def _waiting(engine: AsyncEngine) -> bool | None:

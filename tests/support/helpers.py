@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import time
 import uuid
@@ -15,6 +16,7 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.common import MetricMeter
+from temporalio.testing import ActivityEnvironment
 
 from activities.base import Deps, WorkContext
 from activities.course_tagging import (
@@ -297,6 +299,30 @@ async def snapshot_now(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
         taken = await store.get_job(conn, job_id)
     assert taken is not None
     return taken
+
+
+def local_attempt(job: JobView) -> tuple[WorkRequest, ActivityEnvironment]:
+    """The first attempt's request of a job's local activity, and an environment that
+    runs it as that workflow's local activity, outside Temporal."""
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(
+        environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
+    )
+    return WorkRequest(job=job_input(job), attempt=1), environment
+
+
+def tagging_activities(
+    engine: AsyncEngine, settings: Settings, hooks: dict[str, Any] | None = None
+) -> CourseTaggingActivities:
+    """The tagging activities on ``engine``, outside Temporal."""
+    return CourseTaggingActivities(
+        Deps(
+            engine=engine,
+            settings=settings,
+            metrics=JobMetrics(MetricMeter.noop),
+            hooks=hooks or {},
+        )
+    )
 
 
 async def tagger_for(
