@@ -244,6 +244,10 @@ class Settings(BaseSettings):
     outage_handover_seconds: float = Field(default=20.0, gt=0)
     handover_pause_seconds: float = Field(default=2.0, ge=0)
     lifecycle_local_seconds: float = Field(default=30.0, gt=0)
+    # How long what a process found about the database's writes holds (a write probe,
+    # or a refusal its own writes met: hubjobs/db/writes.py): a health check or a start
+    # probes again only past it.
+    write_probe_seconds: float = Field(default=5.0, gt=0)
     # Temporal: connecting, and every call the client, the CLI and the API make.
     temporal_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)
