@@ -57,8 +57,9 @@ from types import ModuleType
 import psycopg
 from psycopg import errors as pg
 
-# SQLSTATEs of a server that is going away or coming back (the connection's own class,
-# 08, is an outage whatever its code).
+# The connection's own class: an outage whatever its code.
+_CONNECTION_CLASS = "08"
+# SQLSTATEs of a server that is going away or coming back.
 _OUTAGE_STATES = frozenset(
     {
         pg.AdminShutdown.sqlstate,  # 57P01: pg_ctl stop, a restart
@@ -97,16 +98,17 @@ class DeadlineExceeded(Exception):
 
 
 def _psycopg_outage(err: BaseException) -> bool:
-    if isinstance(err, pg.ConnectionException):  # SQLSTATE class 08
-        return True
     if not isinstance(err, psycopg.Error):
         return False
     state = err.sqlstate
     if state is None:
         # No SQLSTATE: the failure is the connection itself (refused, reset, closed).
         return isinstance(err, psycopg.OperationalError)
+    # By class where a class says it: psycopg's classes per SQLSTATE are flat
+    # (ConnectionFailure, 08006, is no ConnectionException, 08000).
     return (
-        state in _TIMEOUT_STATES
+        state[:2] == _CONNECTION_CLASS
+        or state in _TIMEOUT_STATES
         or state in _OUTAGE_STATES
         or state == _READ_ONLY
         or state[:2] in _RESOURCE_CLASSES
