@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     temporal_namespace: str = "default"
     task_queue: str = "hubjobs"
 
+    # The embedded stack's supervisor (`hubjobs up` starts it, `hubjobs down` stops it):
+    # a server that died is started again, on its address, trying again at most this
+    # far apart (hubjobs/devstack/supervisor.py). Off: a dead server stays down until
+    # the next `hubjobs up`.
+    stack_supervisor: bool = True
+    stack_restart_max_seconds: float = Field(default=30.0, gt=0)
     # Ports the embedded stack prefers; taken ports fall back to free ones.
     postgres_port: int = 55432
     temporal_port: int = 7233
