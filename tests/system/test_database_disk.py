@@ -148,6 +148,10 @@ class DiskRun:
     async def finish(self) -> JobView:
         """The job, final; it must have succeeded exactly, no attempt counted."""
         done = await wait_until_final(self.jobs, self.job.id, timeout=FINISH_TIMEOUT)
+        print(
+            f"the job: {done.status}, {done.succeeded} succeeded and {done.failed} failed "
+            f"of {done.total}, {done.attempts} attempt(s), {done.attempts_failed} failed"
+        )
         assert done.status == "succeeded", failed_job(done, [self.worker])
         await assert_every_page_tagged_once(
             self.client.engine, done, self.course.page_ids, self.tag
@@ -250,6 +254,9 @@ async def test_a_full_database_disk_pauses_the_job_and_is_said_until_freed(
             )
             cli_took = time.monotonic() - started
             during = await item_counts(run.client.engine, run.job.id)
+            assert "failed" not in during, (
+                f"pages recorded failed while the disk was full: {during}"
+            )
             still = await run.jobs.get(run.job.id)
             left = await run.jobs_recorded()
 
@@ -267,7 +274,6 @@ async def test_a_full_database_disk_pauses_the_job_and_is_said_until_freed(
         f"the file was removed /health ok in {ok_again:.1f} s, job {done.status} in "
         f"{finished:.1f} s, {done.attempts} attempt(s)"
     )
-    assert "failed" not in during, f"pages recorded failed while the disk was full: {during}"
     assert still.status == "running" and still.processed < PAGES, still
     assert said is not None, "/health never said the database was full"
     assert cli_health.returncode == 1, cli_health.stderr

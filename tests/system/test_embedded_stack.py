@@ -195,8 +195,6 @@ def test_a_killed_server_comes_back_by_itself_and_down_stops_its_supervisor() ->
     each restart logged; `down` stops the supervisor with the servers. Before: a killed
     server stayed down until the next `up`."""
     with own_stack(extra_env={"HUBJOBS_STACK_RESTART_MAX_SECONDS": "1"}) as own:
-        supervisor = int((own.home / "supervisor.pid").read_text())
-        assert embedded.pid_alive(supervisor)
         pg_port = urlsplit(own.database_url).port
         temporal_port = int(own.temporal_address.rpartition(":")[2])
         ui_port = urlsplit(own.info["ui_url"]).port
@@ -207,19 +205,22 @@ def test_a_killed_server_comes_back_by_itself_and_down_stops_its_supervisor() ->
         killed_temporal = kill_temporal(own.home)
         killed = time.monotonic()
         deadline = killed + 60
+        log_file = own.home / "supervisor.log"
         while not (
             accepts(pg_port)
             and accepts(temporal_port)
             and accepts(ui_port)
-            and "Temporal restarted" in (own.home / "supervisor.log").read_text()
+            and log_file.exists()
+            and "Temporal restarted" in log_file.read_text()
         ):
-            assert time.monotonic() < deadline, log_tails(own.home)
+            assert time.monotonic() < deadline, f"not back within 60 s\n{log_tails(own.home)}"
             time.sleep(0.2)
         back = time.monotonic() - killed
+        supervisor = int((own.home / "supervisor.pid").read_text())
         postgres_pid, temporal_pid = server_pids(own.home)
         with psycopg.connect(own.database_url, connect_timeout=10) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
-        log = (own.home / "supervisor.log").read_text()
+        log = log_file.read_text()
         print(f"\nboth servers back {back:.1f} s after their kill:\n{log}")
         assert postgres_pid != killed_postgres and temporal_pid != killed_temporal
         assert embedded.command_line(temporal_pid, limit=100_000) == command
