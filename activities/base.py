@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.deadline import deadline
 from hubjobs.db.engine import set_local_budget
-from hubjobs.db.errors import answered_late, is_outage
+from hubjobs.db.errors import is_outage, server_answered, sqlstate_of
 from hubjobs.db.limits import Purpose, budget
 from hubjobs.errors import HubJobsError, JobNotFound
 from hubjobs.kinds import REGISTRY, JobKind, Prepared, job_rows
@@ -468,7 +468,7 @@ async def ride_out_outages(
         except Exception as err:
             if not is_outage(err):
                 raise
-            outage, waited = clock.failed(answered=answered_late(err))
+            outage, waited = clock.failed(answered=server_answered(err))
             if clock.gives_up and outage > settings.max_outage_seconds:
                 raise OutageTooLong() from err
             if clock.should_hand_over(waited, settings.outage_handover_seconds):
@@ -481,7 +481,10 @@ async def ride_out_outages(
                 assert clock.since is not None
                 raise OutOfReach(clock.since) from err
             log.warning(
-                "database unavailable (%s); trying again in %.0f s", type(err).__name__, delay
+                "database unavailable (%s, SQLSTATE %s); trying again in %.0f s",
+                type(err).__name__,
+                sqlstate_of(err),
+                delay,
             )
             pause = delay
             if clock.hand_over:

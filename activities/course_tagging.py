@@ -45,7 +45,7 @@ from activities.base import (
     WorkEnd,
 )
 from hubjobs.db.engine import PREPARED
-from hubjobs.db.errors import is_outage
+from hubjobs.db.errors import refused_for_its_row, sqlstate_of
 from hubjobs.domain.access import ADMINISTRATOR
 from hubjobs.domain.pages import (
     PAGE_FACTS,
@@ -254,8 +254,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 partial(self.tag_batch, ctx=ctx, after=after, upto=upto), transaction=True
             )
         except BatchWriteFailed:
-            # Some page's update fails: the batch again, each page in a statement of its
-            # own, so that one page's failure never undoes another's.
+            # The database refused some page's update: the batch again, each page in a
+            # statement of its own, so that one page's refusal never undoes another's.
             return await ctx.db(
                 partial(self.tag_batch, ctx=ctx, after=after, upto=upto, careful=True)
             )
@@ -415,9 +415,12 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         *,
         careful: bool,
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
-        """One statement for the batch; should it fail, BatchWriteFailed, or when
+        """One statement for the batch; should the database refuse it for some page's
+        sake (hubjobs.db.errors.refused_for_its_row), BatchWriteFailed, or when
         ``careful`` each page alone. Returns the pages changed and the pages whose update
-        failed; the rest were in conflict."""
+        was refused; the rest were in conflict. Any other error (an outage, a full disk,
+        a deadlock) is no page's doing: it goes up, the batch's transaction with it, and
+        no page is recorded failed for it."""
         job = ctx.job
 
         async def write(changes: list[TagChange]) -> set[uuid.UUID]:
@@ -434,9 +437,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         try:
             return await write([TagChange(i.page_id, v) for i, v in wanted]), set()
         except DBAPIError as err:
-            if is_outage(err):
+            if not refused_for_its_row(err):
                 raise
-            log.warning("batch tag update failed (%s); page by page", type(err.orig).__name__)
+            log.warning("batch tag update refused (SQLSTATE %s); page by page", sqlstate_of(err))
             if not careful:
                 raise BatchWriteFailed() from None
         changed: set[uuid.UUID] = set()
@@ -445,10 +448,10 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             try:
                 changed |= await write([TagChange(item.page_id, version)])
             except DBAPIError as err:
-                if is_outage(err):
+                if not refused_for_its_row(err):
                     raise
                 log.warning(
-                    "tag update of page %s failed (%s)", item.page_id, type(err.orig).__name__
+                    "tag update of page %s refused (SQLSTATE %s)", item.page_id, sqlstate_of(err)
                 )
                 broken.add(item.page_id)
         return changed, broken

@@ -71,6 +71,13 @@ class Unavailable(HubJobsError):
     code = "unavailable"
 
 
+class DatabaseRefusesWrites(Unavailable):
+    """PostgreSQL answers but refuses writes: full (its disk, memory or a configured limit:
+    ``database_full``) or read-only (``database_read_only``). Nothing was written."""
+
+    code = "database_full"
+
+
 class PortTaken(HubJobsError):
     """A port the embedded stack is recorded on is held by another process. The stack is
     not moved elsewhere: running workers read its addresses once and would be stranded."""

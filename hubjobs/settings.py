@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     temporal_namespace: str = "default"
     task_queue: str = "hubjobs"
 
+    # The embedded stack's supervisor (`hubjobs up` starts it, `hubjobs down` stops it):
+    # a server that died is started again, on its address, trying again at most this
+    # far apart (hubjobs/devstack/supervisor.py). Off: a dead server stays down until
+    # the next `hubjobs up`.
+    stack_supervisor: bool = True
+    stack_restart_max_seconds: float = Field(default=30.0, gt=0)
     # Ports the embedded stack prefers; taken ports fall back to free ones.
     postgres_port: int = 55432
     temporal_port: int = 7233
@@ -244,6 +250,10 @@ class Settings(BaseSettings):
     outage_handover_seconds: float = Field(default=20.0, gt=0)
     handover_pause_seconds: float = Field(default=2.0, ge=0)
     lifecycle_local_seconds: float = Field(default=30.0, gt=0)
+    # How long what a process found about the database's writes holds (a write probe,
+    # or a refusal its own writes met: hubjobs/db/writes.py): a health check or a start
+    # probes again only past it.
+    write_probe_seconds: float = Field(default=5.0, gt=0)
     # Temporal: connecting, and every call the client, the CLI and the API make.
     temporal_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     temporal_rpc_timeout_seconds: float = Field(default=5.0, gt=0)

@@ -43,10 +43,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from hubjobs.db.deadline import deadline
-from hubjobs.db.errors import is_data_error, is_outage, is_timeout
+from hubjobs.db.errors import (
+    DATABASE_FULL,
+    DATABASE_READ_ONLY,
+    is_data_error,
+    is_outage,
+    is_timeout,
+    refused_writes,
+)
 from hubjobs.db.limits import ConnectOptions, Purpose, budget
 from hubjobs.db.pool import Connection, ReadPool
 from hubjobs.db.turns import NoTurn, Turns
+from hubjobs.db.writes import WriteCheck
 from hubjobs.domain.access import workspace_not_found
 from hubjobs.domain.text import (
     check_correlation_id,
@@ -55,6 +63,7 @@ from hubjobs.domain.text import (
     is_kind_name,
 )
 from hubjobs.errors import (
+    DatabaseRefusesWrites,
     HubJobsError,
     InvalidInput,
     InvalidPayload,
@@ -113,6 +122,7 @@ class HubJobsClient:
         self._turns: Turns | None = None
         self._starts = Turns(self.settings.starts_in_flight)
         self._connecting = asyncio.Lock()
+        self.writes = WriteCheck(self.settings.write_probe_seconds)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> HubJobsClient:
@@ -257,7 +267,44 @@ class HubJobsClient:
             except HubJobsError:
                 raise
             except Exception as err:
-                raise _database_error(err) from None
+                error = _database_error(err)
+                if isinstance(error, DatabaseRefusesWrites):
+                    self.writes.refused(error.code)
+                raise error from None
+
+    async def refused_writes(self) -> str | None:
+        """Whether the database refuses writes (``database_full``,
+        ``database_read_only``) or takes them (None), as this process last found (a
+        write probe at most every HUBJOBS_WRITE_PROBE_SECONDS, hubjobs.db.writes; a
+        refusal its own writes met). A database that does not answer is
+        ``Unavailable``."""
+        from hubjobs.db.writes import probe_writes
+
+        known = self.writes.known()
+        if known is not None:
+            return known.refusal
+        async with self.writes.probing:
+            known = self.writes.known()
+            if known is not None:
+                return known.refusal
+            try:
+                await self.db(probe_writes, purpose=Purpose.READ)
+            except DatabaseRefusesWrites as refused:
+                return refused.code  # noted by ``db``
+            except Unavailable:
+                raise
+            except HubJobsError as err:
+                # The probe itself was refused (no TEMP privilege): it cannot tell.
+                log.warning("write probe failed (%s): taken as writable", err.code)
+            self.writes.taken()
+            return None
+
+    async def require_writes(self) -> None:
+        """Refuses at once (``DatabaseRefusesWrites``) while the database refuses writes,
+        as ``refused_writes`` knows it."""
+        refusal = await self.refused_writes()
+        if refusal is not None:
+            raise DatabaseRefusesWrites(REFUSED_WRITES[refusal], code=refusal)
 
     async def read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """Runs ``work`` (statements of ``hubjobs.readmodel.reads``) on a connection of
@@ -290,8 +337,21 @@ async def _queued(turn: AbstractAsyncContextManager[None]) -> AsyncIterator[None
         ) from None
 
 
+# What a caller hears while the database refuses writes (hubjobs.db.errors).
+REFUSED_WRITES = {
+    DATABASE_FULL: "the job database is full (out of disk space, or memory) and refuses "
+    "writes; nothing was written: try again once it has room",
+    DATABASE_READ_ONLY: "the job database is read-only and refuses writes; nothing was "
+    "written: try again once it takes writes",
+}
+
+
 def _database_error(err: Exception) -> HubJobsError:
     """What a caller hears of a database error; the log gets its type and SQLSTATE."""
+    refusal = refused_writes(err)
+    if refusal is not None:
+        log_failure(log, "database call refused (no writes)", err, level=logging.WARNING)
+        return DatabaseRefusesWrites(REFUSED_WRITES[refusal], code=refusal)
     if is_outage(err):
         log_failure(log, "database call failed (outage)", err, level=logging.WARNING)
         if is_timeout(err):
@@ -400,6 +460,8 @@ class WorkspaceJobs:
         flight (``HubJobsClient.start_turn``): one that waited too long in line wrote
         nothing."""
         await self.client.temporal_client()
+        # A database that refuses writes would take the row, perhaps, and run nothing.
+        await self.client.require_writes()
         async with self.client.start_turn() as queued_until:
             created = await self.client.db(create, queued_until=queued_until)
             job = created.job

@@ -19,6 +19,31 @@ and logged with its SQLSTATE every time; raise the purpose's budget for it.
 (``query_canceled`` also comes from an operator's ``pg_cancel_backend``: retrying is
 right then too.)
 
+A server that answers but cannot do the work for lack of a resource is an outage too,
+never a failure of the work, decided by SQLSTATE class:
+
+- class 53, insufficient resources (53100 disk_full, 53200 out_of_memory, 53300
+  too_many_connections, 53400 configuration_limit_exceeded): the same statement goes
+  through once space, memory or slots are back; an operator's fix, not the data's;
+- class 58, system errors (58030 io_error, 58P01 a file the server cannot find): the
+  server's own storage failing, which says nothing about the statement either;
+- 25006 read_only_sql_transaction: a standby, a primary demoted by a failover, or a
+  server an operator (or a managed service, as its disk fills) made read-only; writes
+  go through again on the new primary, or once it is writable.
+
+These pause the work exactly as a server that went away does (retried whole, bounded by
+HUBJOBS_MAX_OUTAGE_SECONDS), except that they do not hand the work over to another
+worker: the server answered this one, and would answer any other the same
+(``server_answered``). 53300 still hands over: it refused this worker a connection,
+and another may hold one. Class 53 but 53300, and 25006, are also told apart for a
+caller (``refused_writes``: ``database_full``, ``database_read_only``): the database
+answers reads and refuses writes, which a health check and a start say as such.
+
+A write refused for one row's own sake (``refused_for_its_row``: its data, a
+constraint, a trigger's refusal, a row or key over a size limit) is the only failure
+worth recording against that row; any other error is the statement's, or the
+server's, and goes up whole.
+
 SQLAlchemy is not imported here: a process that never imported it (the command line
 reading a job with psycopg alone) cannot hold one of its errors, and importing it
 costs a command ~100 ms.
@@ -32,15 +57,21 @@ from types import ModuleType
 import psycopg
 from psycopg import errors as pg
 
-# SQLSTATEs of a server that is going away, coming back, or full.
+# The connection's own class: an outage whatever its code.
+_CONNECTION_CLASS = "08"
+# SQLSTATEs of a server that is going away or coming back.
 _OUTAGE_STATES = frozenset(
     {
         pg.AdminShutdown.sqlstate,  # 57P01: pg_ctl stop, a restart
         pg.CrashShutdown.sqlstate,  # 57P02
         pg.CannotConnectNow.sqlstate,  # 57P03: starting up, in recovery
-        pg.TooManyConnections.sqlstate,  # 53300
     }
 )
+# SQLSTATE classes and codes of a server that answers but cannot do the work now (see
+# the module's docstring).
+_RESOURCE_CLASSES = frozenset({"53", "58"})
+_READ_ONLY = pg.ReadOnlySqlTransaction.sqlstate  # 25006
+_NO_SLOT = pg.TooManyConnections.sqlstate  # 53300: refuses connections, not writes
 # SQLSTATEs of a deadline the server kept (see the module's docstring).
 _TIMEOUT_STATES = frozenset(
     {
@@ -48,6 +79,14 @@ _TIMEOUT_STATES = frozenset(
         pg.LockNotAvailable.sqlstate,  # 55P03: lock_timeout
     }
 )
+# Classes of a refusal for a row's own sake: data exception (22), integrity constraint
+# (23), triggered data change (27), WITH CHECK OPTION (44), program limit exceeded (54:
+# a row or index entry too large), PL/pgSQL's RAISE (P0: a trigger's refusal).
+_ROW_CLASSES = frozenset({"22", "23", "27", "44", "54", "P0"})
+
+# What a caller is told when the database refuses writes (hubjobs.errors).
+DATABASE_FULL = "database_full"
+DATABASE_READ_ONLY = "database_read_only"
 
 
 class DeadlineExceeded(Exception):
@@ -59,14 +98,21 @@ class DeadlineExceeded(Exception):
 
 
 def _psycopg_outage(err: BaseException) -> bool:
-    if isinstance(err, pg.ConnectionException):  # SQLSTATE class 08
-        return True
-    if isinstance(err, psycopg.Error) and err.sqlstate in _TIMEOUT_STATES:
-        return True
-    if isinstance(err, psycopg.OperationalError):
+    if not isinstance(err, psycopg.Error):
+        return False
+    state = err.sqlstate
+    if state is None:
         # No SQLSTATE: the failure is the connection itself (refused, reset, closed).
-        return err.sqlstate is None or err.sqlstate in _OUTAGE_STATES
-    return False
+        return isinstance(err, psycopg.OperationalError)
+    # By class where a class says it: psycopg's classes per SQLSTATE are flat
+    # (ConnectionFailure, 08006, is no ConnectionException, 08000).
+    return (
+        state[:2] == _CONNECTION_CLASS
+        or state in _TIMEOUT_STATES
+        or state in _OUTAGE_STATES
+        or state == _READ_ONLY
+        or state[:2] in _RESOURCE_CLASSES
+    )
 
 
 def _sqlalchemy_exc() -> ModuleType | None:
@@ -102,13 +148,45 @@ def is_timeout(err: BaseException) -> bool:
     return isinstance(orig, psycopg.Error) and orig.sqlstate in _TIMEOUT_STATES
 
 
-def answered_late(err: BaseException) -> bool:
-    """The server itself ended the statement at its ``statement_timeout`` or
-    ``lock_timeout``: it answers (slowly, or a lock is held), so another worker would
-    fare no better; an outage to wait out, not a reason to hand the work over."""
+def sqlstate_of(err: BaseException) -> str | None:
+    """The SQLSTATE of a database error (psycopg's, or SQLAlchemy's wrapping one)."""
     sa = _sqlalchemy_exc()
     orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
-    return isinstance(orig, psycopg.Error) and orig.sqlstate in _TIMEOUT_STATES
+    return orig.sqlstate if isinstance(orig, psycopg.Error) else None
+
+
+def server_answered(err: BaseException) -> bool:
+    """The server itself answered the call with an outage: it ended the statement at its
+    ``statement_timeout`` or ``lock_timeout`` (it answers slowly, or a lock is held), or
+    it cannot do the work for lack of a resource, being read-only, or its own storage
+    failing. Another worker would fare no better: an outage to wait out, not a reason
+    to hand the work over."""
+    state = sqlstate_of(err)
+    if state is None or state == _NO_SLOT:
+        return False
+    return state in _TIMEOUT_STATES or state == _READ_ONLY or state[:2] in _RESOURCE_CLASSES
+
+
+def refused_writes(err: BaseException) -> str | None:
+    """The code a caller hears when the database answered but refused to write for lack
+    of a resource (``database_full``) or being read-only (``database_read_only``);
+    None for any other error."""
+    state = sqlstate_of(err)
+    if state == _READ_ONLY:
+        return DATABASE_READ_ONLY
+    if state is not None and state[:2] == "53" and state != _NO_SLOT:
+        return DATABASE_FULL
+    return None
+
+
+def refused_for_its_row(err: BaseException) -> bool:
+    """The database refused a write for the sake of the row it wrote (its data, a
+    constraint, a trigger's refusal, a size limit): what may be recorded against that
+    row. Anything else (an outage, a deadlock, a bug) is not the row's doing."""
+    if is_data_error(err):
+        return True
+    state = sqlstate_of(err)
+    return state is not None and state[:2] in _ROW_CLASSES
 
 
 def is_data_error(err: BaseException) -> bool:

@@ -30,7 +30,7 @@ from psycopg import pq
 from psycopg.rows import TupleRow
 
 from hubjobs.db.deadline import deadline, watch, within
-from hubjobs.db.errors import is_outage, is_timeout
+from hubjobs.db.errors import is_outage, is_timeout, server_answered
 from hubjobs.db.limits import ConnectOptions
 
 T = TypeVar("T")
@@ -88,7 +88,8 @@ class ReadPool:
                 return await read(conn)
             except Exception as err:
                 cut = is_timeout(err) or (bound is not None and bound.fired)
-                if not reused or cut or not is_outage(err):
+                # A server that answered (full, read-only) left the connection sound.
+                if not reused or cut or not is_outage(err) or server_answered(err):
                     raise
                 # The connection died while idle; its siblings most likely did too.
                 await conn.close()

@@ -10,13 +10,16 @@ server lost its port to another process takes another free one, and a server cou
 as up only once it is the process listening there. From then on the stack keeps those
 addresses: workers read them once, so a dead server comes back on its recorded port,
 and a recorded port someone else now holds is an error (``port_taken``), never a move. ``down``
-keeps the record, so the next ``up`` comes back on the same ports.
+keeps the record, so the next ``up`` comes back on the same ports. One process at a
+time starts the stack's servers (``stack_lock``): ``up``, ``down`` and the supervisor
+that brings a dead server back (hubjobs/devstack/supervisor.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -402,6 +405,13 @@ class EmbeddedPostgres:
                 raise PortLost(port)
             raise Unavailable(f"PostgreSQL did not start on port {port}; see {self.logfile}")
 
+    def restart_on(self, port: int) -> None:
+        """Starts the existing cluster again on ``port``, as it was (never a new one: a
+        missing cluster is ``up``'s to create, and to migrate)."""
+        if not (self.pgdata / "PG_VERSION").exists():
+            raise Unavailable(f"no PostgreSQL cluster in {self.pgdata}: `hubjobs up` makes one")
+        self.start_on(port)
+
     def _create(self) -> str | None:
         """initdb on first use, configured for loopback (or ``listen``) over TCP only.
         Returns the user PostgreSQL runs as (None: this one)."""
@@ -548,6 +558,8 @@ class EmbeddedTemporal:
         self.sqlite_pragmas = list(DEV_STORE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas)
         self.pidfile = self.home / "temporal.pid"
         self.logfile = self.home / "temporal.log"
+        # The command it was last started with, and its ports: a restart runs it again.
+        self.command_file = self.home / "temporal.command.json"
         self.persistent = persistent
         # Loopback only: the dev server's services reach each other at 127.0.0.1, so
         # it serves nothing bound elsewhere. Other hosts reach it through a relay.
@@ -607,6 +619,18 @@ class EmbeddedTemporal:
             args += ["--search-attribute", f"{key.name}={_sa_type(key)}"]
         args += dynamic_config_args({**DEV_SERVER_DYNAMIC_CONFIG, **(dynamic_config or {})})
         args += extra_args or []
+        self.command_file.write_text(json.dumps({"args": args, "port": port, "ui_port": ui_port}))
+        self._launch(args, port, ui_port)
+
+    def restart(self) -> None:
+        """Starts the dev server again as it was last started (its command, its ports)."""
+        try:
+            last = json.loads(self.command_file.read_text())
+        except (OSError, ValueError):
+            raise Unavailable(f"no record of the dev server's command in {self.home}") from None
+        self._launch(list(last["args"]), int(last["port"]), int(last["ui_port"]))
+
+    def _launch(self, args: list[str], port: int, ui_port: int) -> None:
         with open(self.logfile, "ab") as out:
             process = subprocess.Popen(
                 args,
@@ -671,6 +695,22 @@ def write_stack(home: Path, info: StackInfo) -> None:
     os.replace(partial, home / STACK_FILE)
 
 
+LOCK_FILE = "stack.lock"
+
+
+@contextlib.contextmanager
+def stack_lock(home: Path) -> Iterator[None]:
+    """The stack's servers are started and stopped by one process at a time (``up``,
+    ``down``, the supervisor): two would both see a server dead and both start it."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def up(
     home: Path,
     *,
@@ -690,10 +730,29 @@ def up(
     ``ui_codec_endpoint`` the UI decodes payloads there (the payload codec's endpoint on
     the API); a dev server already running keeps the endpoint it was started with, and
     its ``sqlite_pragmas`` (None: ``DEV_STORE_PRAGMAS``)."""
+    require_extra()
+    with stack_lock(home):
+        return _up(
+            home,
+            StackPorts(postgres_port, temporal_port, ui_port),
+            durable=durable,
+            temporal_extra_args=temporal_extra_args,
+            ui_codec_endpoint=ui_codec_endpoint,
+            sqlite_pragmas=sqlite_pragmas,
+        )
+
+
+def _up(
+    home: Path,
+    preferred: StackPorts,
+    *,
+    durable: bool,
+    temporal_extra_args: list[str] | None,
+    ui_codec_endpoint: str | None,
+    sqlite_pragmas: Sequence[str] | None,
+) -> StackInfo:
     from hubjobs.db.migrate import upgrade
 
-    require_extra()
-    home.mkdir(parents=True, exist_ok=True)
     postgres = EmbeddedPostgres(home, durable=durable)
     temporal = EmbeddedTemporal(home, persistent=durable, sqlite_pragmas=sqlite_pragmas)
     recorded = read_stack(home)
@@ -701,9 +760,7 @@ def up(
         # A dev server nobody recorded (a first `up` that died before writing the
         # record) has no workers attached: start it afresh on the ports chosen now.
         temporal.stop()
-        ports = choose_ports(
-            StackPorts(postgres_port, temporal_port, ui_port), postgres.running_port()
-        )
+        ports = choose_ports(preferred, postgres.running_port())
     else:
         ports = StackPorts.of(recorded)
         ensure_free(ports_to_restart(ports, postgres, temporal), home / STACK_FILE)
@@ -811,5 +868,6 @@ def ensure_free(wanted: dict[str, int], record: Path) -> None:
 def down(home: Path) -> None:
     """Stops both servers. The record stays: the next ``up`` brings the stack back on the
     same addresses (a fresh state folder chooses new ones)."""
-    EmbeddedTemporal(home).stop()
-    EmbeddedPostgres(home).stop()
+    with stack_lock(home):
+        EmbeddedTemporal(home).stop()
+        EmbeddedPostgres(home).stop()

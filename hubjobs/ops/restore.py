@@ -79,7 +79,7 @@ from sqlalchemy.engine import Connection, Engine
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
 from hubjobs.db.engine import sync_engine
-from hubjobs.db.errors import is_outage
+from hubjobs.db.errors import is_outage, refused_writes
 from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
@@ -289,7 +289,7 @@ def _load(
             trans.commit()
             _lap("commit")
         except BaseException as err:
-            if committing and is_outage(err):
+            if committing and is_outage(err) and refused_writes(err) is None:
                 # The server went away during COMMIT: whether it committed is unknown.
                 # The staged files stay, so that nothing the database may now name is lost.
                 store.abandon()
@@ -327,6 +327,15 @@ def _analyze(conn: Connection) -> None:
 
 def _database_error(err: BaseException) -> HubJobsError:
     orig = err.orig if isinstance(err, sa_exc.DBAPIError) else err
+    refusal = refused_writes(err)
+    if refusal is not None:
+        state = getattr(orig, "sqlstate", None)
+        log.warning("restore: the database refuses writes: %s", orig)
+        return Unavailable(
+            f"the database refused to write (SQLSTATE {state}: it is full or read-only); "
+            "nothing was committed",
+            code=refusal,
+        )
     if is_outage(err):
         log.info("restore: the database did not answer: %r", orig)
         return Unavailable(

@@ -1,4 +1,5 @@
-"""``GET /health``: whether PostgreSQL and Temporal answer."""
+"""``GET /health``: whether PostgreSQL and Temporal answer, and whether PostgreSQL takes
+writes (a write probe at most every HUBJOBS_WRITE_PROBE_SECONDS, hubjobs.db.writes)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from hubjobs.db.deadline import deadline
+from hubjobs.db.errors import DATABASE_FULL, DATABASE_READ_ONLY
 from starter.api.resources import Health
 from starter.client import HubJobsClient
 
@@ -21,8 +23,13 @@ router = APIRouter(tags=["health"])
 @router.get(
     "/health",
     response_model=Health,
-    responses={503: {"model": Health, "description": "A dependency does not answer"}},
-    summary="Database and Temporal reachability",
+    responses={
+        503: {
+            "model": Health,
+            "description": "A dependency does not answer, or the database refuses writes",
+        }
+    },
+    summary="Database and Temporal reachability, and whether the database takes writes",
 )
 async def health(request: Request) -> JSONResponse:
     hub: HubJobsClient = request.app.state.client
@@ -31,18 +38,29 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse(report.model_dump(), status_code=200 if ok else 503)
 
 
+# The database's state in a health report while it refuses writes, by refusal code.
+REFUSING = {DATABASE_FULL: "full", DATABASE_READ_ONLY: "read_only"}
+REFUSES_WRITES = "refuses_writes"
+
+
 async def check_health(hub: HubJobsClient) -> Health:
     """Both servers, asked at once, each within its deadline (the database's read budget,
-    Temporal's connect and call timeouts): a server that hangs is ``unavailable``."""
+    Temporal's connect and call timeouts): a server that hangs is ``unavailable``. A
+    database that answers but refuses writes is ``full`` or ``read_only``, and the
+    status ``refuses_writes``."""
 
     async def database() -> str:
         try:
             with deadline(hub.settings.db_read_timeout_seconds):
                 async with hub.engine.connect() as conn:
                     await conn.execute(text("SELECT 1"))
-        except Exception as err:
+            refusal = await hub.refused_writes()
+        except Exception as err:  # Unavailable from the probe included
             log.warning("health: database unreachable: %s", type(err).__name__)
             return "unavailable"
+        if refusal is not None:
+            log.warning("health: the database refuses writes: %s", refusal)
+            return REFUSING.get(refusal, REFUSES_WRITES)
         return "ok"
 
     async def temporal() -> str:
@@ -56,8 +74,7 @@ async def check_health(hub: HubJobsClient) -> Health:
         return "ok"
 
     db_state, temporal_state = await asyncio.gather(database(), temporal())
-    return Health(
-        status="ok" if db_state == temporal_state == "ok" else "unavailable",
-        database=db_state,
-        temporal=temporal_state,
-    )
+    status = "ok" if db_state == temporal_state == "ok" else "unavailable"
+    if temporal_state == "ok" and db_state not in ("ok", "unavailable"):
+        status = REFUSES_WRITES
+    return Health(status=status, database=db_state, temporal=temporal_state)

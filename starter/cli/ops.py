@@ -103,7 +103,9 @@ def codec_key(
 @commands.command()
 @command
 def health(as_json: JsonOpt = False) -> None:
-    """Check that PostgreSQL and Temporal answer (exit 1 if not): for container health checks."""
+    """Check that PostgreSQL and Temporal answer and PostgreSQL takes writes (exit 1 if
+    not: `database full` or `read_only` when it refuses them): for container health
+    checks."""
     from starter.api.health import check_health
     from starter.client import HubJobsClient
 

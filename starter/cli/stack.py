@@ -38,7 +38,8 @@ def up(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start (or find running) the embedded PostgreSQL and Temporal dev server.
+    """Start (or find running) the embedded PostgreSQL and Temporal dev server, and their
+    supervisor, which starts a server that dies again on its address.
 
     A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
     (`port_taken`) when someone else holds one: workers keep the addresses they read."""
@@ -58,6 +59,10 @@ def up(
     metrics_url = metrics_url_of(s)
     write_dev_secret(s)
     write_dev_webhook_secret(s)
+    if s.stack_supervisor:
+        from hubjobs.devstack.supervisor import start_supervisor
+
+        start_supervisor(s.home)
     if worker:
         from hubjobs.devstack.background_worker import start_worker
 
@@ -131,15 +136,18 @@ def codec_endpoint(settings: Settings) -> str:
 @commands.command()
 @command
 def down(as_json: JsonOpt = False) -> None:
-    """Stop the background worker and the embedded stack.
+    """Stop the background worker and the embedded stack, its supervisor first.
 
     Their data and addresses stay in the state folder: the next `hubjobs up` brings the
     stack back on the same ports."""
     from hubjobs.devstack import embedded
     from hubjobs.devstack.background_worker import stop_worker
+    from hubjobs.devstack.supervisor import stop_supervisor
 
-    stop_worker(settings_now().home)
-    embedded.down(settings_now().home)
+    home = settings_now().home
+    stop_supervisor(home)
+    stop_worker(home)
+    embedded.down(home)
     if as_json:
         print_json({"stopped": True})
     else:

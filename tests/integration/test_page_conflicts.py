@@ -1,6 +1,7 @@
 """The write side of course tagging on the real database: a page edited between the
-batch's read and its write, once or for good, and a page whose update fails, next to
-pages that go through; two attempts racing over the same batch."""
+batch's read and its write, once or for good, a page whose update is refused for its
+own sake, next to pages that go through, and one whose update meets an error that is
+not its own (never recorded against it); two attempts racing over the same batch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hubjobs.devstack.demo_data import DemoCourse
@@ -109,6 +112,42 @@ async def test_one_page_failing_to_update_never_undoes_the_others(
     others = [page for page in course.page_ids if page != broken]
     assert all(items[page].state == "succeeded" for page in others)
     assert set(await job_revisions(engine, TAG)) == set(others)
+
+
+async def refuse_updates_of(engine: AsyncEngine, page: uuid.UUID, sqlstate: str) -> None:
+    """A trigger that fails every update of ``page`` with ``sqlstate``."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{sqlstate}'; END $$"
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_one BEFORE UPDATE ON pages FOR EACH ROW "
+                f"WHEN (OLD.id = '{page}') EXECUTE FUNCTION refuse()"
+            )
+        )
+
+
+@pytest.mark.parametrize("sqlstate", ["XX000", "40P01"])
+async def test_an_error_not_of_the_pages_own_is_never_recorded_against_it(
+    engine: AsyncEngine, course: DemoCourse, sqlstate: str
+) -> None:
+    """The server's error (an internal error, a deadlock) on one page's update, page by
+    page as in the batch: it goes up to the attempt, and no item is recorded failed
+    for it. Before, the batch fell back page by page and the page was recorded
+    ``page_update_failed`` for good."""
+    broken = course.page_ids[9]
+    await refuse_updates_of(engine, broken, sqlstate)
+    job_id = await _job(engine, course)
+    with pytest.raises(DBAPIError) as raised:
+        await tag_whole_job(engine, job_id)
+    assert getattr(raised.value.orig, "sqlstate", None) == sqlstate
+    items = await items_of(engine, job_id)
+    assert [page for page, item in items.items() if item.state == "failed"] == []
+    assert items[broken].state == "pending"
 
 
 async def test_two_attempts_racing_over_one_batch_record_it_once(

@@ -68,7 +68,7 @@ def timed_json(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[A
 
 def log_tails(home: Path, lines: int = 20) -> str:
     parts = []
-    for name in ("hubjobs.log", "postgres.log", "temporal.log"):
+    for name in ("hubjobs.log", "postgres.log", "temporal.log", "supervisor.log"):
         path = home / name
         if path.exists():
             tail = path.read_text(errors="replace").splitlines()[-lines:]
@@ -202,14 +202,22 @@ class OwnStack:
 
 @contextmanager
 def own_stack(
-    preferred: embedded.StackPorts | None = None, extra_env: dict[str, str] | None = None
+    preferred: embedded.StackPorts | None = None,
+    extra_env: dict[str, str] | None = None,
+    *,
+    pgdata: Path | None = None,
 ) -> Iterator[OwnStack]:
     """A stack brought up by ``hubjobs up`` in a fresh state folder, preferring
     ``preferred`` (free ports when not given), with ``extra_env`` (``HUBJOBS_*``
-    settings) in every command's environment; stopped and removed afterwards."""
+    settings) in every command's environment; stopped and removed afterwards. With
+    ``pgdata`` (an empty folder: a small disk of the test's), PostgreSQL's data
+    directory is there, ``<home>/pgdata`` a link to it."""
     scratch = Path(tempfile.mkdtemp(prefix="hubjobs-own-stack-"))
     home = scratch / "home"
     env = stack_env(home, preferred) | (extra_env or {})
+    if pgdata is not None:
+        home.mkdir(parents=True)
+        (home / "pgdata").symlink_to(pgdata, target_is_directory=True)
     try:
         info, took = timed_json(env, "up")
         print(f"\nfirst hubjobs up took {took:.1f} s: {info}")

@@ -51,6 +51,9 @@ from tests.support.stacks import (
     timed_json,
 )
 
+# The tests of `up` bringing a dead server back run without the stack's supervisor, which
+# would have brought it back first (tests/system/test_database_disk.py shows that one).
+UNSUPERVISED = {"HUBJOBS_STACK_SUPERVISOR": "false"}
 SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId", "JobScheduleId")
 
 
@@ -152,7 +155,7 @@ def test_up_after_a_crash_comes_back_on_the_recorded_ports() -> None:
     """The preferred ports stay taken throughout, so a first `up` falls back to free ones;
     each server killed in turn comes back on exactly the port it had (before, `up` chose
     new free ones, stranding the workers that had read the old addresses)."""
-    with held_ports() as preferred, own_stack(preferred) as own:
+    with held_ports() as preferred, own_stack(preferred, UNSUPERVISED) as own:
         record = own.record.read_text()
         pg_port = urlsplit(own.database_url).port
         temporal_port = int(own.temporal_address.rpartition(":")[2])
@@ -186,11 +189,57 @@ def test_up_after_a_crash_comes_back_on_the_recorded_ports() -> None:
         assert own.record.read_text() == record
 
 
+def test_a_killed_server_comes_back_by_itself_and_down_stops_its_supervisor() -> None:
+    """`up` leaves a supervisor running: each server SIGKILLed (as an OOM kill would end
+    it) is back by itself on its recorded port, the dev server with the command it had,
+    each restart logged; `down` stops the supervisor with the servers. Before: a killed
+    server stayed down until the next `up`."""
+    with own_stack(extra_env={"HUBJOBS_STACK_RESTART_MAX_SECONDS": "1"}) as own:
+        pg_port = urlsplit(own.database_url).port
+        temporal_port = int(own.temporal_address.rpartition(":")[2])
+        ui_port = urlsplit(own.info["ui_url"]).port
+        assert pg_port is not None and ui_port is not None
+        command = embedded.command_line(server_pids(own.home)[1], limit=100_000)
+
+        killed_postgres = kill_postgres(own.home)
+        killed_temporal = kill_temporal(own.home)
+        killed = time.monotonic()
+        deadline = killed + 60
+        log_file = own.home / "supervisor.log"
+        while not (
+            accepts(pg_port)
+            and accepts(temporal_port)
+            and accepts(ui_port)
+            and log_file.exists()
+            and "Temporal restarted" in log_file.read_text()
+        ):
+            assert time.monotonic() < deadline, f"not back within 60 s\n{log_tails(own.home)}"
+            time.sleep(0.2)
+        back = time.monotonic() - killed
+        supervisor = int((own.home / "supervisor.pid").read_text())
+        postgres_pid, temporal_pid = server_pids(own.home)
+        with psycopg.connect(own.database_url, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        log = log_file.read_text()
+        print(f"\nboth servers back {back:.1f} s after their kill:\n{log}")
+        assert postgres_pid != killed_postgres and temporal_pid != killed_temporal
+        assert embedded.command_line(temporal_pid, limit=100_000) == command
+        assert "PostgreSQL restarted" in log and "Temporal restarted" in log
+        assert own.record.read_text() and hubjobs(own.env, "health").returncode == 0
+
+        stopped, _ = timed_json(own.env, "down")
+        assert stopped == {"stopped": True}
+        assert not embedded.pid_alive(supervisor)
+        assert not (own.home / "supervisor.pid").exists()
+        for port in (pg_port, temporal_port, ui_port):
+            assert refuses_soon(port), f"port {port} still accepts after down"
+
+
 def test_up_refuses_a_recorded_port_held_by_another_program() -> None:
     """Both servers dead, another program listening on the recorded Temporal port: `up`
     says which port and who holds it, exits 1 with `port_taken`, and starts nothing (not
     even PostgreSQL, whose port is free), anywhere."""
-    with own_stack() as own:
+    with own_stack(extra_env=UNSUPERVISED) as own:
         record = own.record.read_bytes()
         pg_port = urlsplit(own.database_url).port
         assert pg_port is not None
