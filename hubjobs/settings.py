@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # When set, a token must carry this audience (`aud`) and this issuer (`iss`).
     api_jwt_audience: str | None = None
     api_jwt_issuer: str | None = None
+    # A token's iat, nbf and exp are another host's clock (the identity provider's):
+    # read with this leeway either way, so that a skew of seconds is no refusal.
+    api_jwt_leeway_seconds: float = Field(default=60.0, ge=0, le=3600)
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     # The API's public base URL (e.g. https://hub.example/jobs-api), when it knows it:

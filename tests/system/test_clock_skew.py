@@ -16,8 +16,6 @@ log gives the outage a negative length. Before: at +2 h, B failed the job at onc
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from hubjobs.db.engine import async_engine
 from hubjobs.settings import Settings
 from hubjobs.webhooks.signing import verify
 from starter.client import HubJobsClient
+from tests.support.faketime import clock_offset, skewed
 from tests.support.helpers import (
     assert_every_page_tagged_once,
     until,
@@ -44,7 +43,6 @@ from tests.support.servers import seed
 from tests.support.sse import serving
 from tests.support.webhooks import WEBHOOK_SECRET, Receiver
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 PAGES = 1500
 DONE_BEFORE_STOP = 300
 HANDOVER_SECONDS = 2
@@ -59,29 +57,6 @@ ANSWERS_AGAIN = re.compile(r"database answers again after (-?[0-9.]+) s")
 def own_postgres() -> Iterator[OwnPostgres]:
     with own_postgres_server("hubjobs-clocks-") as server:
         yield server
-
-
-def skewed(env: dict[str, str], offset: str) -> dict[str, str]:
-    """``env`` for a process whose wall clock is ``offset`` off (libfaketime: "+2h")."""
-    if not LIBFAKETIME.is_file():
-        pytest.fail(f"libfaketime is required at {LIBFAKETIME} (Debian's faketime)")
-    return env | {
-        "LD_PRELOAD": str(LIBFAKETIME),
-        "FAKETIME": offset,
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
-
-
-def clock_offset(env: dict[str, str]) -> float:
-    """How far the wall clock of a process started with ``env`` is from this one's."""
-    read = subprocess.run(
-        [sys.executable, "-c", "import time; print(time.time())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(read.stdout) - time.time()
 
 
 def outage_lengths(text: str) -> list[float]:
