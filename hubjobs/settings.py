@@ -256,6 +256,10 @@ class Settings(BaseSettings):
     # line in the API's process (db_queue_timeout_seconds) is cut off by it, nothing
     # written, and one cut off after its row still settles it (starter/client.py).
     api_request_timeout_seconds: float = Field(default=30.0, ge=0)
+    # A request's headers and body must arrive within this long of its first byte (of
+    # the connection, for its first request), or the connection is closed: a client
+    # sending a byte a second holds no socket for longer (starter/api/receive_deadline.py).
+    api_receive_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator(
         "api_jwks_url",
