@@ -693,6 +693,9 @@ class KindActivities(Generic[P]):
             raise NotAtOnce("no row of this workflow (a direct start creates it)")
         job, untouched = opened
         if job.is_final:
+            run_id = activity.info().workflow_run_id
+            if run_id is not None:
+                await store.follow_run(conn, job.id, run_id=run_id, workflow_id=workflow_id)
             return store.Finished(job, changed=False)
         if not untouched:
             raise NotAtOnce("an earlier attempt or a cancellation came first")
@@ -739,7 +742,7 @@ class KindActivities(Generic[P]):
             refused = await snapshot_if_due(conn, row, settings)
             if refused is not None:
                 return refused
-            return await store.open_job(
+            opened = await store.open_job(
                 conn,
                 job.job_id,
                 run_id=run_id,
@@ -747,6 +750,9 @@ class KindActivities(Generic[P]):
                 attempts_failed=request.attempts_failed,
                 workflow_id=workflow_id,
             )
+            if opened is not None and opened.is_final and run_id is not None:
+                await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
+            return opened
 
         async def create_row(
             conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
