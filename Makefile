@@ -68,8 +68,8 @@ docs-serve: install-dev
 # docker-compose (validating docker-compose.yml; no Docker engine is needed for that)
 # and prometheus (its promtool lints the metrics endpoint).
 system-deps:
-	@command -v chromium >/dev/null && command -v docker-compose >/dev/null && command -v promtool >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium docker-compose prometheus >/dev/null; }
+	@command -v chromium >/dev/null && command -v docker-compose >/dev/null && command -v promtool >/dev/null && command -v faketime >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium docker-compose prometheus faketime >/dev/null; }
 
 # The compose file, and the Temporal dynamic config it mounts (which `config` does not
 # read): every key a list of values, each a `value` and optional `constraints`. Debian's

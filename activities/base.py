@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -30,6 +30,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.clock import OneClock
 from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.deadline import deadline
 from hubjobs.db.engine import set_local_budget
@@ -165,14 +166,16 @@ class OutOfReach(Exception):
 
 @dataclass
 class OutageClock:
-    """How long the database has not answered a job: since ``since`` (the wall clock,
-    carried from attempt to attempt in the work request, so that
-    HUBJOBS_MAX_OUTAGE_SECONDS holds across handovers), and how long this attempt has
-    waited for it. With ``hand_over``, a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS
-    ends in ``OutOfReach``; with ``gives_up``, an outage longer than the maximum ends in
-    ``OutageTooLong`` (a lifecycle write never gives up: it must land)."""
+    """How long the database has not answered a job: since ``since`` (a time on
+    ``clock``: Temporal's in an attempt, carried from attempt to attempt in the work
+    request, so that HUBJOBS_MAX_OUTAGE_SECONDS holds across handovers and hosts), and
+    how long this attempt has waited for it. With ``hand_over``, a wait longer than
+    HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in ``OutOfReach``; with ``gives_up``, an outage
+    longer than the maximum ends in ``OutageTooLong`` (a lifecycle write never gives up:
+    it must land)."""
 
     since: datetime | None = None
+    clock: OneClock = field(default_factory=OneClock.here)
     hand_over: bool = True
     gives_up: bool = True
     # The worker's own knowledge of whether it reaches the database.
@@ -197,17 +200,17 @@ class OutageClock:
         a database out of its reach). ``answered``: the server itself ended the call at
         its own timeout: it counts as outage, but the worker reaches the database, and
         handing over would not help."""
-        now, wall = time.monotonic(), datetime.now(UTC)
+        now = time.monotonic()
         if self.since is None:
-            self.since = wall
+            self.since = self.clock.now()
         if answered:
             self._waiting = None
             if self.reach is not None:
                 self.reach.found()
-            return max(0.0, (wall - self.since).total_seconds()), 0.0
+            return self.clock.seconds_since(self.since), 0.0
         if self._waiting is None:
             self._waiting = now
-        return max(0.0, (wall - self.since).total_seconds()), now - self._waiting
+        return self.clock.seconds_since(self.since), now - self._waiting
 
 
 # The outage clock of the attempt (or lifecycle step) running in this context: every
@@ -443,10 +446,11 @@ async def ride_out_outages(
     outage (by the error's class, see hubjobs.db.errors; a deadline passed included)
     waits 1 s, 2 s, 4 s… (at most HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait``
     every second, e.g. to heartbeat) and runs it again whole; past
-    HUBJOBS_MAX_OUTAGE_SECONDS of outage (measured across attempts, by the running
-    attempt's clock) it gives up with OutageTooLong. In an attempt (or a lifecycle
-    step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in OutOfReach: the
-    job goes to a worker that reaches the database. Any other error goes straight up."""
+    HUBJOBS_MAX_OUTAGE_SECONDS of outage (measured across attempts and hosts, on
+    Temporal's clock: activities/clock.py) it gives up with OutageTooLong. In an attempt
+    (or a lifecycle step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in
+    OutOfReach: the job goes to a worker that reaches the database. Any other error
+    goes straight up."""
     clock = _outage.get() or OutageClock(hand_over=False)
     reach = clock.reach
     bound = settings.outage_handover_seconds
@@ -461,7 +465,7 @@ async def ride_out_outages(
         try:
             result = await work()
             if clock.since is not None:
-                outage = (datetime.now(UTC) - clock.since).total_seconds()
+                outage = clock.clock.seconds_since(clock.since)
                 log.info("database answers again after %.1f s", outage)
             clock.answered()
             return result
@@ -568,9 +572,12 @@ class KindActivities(Generic[P]):
         bind_job(request.job)
         settings = self.deps.settings
         info = activity.info()
+        clock = OneClock.temporal()
         beat = Beat(cursor=request.cursor)
         activity.heartbeat(beat.model_dump(mode="json"))
-        outage = _outage.set(OutageClock(since=request.outage_since, reach=self.deps.reach))
+        outage = _outage.set(
+            OutageClock(since=request.outage_since, clock=clock, reach=self.deps.reach)
+        )
         ctx: WorkContext[P] | None = None
         try:
             job = await self._open(
@@ -689,6 +696,9 @@ class KindActivities(Generic[P]):
             raise NotAtOnce("no row of this workflow (a direct start creates it)")
         job, untouched = opened
         if job.is_final:
+            run_id = activity.info().workflow_run_id
+            if run_id is not None:
+                await store.follow_run(conn, job.id, run_id=run_id, workflow_id=workflow_id)
             return store.Finished(job, changed=False)
         if not untouched:
             raise NotAtOnce("an earlier attempt or a cancellation came first")
@@ -735,7 +745,7 @@ class KindActivities(Generic[P]):
             refused = await snapshot_if_due(conn, row, settings)
             if refused is not None:
                 return refused
-            return await store.open_job(
+            opened = await store.open_job(
                 conn,
                 job.job_id,
                 run_id=run_id,
@@ -743,6 +753,9 @@ class KindActivities(Generic[P]):
                 attempts_failed=request.attempts_failed,
                 workflow_id=workflow_id,
             )
+            if opened is not None and opened.is_final and run_id is not None:
+                await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
+            return opened
 
         async def create_row(
             conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None

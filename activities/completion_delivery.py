@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.base import Deps, with_outage_retry
+from activities.clock import OneClock
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus, NotifyState
 from hubjobs.readmodel.views import JobView
@@ -80,6 +81,9 @@ class CompletionDeliveryActivities:
         the receiver did not take it, ``notify_refused`` (not retried) for a redirect or
         a destination no longer allowed."""
         attempt = activity.info().attempt
+        # Signed on Temporal's clock: a receiver refuses a timestamp minutes off its own,
+        # and this host's wall clock may be hours off.
+        clock = OneClock.temporal()
 
         async def read(conn: AsyncConnection) -> JobView | None:
             return await store.get_job(conn, request.job_id)
@@ -104,6 +108,7 @@ class CompletionDeliveryActivities:
                         completion_of(job),
                         secret=secret,
                         allowed=self.deps.settings.webhook_allowed_hosts,
+                        now=lambda: clock.now().timestamp(),
                     )
                 )
         except (DeliveryFailed, WebhooksNotConfigured) as failed:

@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     # When set, a token must carry this audience (`aud`) and this issuer (`iss`).
     api_jwt_audience: str | None = None
     api_jwt_issuer: str | None = None
+    # A token's iat, nbf and exp are another host's clock (the identity provider's):
+    # read with this leeway either way, so that a skew of seconds is no refusal.
+    api_jwt_leeway_seconds: float = Field(default=60.0, ge=0, le=3600)
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     # The API's public base URL (e.g. https://hub.example/jobs-api), when it knows it:
@@ -263,6 +266,10 @@ class Settings(BaseSettings):
     # line in the API's process (db_queue_timeout_seconds) is cut off by it, nothing
     # written, and one cut off after its row still settles it (starter/client.py).
     api_request_timeout_seconds: float = Field(default=30.0, ge=0)
+    # A request's headers and body must arrive within this long of its first byte (of
+    # the connection, for its first request), or the connection is closed: a client
+    # sending a byte a second holds no socket for longer (starter/api/receive_deadline.py).
+    api_receive_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
 
     @field_validator(
         "api_jwks_url",

@@ -497,6 +497,21 @@ async def open_job(
     return None if row is None else _view(row)
 
 
+async def follow_run(
+    conn: AsyncConnection, job_id: uuid.UUID, *, run_id: str, workflow_id: str | None
+) -> None:
+    """A finished job's row names the run an attempt of it now runs in: a run made by
+    ``temporal workflow reset`` after the job finished (its attempt finds the row final
+    and ends with it) is the one Temporal shows, and the row follows it."""
+    await conn.execute(
+        text(
+            "UPDATE jobs SET run_id = :run_id "
+            f"WHERE id = :id AND {SAME_WORKFLOW} AND run_id IS DISTINCT FROM :run_id"
+        ),
+        {"id": job_id, "run_id": run_id, "workflow_id": workflow_id},
+    )
+
+
 async def open_untouched(
     conn: AsyncConnection,
     job_id: uuid.UUID,

@@ -184,7 +184,8 @@ class WorkRequest(BaseModel):
     attempt: int = 1
     attempts_failed: int = 0
     # Since when the database has not answered the attempts before (they handed over):
-    # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS).
+    # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS), on
+    # Temporal's clock (activities/clock.py), never one host's wall clock against another's.
     outage_since: datetime | None = None
 
 
@@ -213,7 +214,7 @@ class WorkResult(BaseModel):
     """What an attempt hands back: the job's outcome once the attempt finished the row;
     otherwise where to carry on (the attempt gave its slot back: its time slice ran
     out, its worker is shutting down, or, with ``outage_since``, its worker could not
-    reach the database since then)."""
+    reach the database since then, a time on Temporal's clock)."""
 
     outcome: JobOutcome | None = None
     beat: Beat = Field(default_factory=Beat)

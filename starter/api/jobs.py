@@ -17,7 +17,6 @@ from hubjobs.domain.text import (
 )
 from hubjobs.errors import (
     JobFailed,
-    NotFound,
 )
 from hubjobs.kinds.page_export import PAGE_EXPORT, absolute_manifest
 from hubjobs.readmodel.status import JobStatus
@@ -186,12 +185,12 @@ async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Respons
     status_code=202,
     response_model=JobResource,
     responses={**ERRORS},
-    summary="Cancel the job (a no-op once it has finished)",
+    summary="Cancel the job (a no-op once it has finished: answered as the first was)",
 )
 async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResourceFields:
-    job = await jobs.get(job_id)
-    if job.status == JobStatus.cancelled:
-        raise NotFound("the job was cancelled", code="job_cancelled")
+    """202 and the job, however often it is asked and whatever it is by then: a repeated
+    or concurrent cancel answers as the first did (only a job the workspace does not
+    have is 404)."""
     return JobResource.of(await jobs.cancel(job_id))
 
 

@@ -13,6 +13,8 @@ Where the keys come from, first configured first:
 
 ``HUBJOBS_API_JWT_AUDIENCE`` and ``HUBJOBS_API_JWT_ISSUER``, when set, must match the
 token's ``aud`` and ``iss`` (which it must then carry); unset, they are not checked.
+Its ``iat``, ``nbf`` and ``exp`` are the issuer's clock: they are read with
+``HUBJOBS_API_JWT_LEEWAY_SECONDS`` (60) of leeway either way.
 
 With a configured key (PEM or secret), a token that verified is remembered until its
 ``exp`` (at most ``VERIFIED_TOKENS`` of them): the key cannot change while the process
@@ -110,6 +112,7 @@ class TokenVerifier:
         self.settings = settings
         self.audience = settings.api_jwt_audience
         self.issuer = settings.api_jwt_issuer
+        self.leeway = settings.api_jwt_leeway_seconds
         self.key_set = (
             KeySet(settings.api_jwks_url, refresh_seconds=settings.api_jwks_refresh_seconds)
             if settings.api_jwks_url
@@ -140,12 +143,13 @@ class TokenVerifier:
 
     def actor_of(self, authorization: str | None) -> uuid.UUID:
         """The actor a ``Bearer`` header names, once its signature, expiry, and (when
-        configured) audience and issuer check out."""
+        configured) audience and issuer check out; its times (``iat``, ``nbf``,
+        ``exp``) within HUBJOBS_API_JWT_LEEWAY_SECONDS of this host's clock."""
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("a bearer token is required")
         token = authorization[7:].strip()
         remembered = self._verified.get(token)
-        if remembered is not None and time.time() < remembered[1]:
+        if remembered is not None and time.time() < remembered[1] + self.leeway:
             return remembered[0]
         key, algorithms = self._key_and_algorithms(token)
         required = ["sub", "exp"]
@@ -162,6 +166,7 @@ class TokenVerifier:
                 options=options,
                 audience=self.audience,
                 issuer=self.issuer,
+                leeway=self.leeway,
             )
             actor = uuid.UUID(str(claims["sub"]))
         except (jwt.PyJWTError, ValueError, TypeError):
@@ -171,7 +176,7 @@ class TokenVerifier:
         return actor
 
     def _remember(self, token: str, actor: uuid.UUID, expires: float) -> None:
-        """Until ``expires`` (PyJWT refuses a token from its exp on)."""
+        """Until ``expires`` and the leeway (PyJWT refuses a token from then on)."""
         with self._verified_lock:
             while len(self._verified) >= VERIFIED_TOKENS:
                 del self._verified[next(iter(self._verified))]

@@ -52,6 +52,7 @@ def api() -> None:
 
     from hubjobs.observability.logs import setup_logging
     from starter.api import create_app
+    from starter.api.receive_deadline import receive_deadline
 
     settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
@@ -64,6 +65,9 @@ def api() -> None:
         # query as sent: those are the caller's text).
         access_log=False,
         timeout_graceful_shutdown=10,
+        # HTTP/1.1 with a deadline on receiving each request; no WebSocket routes.
+        http=receive_deadline(settings.api_receive_timeout_seconds),
+        ws="none",
     )
 
 

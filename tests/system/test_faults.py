@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -43,9 +41,7 @@ from activities.backup import BackupActivities
 from activities.course_tagging import CourseTaggingActivities
 from hubjobs.archive.format import archive_name
 from hubjobs.db.engine import async_engine
-from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.devstack.embedded import EmbeddedPostgres
 from hubjobs.ops.restore import restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -70,6 +66,7 @@ from tests.support.helpers import (
     wait_until_processed,
     workflow_closed,
 )
+from tests.support.own_postgres import OwnPostgres, own_postgres_server
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import running_worker, seed
 
@@ -259,41 +256,10 @@ OUTAGE_PAGES = 1500
 OUTAGE_AFTER = 300
 
 
-@dataclass(frozen=True)
-class OwnPostgres:
-    """A PostgreSQL server of these tests' own, for stopping: the session's is shared."""
-
-    server: EmbeddedPostgres
-    port: int
-    database_url: str
-
-    async def stop_for(self, seconds: float) -> float:
-        """``pg_ctl stop -m immediate`` (a crash, for its clients), ``seconds`` down,
-        then started again on its port; returns how long it was down."""
-        await asyncio.to_thread(self.server.stop, "immediate")
-        stopped = time.monotonic()
-        assert self.server.running_port() is None
-        await asyncio.sleep(seconds)
-        await asyncio.to_thread(self.server.start_on, self.port)
-        return time.monotonic() - stopped
-
-
 @pytest.fixture(scope="module")
 def own_postgres() -> Iterator[OwnPostgres]:
-    """Durable, as `hubjobs up` makes it: the session's server trades crash safety for
-    speed (no fsync, asynchronous commits), so a crash there forgets commits it had
-    acknowledged, which is not the fault under test."""
-    # Outside pytest's tmp folder, as conftest's stack (PostgreSQL may run as another user).
-    home = Path(tempfile.mkdtemp(prefix="hubjobs-faults-"))
-    server = EmbeddedPostgres(home, durable=True)
-    try:
-        port = server.start(0)
-        url = server.ensure_database(port)
-        upgrade(url)
-        yield OwnPostgres(server, port, url)
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with own_postgres_server("hubjobs-faults-") as server:
+        yield server
 
 
 def old_retry_budget(settings: Settings) -> float:

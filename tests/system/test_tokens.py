@@ -29,14 +29,16 @@ from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.errors import ConfigurationError
 from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
+from tests.support.faketime import skewed
 from tests.support.hostile import SAMPLES
-from tests.support.processes import hubjobs_env
+from tests.support.processes import api_process, hubjobs_env
 
 SECRET = "token-test-secret-" + "x" * 32
 
@@ -357,3 +359,60 @@ async def test_hostile_tokens_are_refused_without_fetching_for_each(
     # Key ids that name nothing may re-read the set (refresh period 0 here), but a token
     # that names no key id at all never does.
     assert key_server.fetches - fetches <= 4
+
+
+def _minted_at(settings: Settings, home: Path, actor: uuid.UUID, offset: str) -> str:
+    """A token minted by ``hubjobs token`` on a host whose clock is ``offset`` off."""
+    env = skewed(hubjobs_env(settings, home, api_jwt_secret=SECRET), offset)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "hubjobs"), "token", "--actor", str(actor), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return str(json.loads(done.stdout)["token"])
+
+
+async def test_a_token_from_a_clock_seconds_off_is_accepted_one_past_the_leeway_is_not(
+    settings: Settings, course: DemoCourse, tmp_path: Path
+) -> None:
+    """``hubjobs token`` run under libfaketime, its clock 5 s or 30 s ahead (``iat`` in
+    the API's future), or an hour and 5 s behind (its hour-long token expired 5 s ago):
+    the API, a process of its own with the default leeway of 60 s, takes each, twice
+    (the second time from its memory of verified tokens); 90 s either way is refused.
+    Each token is minted just before it is used. Before: all refused, 401."""
+    port = embedded.choose_port(0)
+    env = hubjobs_env(settings, tmp_path, api_jwt_secret=SECRET, api_port=port)
+    offsets = {"+5s": 200, "+30s": 200, "-3605s": 200, "+90s": 401, "-3690s": 401}
+    answers: dict[str, list[int]] = {}
+    with api_process(env, tmp_path / "api.log"):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            for offset in offsets:
+                token = _minted_at(settings, tmp_path, course.actor_id, offset)
+                answers[offset] = [(await _status(http, course, token))[0] for _ in range(2)]
+    assert answers == {offset: [status, status] for offset, status in offsets.items()}
+
+
+async def test_a_key_sets_tokens_get_the_same_leeway(
+    jwks_api: httpx.AsyncClient, key_server: KeyServer, course: DemoCourse
+) -> None:
+    """The same leeway for a token an identity provider signed: ``iat`` and ``nbf`` 5 s
+    ahead and ``exp`` 5 s past pass, 75 s do not."""
+    key = SigningKey("key-skew")
+    key_server.publish(key.jwk)
+    now = int(time.time())
+    actor = course.actor_id
+    within = [
+        key.token(actor, iat=now + 5),
+        key.token(actor, nbf=now + 5),
+        key.token(actor, iat=now - 300, exp=now - 5),
+    ]
+    past = [
+        key.token(actor, iat=now + 75),
+        key.token(actor, nbf=now + 75),
+        key.token(actor, iat=now - 300, exp=now - 75),
+    ]
+    assert [(await _status(jwks_api, course, t))[0] for t in within] == [200, 200, 200]
+    assert [(await _status(jwks_api, course, t))[0] for t in past] == [401, 401, 401]
