@@ -311,8 +311,8 @@ SELECT substring(d.line FROM c.n * :chunk + 1 FOR :chunk) AS chunk
  WHERE i.job_id = :job AND i.ordinal BETWEEN :low AND :high
  ORDER BY i.ordinal, c.n
 """
-# Chunks a fetch of DETAIL_CHUNKS' cursor brings at a time.
-CHUNKS_PER_FETCH = 4
+# Chunks a fetch of DETAIL_CHUNKS' cursor brings at a time (2 MB at most).
+CHUNKS_PER_FETCH = 8
 
 
 async def item_detail_lines(
