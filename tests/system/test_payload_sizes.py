@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -44,6 +45,8 @@ WARNING = 512 * 1024
 EXPORT_DISK = "256m"
 
 
+# 20,000 files take 150 s on an idle machine, twice that beside two `yes`.
+@pytest.mark.timeout(900)
 async def test_an_export_whose_manifest_is_over_3_mb_closes_its_run_completed(
     temporal: Client,
     engine: AsyncEngine,
