@@ -242,11 +242,14 @@ def handing_over(reach: Reach | None = None) -> Iterator[None]:
 
 
 def outcome_of(job: JobView) -> JobOutcome:
+    """The final row as the workflow returns it: a result that grows with the work (an
+    export's manifest) as its kind's bounded summary (``JobKind.carried``)."""
+    kind = REGISTRY.find(job.kind)
     return JobOutcome(
         job_id=job.id,
         status=job.status,
         counters=job.counters,
-        result=job.result,
+        result=job.result if kind is None else kind.carried_result(job),
         error_code=job.error_code,
         error_message=job.error_message,
     )

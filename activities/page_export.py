@@ -1,26 +1,31 @@
 """The page-export work: writes a job's export file by file from its snapshot (see
-hubjobs.kinds.page_export). Each file: its items read (their frozen pages), written
-under a temporary name, fsynced, renamed, and then its items recorded in one statement.
-A crash before the record leaves the items pending and the next attempt writes the same
-file again from the same snapshot; after it, the file is complete and counted. A
-cancellation removes every file of the job."""
+hubjobs.kinds.page_export). Each file: its items' frozen pages streamed from the
+database in chunks into a temporary file, fsynced, renamed, and then its items recorded
+in one statement. A crash before the record leaves the items pending and the next
+attempt writes the same file again from the same snapshot; after it, the file is
+complete and counted. A cancellation removes every file of the job.
+
+Memory stays flat whatever the pages: a file is read a few chunks of CHUNK_BYTES at a
+time (a line of a 5 MB page is many chunks) and each chunk is written as it comes."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
+from collections.abc import Awaitable
+from contextlib import aclosing
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
 from activities.base import Done, KindActivities, Paused, Stopped, WorkContext, WorkEnd
 from activities.storage import storage_refusal
+from hubjobs.db.deadline import current as current_deadline
 from hubjobs.kinds.page_export import (
     PAGE_EXPORT,
     ExportCursor,
@@ -38,6 +43,10 @@ from hubjobs.readmodel.store import ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# How much of a file's lines is read from the database at a time (a few such chunks
+# per fetch): what an attempt holds of an export, whatever its pages' size.
+CHUNK_BYTES = 256 * 1024
 
 
 class PageExportActivities(KindActivities[PageExportPayload]):
@@ -51,15 +60,16 @@ class PageExportActivities(KindActivities[PageExportPayload]):
 
     async def work(self, ctx: WorkContext[PageExportPayload]) -> WorkEnd:
         folder = export_folder(ctx.settings, ctx.job.id)
-        await _on_disk(folder, partial(folder.mkdir, mode=0o700, parents=True, exist_ok=True))
+        mkdir = partial(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
+        await _on_disk(folder, asyncio.to_thread(mkdir))
         per_file = ctx.payload.pages_per_file
         written = ExportCursor.model_validate(ctx.cursor or {}).files
         while True:
             number = await ctx.db(partial(self._next_file, ctx=ctx, per_file=per_file))
             if number is None:
                 return Done(self._output(ctx))
-            lines = await ctx.db(partial(self._lines, ctx=ctx, number=number, per_file=per_file))
-            await _on_disk(folder, partial(_write_file, folder, file_name(number), lines))
+            write = partial(self._write, ctx=ctx, folder=folder, number=number, per_file=per_file)
+            await _on_disk(folder, ctx.db(write, transaction=True))
             recorded = await ctx.db(
                 partial(self._record, ctx=ctx, number=number, per_file=per_file)
             )
@@ -82,12 +92,30 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         return None if first is None else file_of(first, per_file)
 
     @staticmethod
-    async def _lines(
-        conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
-    ) -> list[bytes]:
+    async def _write(
+        conn: AsyncConnection,
+        *,
+        ctx: WorkContext[PageExportPayload],
+        folder: Path,
+        number: int,
+        per_file: int,
+    ) -> None:
+        """File ``number`` whole, streamed from the snapshot (run again whole after an
+        outage: the temporary file starts over). A long file is bounded by how long its
+        stream may stall, not by one unit's deadline, and heartbeats as it goes."""
         ordinals = ordinals_of(number, per_file, ctx.job.total)
-        details = await store.item_details(conn, ctx.job.id, ordinals.start, ordinals.stop - 1)
-        return [json.dumps(detail, ensure_ascii=False).encode() + b"\n" for detail in details]
+        bound = current_deadline()
+        lines = store.item_detail_lines(
+            conn, ctx.job.id, ordinals.start, ordinals.stop - 1, chunk_bytes=CHUNK_BYTES
+        )
+        with _WholeFile(folder, file_name(number)) as out:
+            async with aclosing(lines) as chunks:
+                async for chunk in chunks:
+                    await asyncio.to_thread(out.write, chunk)
+                    if bound is not None:
+                        bound.extend(ctx.settings.db_batch_timeout_seconds)
+                    ctx.beat()
+            await asyncio.to_thread(out.commit)
 
     @staticmethod
     async def _record(
@@ -115,11 +143,11 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         ).model_dump(mode="json")
 
 
-async def _on_disk(folder: Path, step: partial[None]) -> None:
-    """A step that writes the export's files, on a thread; a full or unwritable file
-    system removes every file of the export at once and refuses the job."""
+async def _on_disk(folder: Path, step: Awaitable[T]) -> T:
+    """A step that writes the export's files; a full or unwritable file system removes
+    every file of the export at once and refuses the job."""
     try:
-        await asyncio.to_thread(step)
+        return await step
     except OSError as err:
         refusal = storage_refusal(err)
         if refusal is None:
@@ -129,23 +157,36 @@ async def _on_disk(folder: Path, step: partial[None]) -> None:
         raise refusal from None
 
 
-def _write_file(folder: Path, name: str, lines: list[bytes]) -> None:
-    """The file whole or not at all: written aside, fsynced, renamed, folder fsynced; a
-    write that fails leaves no partial file."""
-    final = folder / name
-    partial_path = folder / f".{name}.partial"
-    fd = os.open(partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.writelines(lines)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        partial_path.unlink(missing_ok=True)
-        raise
-    os.replace(partial_path, final)
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+class _WholeFile:
+    """A file whole or not at all: written aside, fsynced, renamed, folder fsynced
+    (``commit``); left without a commit (a failed write, an outage, a cancellation), it
+    leaves no file."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder = folder
+        self.final = folder / name
+        self.partial = folder / f".{name}.partial"
+        fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        self.out = os.fdopen(fd, "wb")
+
+    def __enter__(self) -> _WholeFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.out.closed:
+            self.out.close()
+            self.partial.unlink(missing_ok=True)
+
+    def write(self, chunk: bytes) -> None:
+        self.out.write(chunk)
+
+    def commit(self) -> None:
+        self.out.flush()
+        os.fsync(self.out.fileno())
+        self.out.close()
+        os.replace(self.partial, self.final)
+        directory = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

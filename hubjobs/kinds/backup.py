@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -42,14 +42,19 @@ class BackupArchive(BaseModel):
     archive_path: str
 
 
+# An Alembic revision's id, and a path on Linux (PATH_MAX): bounds of the result's text.
+REVISION_MAX_LENGTH = 32
+PATH_MAX_LENGTH = 4096
+
+
 class BackupResult(Result):
     backup_id: uuid.UUID
     created_at: datetime
     size_bytes: int
     table_count: int
     attachment_count: int
-    schema_version: str
-    archive_path: str
+    schema_version: str = Field(max_length=REVISION_MAX_LENGTH)
+    archive_path: str = Field(max_length=PATH_MAX_LENGTH)
 
 
 def what_is_backed_up(tables: int, attachments: int) -> str:

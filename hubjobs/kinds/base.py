@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
@@ -31,6 +31,17 @@ class Result(BaseModel):
     """Base of a kind's result: camelCase JSON, as seed 000's results and FHIR use."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class CarriedResult(Result):
+    """What a job's workflow returns of a result that grows with the work (an export's
+    manifest, a line per file): a summary built from the stored result, bounded whatever
+    the job's size, since Temporal fails a payload over 2 MB. The whole result stays in
+    the read model."""
+
+    @classmethod
+    def of(cls, job: JobView) -> Self:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,12 @@ class JobKind(Generic[P]):
     durable_progress: Callable[[JobView], int] = items_recorded
     # Whether `retry` may start a new job over a finished job's failed items.
     retryable_items: bool = False
+    # The model of its attempts' cursor (where the next attempt carries on: heartbeat
+    # details, the workflow's state); None: its attempts need none.
+    cursor: type[BaseModel] | None = None
+    # What its workflow returns of a success's result, when the result grows with the
+    # work; None: the result itself, which its model bounds.
+    carried: type[CarriedResult] | None = None
     # One module holding both its workflow and its activities, for a kind that lives
     # outside workflows/ and activities/ (a kind shipped by tests or another package).
     module: str | None = None
@@ -140,3 +157,14 @@ class JobKind(Generic[P]):
     def result_of(self, payload: P, counters: Counters, output: dict[str, Any] | None) -> Any:
         """The stored result of a success, as JSON."""
         return self.build_result(payload, counters, output).model_dump(mode="json", by_alias=True)
+
+    @property
+    def carried_model(self) -> type[Result]:
+        """The model of what its workflow returns as the result (the contract's)."""
+        return self.carried or self.result
+
+    def carried_result(self, job: JobView) -> dict[str, Any] | None:
+        """What its workflow returns of the job's stored result, as JSON."""
+        if job.result is None or self.carried is None:
+            return job.result
+        return self.carried.of(job).model_dump(mode="json", by_alias=True)

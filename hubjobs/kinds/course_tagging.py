@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import (
     COURSE,
+    MAX_TAG_LENGTH,
     ConcurrencyConflict,
     PageFacts,
     TagLimit,
@@ -50,7 +51,7 @@ class CourseTaggingPayload(BaseModel):
 
 class CourseTaggingResult(Result):
     root_page_id: uuid.UUID
-    tag: str = Field(strict=True)
+    tag: str = Field(strict=True, max_length=MAX_TAG_LENGTH)
     total: int
     processed: int
     succeeded: int
@@ -230,6 +231,7 @@ COURSE_TAGGING = JobKind(
     title="Course tagging",
     payload=CourseTaggingPayload,
     result=CourseTaggingResult,
+    cursor=TaggingCursor,
     check=check,
     prepare=prepare,
     build_result=build_result,

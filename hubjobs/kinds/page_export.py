@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import COURSE, WORKSPACE, course_root
-from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.kinds.base import CarriedResult, JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -63,13 +63,43 @@ class OutputFile(BaseModel):
 
 
 class PageExportResult(Result):
-    """The FHIR bulk-data manifest."""
+    """The FHIR bulk-data manifest: what the read model stores and the API serves."""
 
     transaction_time: datetime
     request: str
     requires_access_token: bool = True
     output: list[OutputFile]
     error: list[OutputFile] = Field(default_factory=list)
+
+
+# The API's paths a summary names: a workspace's and a job's UUID and a few words.
+PATH_MAX_LENGTH = 200
+
+
+class PageExportSummary(CarriedResult):
+    """What an export's workflow returns: the manifest's head, where the whole manifest
+    is served (``manifest``: the job's status URL, relative to the API as the manifest's
+    own URLs are) and how many files and pages it lists. The manifest itself, a line
+    per file, stays in the read model."""
+
+    transaction_time: datetime
+    request: str = Field(max_length=PATH_MAX_LENGTH)
+    requires_access_token: bool = True
+    manifest: str = Field(max_length=PATH_MAX_LENGTH)
+    files: int
+    pages: int
+
+    @classmethod
+    def of(cls, job: JobView) -> PageExportSummary:
+        stored = PageExportResult.model_validate(job.result)
+        return cls(
+            transaction_time=stored.transaction_time,
+            request=stored.request,
+            requires_access_token=stored.requires_access_token,
+            manifest=f"/workspaces/{job.workspace_id}/jobs/{job.id}",
+            files=len(stored.output),
+            pages=sum(entry.count for entry in stored.output),
+        )
 
 
 def file_name(number: int) -> str:
@@ -201,6 +231,8 @@ PAGE_EXPORT = JobKind(
     title="Page export",
     payload=PageExportPayload,
     result=PageExportResult,
+    cursor=ExportCursor,
+    carried=PageExportSummary,
     check=check,
     prepare=prepare,
     build_result=build_result,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -297,18 +297,39 @@ async def first_pending_ordinal(conn: AsyncConnection, job_id: uuid.UUID) -> int
     return None if first is None else int(first)
 
 
-async def item_details(
-    conn: AsyncConnection, job_id: uuid.UUID, low: int, high: int
-) -> list[dict[str, Any] | None]:
-    """What the snapshot froze for the items ``low``…``high``, in order."""
-    rows = await conn.execute(
-        text(
-            "SELECT detail FROM job_items WHERE job_id = :job "
-            "AND ordinal BETWEEN :low AND :high ORDER BY ordinal"
-        ),
-        {"job": job_id, "low": low, "high": high},
+# What the snapshot froze for each item, as one line of JSON (jsonb's own text, then a
+# newline) in chunks of at most :chunk bytes, item after item: whoever reads them holds
+# a chunk at a time, never a whole page. The line is made once per item (OFFSET 0 keeps
+# the planner from making it again for every chunk).
+DETAIL_CHUNKS = """
+SELECT substring(d.line FROM c.n * :chunk + 1 FOR :chunk) AS chunk
+  FROM job_items i
+ CROSS JOIN LATERAL (
+       SELECT convert_to(coalesce(i.detail::text, 'null') || chr(10), 'UTF8') AS line OFFSET 0
+       ) d
+ CROSS JOIN LATERAL generate_series(0, (octet_length(d.line) - 1) / :chunk) AS c(n)
+ WHERE i.job_id = :job AND i.ordinal BETWEEN :low AND :high
+ ORDER BY i.ordinal, c.n
+"""
+# Chunks a fetch of DETAIL_CHUNKS' cursor brings at a time (2 MB at most).
+CHUNKS_PER_FETCH = 8
+
+
+async def item_detail_lines(
+    conn: AsyncConnection, job_id: uuid.UUID, low: int, high: int, *, chunk_bytes: int
+) -> AsyncGenerator[bytes, None]:
+    """What the snapshot froze for the items ``low``…``high``, in order, a line of JSON
+    each, in chunks of at most ``chunk_bytes``, from a cursor of the caller's
+    transaction."""
+    result = await conn.stream(
+        text(DETAIL_CHUNKS).execution_options(yield_per=CHUNKS_PER_FETCH),
+        {"job": job_id, "low": low, "high": high, "chunk": chunk_bytes},
     )
-    return [row.detail for row in rows]
+    try:
+        async for row in result:
+            yield row.chunk
+    finally:
+        await result.close()
 
 
 async def queue_state(conn: AsyncConnection) -> QueueState:

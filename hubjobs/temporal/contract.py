@@ -53,7 +53,9 @@ def documents() -> dict[str, dict[str, Any]]:
     }
     for kind in kinds:
         files[f"{kind.name}.payload.schema.json"] = _schema(kind.payload)
-        files[f"{kind.name}.result.schema.json"] = _schema(kind.result, by_alias=True)
+        # What the workflow returns as the result: for an export, a bounded summary
+        # naming where its manifest is served.
+        files[f"{kind.name}.result.schema.json"] = _schema(kind.carried_model, by_alias=True)
     files[INDEX] = {
         "description": "How to start, follow and cancel a hubjobs job straight through "
         "Temporal. Paths are relative to this file.",

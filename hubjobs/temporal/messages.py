@@ -13,9 +13,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from hubjobs.domain.text import KEY_PATTERN
+from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN, Code, Message, Reason
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters
+
+# Bounds of the ids and names a message holds (every text field is bounded, so that no
+# message nears Temporal's 2 MB payload limit: tests/unit/test_message_sizes.py).
+KIND_MAX_LENGTH = 64
+URL_MAX_LENGTH = 2000
+# Temporal's own bound on a workflow id (the server's limit.maxIDLength).
+WORKFLOW_ID_MAX_LENGTH = 1000
+SCHEDULE_ID_MAX_LENGTH = 128
 
 
 class JobOptions(BaseModel):
@@ -99,15 +107,15 @@ class JobInput(BaseModel):
     below is what may be sent): every field known."""
 
     job_id: uuid.UUID
-    kind: str
+    kind: str = Field(max_length=KIND_MAX_LENGTH)
     workspace_id: uuid.UUID
     actor_id: uuid.UUID
-    correlation_id: str
+    correlation_id: str = Field(max_length=KEY_MAX_LENGTH)
     payload: dict[str, Any]
     options: JobOptions = Field(default_factory=JobOptions)
     checkpoint: Checkpoint | None = None
     # Where the job's completion webhook goes (checked when its row was created).
-    notify_url: str | None = None
+    notify_url: str | None = Field(None, max_length=URL_MAX_LENGTH)
 
 
 class StartInput(BaseModel):
@@ -132,6 +140,7 @@ class StartInput(BaseModel):
     )
     kind: str | None = Field(
         None,
+        max_length=KIND_MAX_LENGTH,
         description="The job's kind (course_tagging, backup, page_export). Default: "
         "the kind whose workflow type was started; another kind is refused.",
     )
@@ -142,6 +151,7 @@ class StartInput(BaseModel):
     correlation_id: str | None = Field(
         None,
         pattern=KEY_PATTERN,
+        max_length=KEY_MAX_LENGTH,
         description="Carried into logs and traces. Default: the workflow id.",
     )
     payload: dict[str, Any] = Field(
@@ -152,7 +162,7 @@ class StartInput(BaseModel):
     notify_url: str | None = Field(
         None,
         min_length=1,
-        max_length=2000,
+        max_length=URL_MAX_LENGTH,
         description="An http(s) URL POSTed a signed completion webhook when the job is "
         "final (see the 'From another service' guide). Its host must be one the "
         "deployment allows; else the job fails with invalid_notify_url (or "
@@ -200,14 +210,16 @@ class Beat(BaseModel):
 
 
 class JobOutcome(BaseModel):
-    """The final row, as the read model holds it: what a job workflow returns."""
+    """The final row, as the read model holds it: what a job workflow returns. Its
+    ``result`` is the kind's carried result (``JobKind.carried``): bounded whatever the
+    job's size, where the stored one may grow with the work (an export's manifest)."""
 
     job_id: uuid.UUID
     status: JobStatus
     counters: Counters
     result: dict[str, Any] | None = None
-    error_code: str | None = None
-    error_message: str | None = None
+    error_code: Code | None = None
+    error_message: Message | None = None
 
 
 class WorkResult(BaseModel):
@@ -219,15 +231,15 @@ class WorkResult(BaseModel):
     outcome: JobOutcome | None = None
     beat: Beat = Field(default_factory=Beat)
     counters: Counters = Field(default_factory=Counters)
-    message: str | None = None
+    message: Message | None = None
     outage_since: datetime | None = None
 
 
 class FinishJob(BaseModel):
     job_id: uuid.UUID
     status: JobStatus
-    error_code: str | None = None
-    error_message: str | None = None
+    error_code: Code | None = None
+    error_message: Message | None = None
     # The workflow's count of attempts, for the row's last word on them.
     attempts: int = 0
     attempts_failed: int = 0
@@ -245,7 +257,7 @@ class CancelRequest(BaseModel):
     """The ``cancel`` signal: who asked, and why."""
 
     actor_id: uuid.UUID | None = None
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 class JobProgress(BaseModel):
@@ -254,7 +266,7 @@ class JobProgress(BaseModel):
 
     status: JobStatus
     counters: Counters
-    message: str | None = None
+    message: Message | None = None
     cancel_requested: bool = False
     attempts: int = 0
     attempts_failed: int = 0
@@ -267,7 +279,7 @@ class JobProgressReport(BaseModel):
     query and the UI's details between its start and its end."""
 
     counters: Counters
-    message: str
+    message: Message
 
 
 class RefusedStart(BaseModel):
@@ -281,8 +293,8 @@ class RefusedStart(BaseModel):
     correlation_id: str
     workflow_id: str
     payload: dict[str, Any]
-    error_code: str
-    error_message: str
+    error_code: Code
+    error_message: Message
 
 
 # --- completion webhooks ---------------------------------------------------------------
@@ -312,13 +324,13 @@ class DeliveryReport(BaseModel):
     """How a completion delivery ended (the child workflow's result)."""
 
     job_id: uuid.UUID
-    state: str
+    state: Code
     attempts: int = 0
 
 
 class DeliveryGaveUp(BaseModel):
     job_id: uuid.UUID
-    error: str
+    error: Message
 
 
 # --- maintenance ---------------------------------------------------------------------
@@ -389,24 +401,26 @@ class JobStart(BaseModel):
     (hubjobs.temporal.launch.job_start): the starter starts it through the client, a
     schedule's firing as its child workflow."""
 
-    workflow_type: str
-    workflow_id: str
+    workflow_type: str = Field(max_length=KIND_MAX_LENGTH)
+    workflow_id: str = Field(max_length=WORKFLOW_ID_MAX_LENGTH)
     input: JobInput
-    summary: str | None = None
-    details: str
+    # The Temporal UI's summary and details of the run: cut to their bounds (a summary
+    # holds a page's title, which the hub does not bound).
+    summary: Message | None = None
+    details: Message
     priority_key: int
     # The workspace as fairness key (HUBJOBS_FAIRNESS); absent in starts recorded
     # before the setting, which all had it.
     fairness: bool = True
-    schedule_id: str | None = None
+    schedule_id: str | None = Field(None, max_length=SCHEDULE_ID_MAX_LENGTH)
 
 
 class ScheduledJob(BaseModel):
     """What a job schedule's Temporal Schedule starts at every firing (the same input
     each time): the job to create, with the start checks of that moment."""
 
-    schedule_id: str
-    kind: str
+    schedule_id: str = Field(max_length=SCHEDULE_ID_MAX_LENGTH)
+    kind: str = Field(max_length=KIND_MAX_LENGTH)
     workspace_id: uuid.UUID
     actor_id: uuid.UUID
     payload: dict[str, Any]
@@ -421,13 +435,13 @@ class FiringStart(BaseModel):
 
     job_id: uuid.UUID
     status: JobStatus
-    error_code: str | None = None
-    error_message: str | None = None
+    error_code: Code | None = None
+    error_message: Message | None = None
     start: JobStart | None = None
 
 
 class KeepNewest(BaseModel):
-    schedule_id: str
+    schedule_id: str = Field(max_length=SCHEDULE_ID_MAX_LENGTH)
     keep: int
 
 
