@@ -6,9 +6,12 @@ their own."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -17,7 +20,9 @@ import worker as worker_module
 from activities.course_tagging import BeforeWrite
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse, seed_demo
+from hubjobs.devstack.embedded import EmbeddedTemporal, choose_port
 from hubjobs.settings import Settings
+from hubjobs.temporal.client import data_converter
 from starter.api.tokens import mint
 
 # The migrated database each test's database is cloned from.
@@ -91,3 +96,30 @@ async def seed(engine: AsyncEngine, pages: int) -> DemoCourse:
 def bearer(actor: uuid.UUID, settings: Settings) -> dict[str, str]:
     """The Authorization header of a token naming ``actor``."""
     return {"Authorization": f"Bearer {mint(actor, settings)}"}
+
+
+@asynccontextmanager
+async def own_temporal(
+    dynamic_config: dict[str, str], *, prefix: str = "hubjobs-temporal-"
+) -> AsyncIterator[Client]:
+    """A Temporal dev server of a test's own, with ``dynamic_config`` on top of the dev
+    stack's (a limit lowered, so that a test reaches it with little work), in memory,
+    and a client of it. The session's server must keep Temporal's real limits."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    server = EmbeddedTemporal(home, persistent=False)
+    port = choose_port(0)
+    ui_port = choose_port(0, taken={port})
+    try:
+        await asyncio.to_thread(server.start, port, ui_port, dynamic_config=dynamic_config)
+        yield await temporal_at(f"127.0.0.1:{port}")
+    finally:
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def temporal_at(address: str) -> Client:
+    """A client of the Temporal server at ``address``, as the session's ``temporal``
+    fixture makes one (the same data converter and namespace)."""
+    return await Client.connect(
+        address, data_converter=data_converter(Settings(payload_codec=False))
+    )
