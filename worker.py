@@ -48,7 +48,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.maintenance import ensure_maintenance
-from hubjobs.temporal.process import run_and_exit
+from hubjobs.temporal.process import exit_within, run_and_exit
 from workflows.completion_delivery import CompletionDelivery
 from workflows.dispatch import NoEagerDispatch
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
@@ -205,10 +205,16 @@ def build_worker(
         default_heartbeat_throttle_interval=timedelta(seconds=1),
         # SIGTERM: attempts give their slot back at their next step (the job is handed
         # over, at no cost); this bounds the wait for those that cannot.
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
         # The next attempt after a handover is never dispatched eagerly to this worker.
         interceptors=[LogContextInterceptor(), NoEagerDispatch()],
     )
+
+
+# SIGTERM: in-flight attempts get this long to hand their jobs over, and the process
+# exits within STOP_BOUND_SECONDS whatever holds it (a workflow task stuck in workflow code).
+GRACEFUL_SHUTDOWN_SECONDS = 10
+STOP_BOUND_SECONDS = 13
 
 
 async def announce_version(client: Client, settings: Settings) -> str | None:
@@ -267,6 +273,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         async with worker:
             versioning = asyncio.create_task(announce_version(client, settings))
             await stop.wait()
+            # Kept until the process ends: the pool's and the refresher's ends count too.
+            exit_within(STOP_BOUND_SECONDS, "the worker's shutdown")
         log.info("worker stopped")
     finally:
         # However the worker ended: a fatal error of the SDK's (it retries an unreachable

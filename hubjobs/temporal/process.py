@@ -12,8 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
+
+# The exit code of a process that did not stop within its bound and was ended.
+STUCK_EXIT = 70
 
 
 def run_and_exit(main: Callable[[], object]) -> NoReturn:
@@ -31,7 +35,26 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
     except Exception:
         logging.getLogger(__name__).exception("exiting on an unexpected error")
         code = 1
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
     os._exit(code)
+
+
+def exit_within(seconds: float, what: str) -> threading.Timer:
+    """Ends the process with STUCK_EXIT unless it has ended within ``seconds``: a worker's
+    shutdown waits for its workflow tasks, and one stuck in workflow code (past the
+    SDK's deadlock detector, its thread cannot be stopped) would hold it for good."""
+
+    def end() -> None:
+        logging.getLogger(__name__).error("%s took longer than %.0f s: exiting", what, seconds)
+        exit_now(STUCK_EXIT)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
+    return timer

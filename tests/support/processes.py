@@ -54,17 +54,22 @@ def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[s
 
 
 class WorkerProcess:
-    """``[*prefix] python worker.py`` in its own process, run in the repository with
-    ``env``; its output (stdout and stderr) goes to ``<logs>/<name>.log``."""
+    """``[*prefix] python worker.py`` (or python ``args``) in its own process, run in the
+    repository with ``env``; its output (stdout and stderr) goes to ``<logs>/<name>.log``."""
 
     def __init__(
-        self, name: str, env: dict[str, str], logs: Path, prefix: Sequence[str] = ()
+        self,
+        name: str,
+        env: dict[str, str],
+        logs: Path,
+        prefix: Sequence[str] = (),
+        args: Sequence[str] = ("worker.py",),
     ) -> None:
         self.name = name
         self.log_path = logs / f"{name}.log"
         self._log: IO[bytes] = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, "worker.py"],
+            [*prefix, sys.executable, *args],
             cwd=REPO,
             env=env,
             stdout=self._log,
