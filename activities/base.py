@@ -149,6 +149,13 @@ def job_not_found() -> ApplicationError:
     return ApplicationError("job not found", type=JobNotFound.code, non_retryable=True)
 
 
+def asked_to_hand_over() -> bool:
+    """The job's workflow cancelled this attempt: its run is full of signals and
+    continues as new once the attempt has handed the job over."""
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
+
+
 class OutageTooLong(Exception):
     pass
 
@@ -304,9 +311,9 @@ class WorkContext(Generic[P]):
         self._send_progress()
 
     def time_to_pause(self) -> bool:
-        """Between two steps: give the slot back now (the time slice is over, or the
-        worker is shutting down)?"""
-        if activity.is_worker_shutdown():
+        """Between two steps: give the slot back now (the time slice is over, the
+        worker is shutting down, or the workflow asked for the job back)?"""
+        if activity.is_worker_shutdown() or asked_to_hand_over():
             return True
         return time.monotonic() - self.started >= self.settings.work_slice_seconds
 
@@ -391,6 +398,8 @@ class WorkContext(Generic[P]):
         now = time.monotonic()
         if now - self._reported < self.settings.progress_report_seconds:
             return
+        if asked_to_hand_over():
+            return  # the run is full: a kind that cannot pause must not fill it further
         if self._sending is not None and not self._sending.done():
             return
         report = JobProgressReport(
@@ -570,6 +579,25 @@ class KindActivities(Generic[P]):
         self.deps = deps
 
     async def attempt(
+        self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
+    ) -> WorkResult:
+        """The attempt runs in a task of its own: cancelled because its workflow asked for
+        the job back (its run is full of signals), it is not cut but hands the job over at
+        its next step (``time_to_pause``); cancelled for any other reason (the worker's
+        shutdown, a timeout, the run gone), at once, as ever."""
+        running = asyncio.ensure_future(self._attempt(request, work))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if asked_to_hand_over():
+                try:
+                    return await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    pass  # cancelled again (the worker's graceful shutdown ran out)
+            running.cancel()
+            return await running
+
+    async def _attempt(
         self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
     ) -> WorkResult:
         bind_job(request.job)

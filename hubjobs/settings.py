@@ -199,6 +199,10 @@ class Settings(BaseSettings):
     # How often at most a running attempt tells its workflow its progress (the progress
     # query and the UI's details): a signal, so an event in the history.
     progress_report_seconds: float = Field(default=1.0, gt=0)
+    # A run continues as new once it took this many signals, its progress reports and
+    # anyone's others (Temporal refuses a run's signals past 10,000): at one report a
+    # second, every ~8 minutes of work, at the cost of one handover.
+    run_signal_budget: int = Field(default=500, ge=10, le=5000)
     # Page exports: where their files go (pages per file is the job's own payload).
     export_dir: Path | None = None
     retention_hours: float = 24.0

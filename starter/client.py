@@ -743,7 +743,8 @@ class WorkspaceJobs:
     async def cancel(self, job_id: uuid.UUID, *, reason: str | None = None) -> JobView:
         """Records the request in the read model at once, then signals the workflow.
         Cancelling a finished job changes nothing. A reason is free text of at most 500
-        characters (``invalid_reason``)."""
+        characters (``invalid_reason``). A run that takes no more signals (Temporal's
+        limit on them) still ends cancelled: its attempt reads the recorded request."""
         require_uuid("job_id", job_id)
         reason = check_reason(reason)
         from hubjobs.domain.access import require_administrator
@@ -771,6 +772,9 @@ class WorkspaceJobs:
         try:
             await handle.signal(CANCEL_SIGNAL, CancelRequest(actor_id=self.actor_id, reason=reason))
         except RPCError as err:
+            if err.status == RPCStatusCode.INVALID_ARGUMENT:
+                log.warning("cancel of %s left to its attempt: %s", job.workflow_id, err.message)
+                return await self.get(job_id)
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err.status.name)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None

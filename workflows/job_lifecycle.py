@@ -15,6 +15,12 @@ read model, where the running attempt looks between its steps; the attempt then 
 the job cancelled itself, its work done kept. The workflow finishes the row through a
 local activity only when no attempt can: a failure, or no attempt running.
 
+Temporal refuses a run's signals past 10,000, and a long job's own progress reports
+are signals: the run counts every signal it takes (refused ones included) and, past
+the job's ``run_signal_budget``, asks its attempt to hand the job over at its next
+step and continues as new, so that no job and no flood reaches the limit. A refused
+signal costs the workflow a count, and a log line at each power of two.
+
 A worker that cannot reach the database hands the job over: its attempt returns after
 a bounded wait with when the outage began (``outage_since``), carried to the next
 attempt, which starts after a short pause and never eagerly on the same worker. A
@@ -35,9 +41,19 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
+from temporalio.common import (
+    Priority,
+    RawValue,
+    RetryPolicy,
+    VersioningBehavior,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
-from temporalio.workflow import ChildWorkflowCancellationType, ParentClosePolicy
+from temporalio.workflow import (
+    ActivityCancellationType,
+    ChildWorkflowCancellationType,
+    ParentClosePolicy,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.base import OUT_OF_REACH
@@ -125,6 +141,9 @@ SMALL_JOB_AT_ONCE = "small-job-at-once"
 # A job started with a notify_url starts its completion webhook's delivery (a child
 # workflow, workflows/completion_delivery.py) once its row is final.
 COMPLETION_WEBHOOK = "completion-webhook"
+# A run past its job's run_signal_budget continues as new; recorded histories took
+# their signals to the end of the run.
+RUN_SIGNAL_BUDGET = "run-signal-budget"
 # A job failed for its notify_url itself has no webhook to deliver.
 NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 
@@ -184,6 +203,8 @@ class JobWorkflow:
         self.attempts_failed = 0
         self.stalls = 0
         self.refused_signals = 0
+        # Signals this run took, whatever they said (Temporal's limit counts them all).
+        self.signals = 0
         self.outage_since: datetime | None = None
         self.handovers = 0
         self.running: workflow.ActivityHandle[WorkResult] | None = None
@@ -191,14 +212,15 @@ class JobWorkflow:
     # --- signals and query ------------------------------------------------------
     # Each takes its arguments untyped and reads them itself (hubjobs.temporal.handler_args):
     # nothing sent from outside (the Temporal CLI, the UI, another SDK) can fail a
-    # workflow task. An argument that does not read is refused: logged, counted in the
-    # progress query's ``refused_signals``, and it changes nothing.
+    # workflow task. An argument that does not read, or a signal of another name, is
+    # refused: counted in the progress query's ``refused_signals``, and it changes nothing.
 
     @workflow.signal(name=CANCEL_SIGNAL)
     async def cancel(self, *args: Any) -> None:
         """Cancellation: no argument, ``null``, ``{}`` or ``{"actor_id", "reason"}`` (who
         asked, when known). Recorded in the read model at once, where the running
         attempt looks between its steps. Once finished, a no-op."""
+        self.signals += 1
         read = read_argument(CancelRequest, args, optional=True)
         if isinstance(read, Refused):
             self._refuse(CANCEL_SIGNAL, read)
@@ -213,6 +235,7 @@ class JobWorkflow:
         """How far the running attempt got (sent by attempts about once a second); a
         report behind what is known already (a late one from an earlier attempt) is
         ignored."""
+        self.signals += 1
         read = read_argument(JobProgressReport, args)
         if isinstance(read, Refused):
             self._refuse(PROGRESS_SIGNAL, read)
@@ -221,6 +244,13 @@ class JobWorkflow:
         behind = report.counters.processed < self.counters.processed
         if self.status == JobStatus.running and not behind:
             self.report(report.counters, report.message)
+
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal of a name this workflow does not take: counted, its arguments never
+        read (the SDK would otherwise keep it, waiting for a handler of that name)."""
+        self.signals += 1
+        self._refuse(name, Refused("no signal of that name"))
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self, *args: Any) -> JobProgress:
@@ -236,10 +266,24 @@ class JobWorkflow:
         )
 
     def _refuse(self, name: str, refused: Refused) -> None:
+        """Counted; logged at the 1st, 2nd, 4th, 8th... refusal of the job, so that a
+        flood of them costs the workflow (and each replay of it) no line apiece."""
         self.refused_signals += 1
-        workflow.logger.warning(
-            "signal %s refused: %s", name, refused.reason, extra=self._log_ids()
-        )
+        if self.refused_signals & (self.refused_signals - 1) == 0:
+            workflow.logger.warning(
+                "signal %.100s refused: %s (%d refused in all)",
+                name,
+                refused.reason,
+                self.refused_signals,
+                extra=self._log_ids(),
+            )
+
+    def _run_full(self) -> bool:
+        """This run has taken its job's signal budget: time to continue as new."""
+        assert self.job is not None
+        if self.signals < self.job.options.run_signal_budget:
+            return False
+        return workflow.patched(RUN_SIGNAL_BUDGET)
 
     def _log_ids(self) -> dict[str, str]:
         if self.job is None:
@@ -304,6 +348,8 @@ class JobWorkflow:
         while True:
             if self.cancel_request is not None:
                 return await self._finish(JobStatus.cancelled)
+            if self._run_full():
+                await self._continue_as_new(job)
             self.attempts += 1
             request = WorkRequest(
                 job=job,
@@ -319,13 +365,14 @@ class JobWorkflow:
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
                     retry_policy=ONE_ATTEMPT,
+                    # Asked to hand the job over (the run is full), the attempt does so at
+                    # its next step, and its result says where it got.
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"{self.kind.title}, attempt {self.attempts}",
                     priority=self._priority(job),
                 )
             try:
-                # Shielded: cancelled from Temporal, the attempt is not cut mid-step; it
-                # sees the recorded request and ends the job itself.
-                result: WorkResult = await asyncio.shield(self.running)
+                result = await self._attempt_result()
             except ActivityError as err:
                 self.running = None
                 await self._after_failure(err, job)
@@ -344,9 +391,24 @@ class JobWorkflow:
                 self.outage_since = None
                 self.handovers = 0
                 self.report(result.counters, result.message)
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+            if workflow.info().is_continue_as_new_suggested() or self._run_full():
+                await self._continue_as_new(job)
+
+    async def _attempt_result(self) -> WorkResult:
+        """The running attempt's result. Shielded: cancelled from Temporal, the attempt
+        is not cut mid-step; it sees the recorded request and ends the job itself. Once
+        the run is full, the attempt is asked to hand the job over at its next step."""
+        running = self.running
+        assert running is not None
+        await workflow.wait_condition(lambda: running.done() or self._run_full())
+        if not running.done():
+            running.cancel()
+        result: WorkResult = await asyncio.shield(running)
+        return result
+
+    async def _continue_as_new(self, job: JobInput) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
 
     async def _at_once(self, job: JobInput) -> JobOutcome | None:
         """A new job of a kind with ``at_once``: its first attempt as a local activity,
@@ -402,7 +464,8 @@ class JobWorkflow:
         if pause > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=pause)
+                    lambda: self.cancel_request is not None or self._run_full(),
+                    timeout=timedelta(seconds=pause),
                 )
             except TimeoutError:
                 pass
@@ -439,7 +502,8 @@ class JobWorkflow:
         if wait > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: self.cancel_request is not None, timeout=timedelta(seconds=wait)
+                    lambda: self.cancel_request is not None or self._run_full(),
+                    timeout=timedelta(seconds=wait),
                 )
             except TimeoutError:
                 pass
@@ -650,6 +714,9 @@ class JobWorkflow:
             stalls=self.stalls,
             outage_since=self.outage_since,
             handovers=self.handovers,
+            refused_signals=self.refused_signals,
+            counters=self.counters,
+            message=self.message,
         )
 
     def _restore(self, checkpoint: Checkpoint) -> None:
@@ -660,6 +727,10 @@ class JobWorkflow:
         self.stalls = checkpoint.stalls
         self.outage_since = checkpoint.outage_since
         self.handovers = checkpoint.handovers
+        # Added to: signals of this run's first task may have been counted already.
+        self.refused_signals += checkpoint.refused_signals
+        if checkpoint.counters is not None:
+            self.report(checkpoint.counters, checkpoint.message)
 
 
 def _default_correlation_id(workflow_id: str, job_id: uuid.UUID) -> str:

@@ -516,6 +516,9 @@ class EmbeddedPostgres:
 #   before this setting still run (lowering the read partitions too would strand them).
 #   With idle workers, a lone job's attempts go to the longest-waiting poll, so they
 #   come in runs on one worker rather than scattered (tests/test_scale_out.py).
+# - Events buffered while a workflow task runs: past 100 (the default) the server fails
+#   the task (FORCE_CLOSE_COMMAND) and the next must replay them all, so a flood of
+#   signals (~1,000 a second) kept a job's workflow failing its tasks; 1,000 holds them.
 # Eager activity dispatch stays on here (the server's default; production turns it off
 # so that a job's attempts spread over workers): it skips the queue's order only when
 # the worker has a free slot, which a flooded worker seldom has (the flood test passes
@@ -523,6 +526,7 @@ class EmbeddedPostgres:
 DEV_SERVER_DYNAMIC_CONFIG: dict[str, str] = {
     "matching.enableFairness": "true",
     "matching.numTaskqueueWritePartitions": "1",
+    "history.maximumBufferedEventsBatch": "1000",
 }
 
 

@@ -40,6 +40,7 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
         fairness=settings.fairness,
         handover_pause_seconds=settings.handover_pause_seconds,
         lifecycle_local_seconds=settings.lifecycle_local_seconds,
+        run_signal_budget=settings.run_signal_budget,
         webhook_retry_initial_seconds=settings.webhook_retry_initial_seconds,
         webhook_retry_max_seconds=settings.webhook_retry_max_seconds,
         webhook_deadline_seconds=settings.webhook_deadline_hours * 3600,

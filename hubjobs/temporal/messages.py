@@ -71,6 +71,14 @@ class JobOptions(BaseModel):
         description="How long a lifecycle step (finishing, reading progress, recording a "
         "cancellation) may run on the workflow's own worker before any worker takes it.",
     )
+    run_signal_budget: int = Field(
+        500,
+        ge=10,
+        le=5000,
+        description="Signals a run takes (the job's own progress reports included) before "
+        "it continues as new: Temporal refuses a run's signals past 10,000, and a flood "
+        "may land a few thousand more before the new run takes over.",
+    )
     webhook_retry_initial_seconds: float = Field(
         1.0,
         gt=0,
@@ -100,6 +108,10 @@ class Checkpoint(BaseModel):
     stalls: int = 0
     outage_since: datetime | None = None
     handovers: int = 0
+    refused_signals: int = 0
+    # The progress last reported, for the query until the new run's first report.
+    counters: Counters | None = None
+    message: Message | None = None
 
 
 class JobInput(BaseModel):

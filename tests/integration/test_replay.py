@@ -64,6 +64,8 @@ def test_histories_are_recorded() -> None:
         "course_tagging_at_once_v5",
         "course_tagging_at_once_too_big_v5",
         "course_tagging_at_once_cancelled_v5",
+        # Recorded on the code of issue 30: a run that continued as new on its signals.
+        "course_tagging_signal_budget_v6",
     } <= names
 
 

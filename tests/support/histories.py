@@ -23,7 +23,8 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # workflow once final (``completion-webhook``), and that delivery's own workflow.
 # v5: a small course-tagging job is done at once by a local activity
 # (``small-job-at-once``).
-GENERATION = "v5"
+# v6: a run past its job's signal budget continues as new (``run-signal-budget``).
+GENERATION = "v6"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

@@ -1,0 +1,88 @@
+"""A run's signal budget (issue 30): a run that took its job's ``run_signal_budget``
+signals, its own progress reports and others' bad ones alike, asks its attempt for the
+job back and continues as new; the job ends exact, and every refused signal is counted
+across the runs. (The limits themselves, reached with real processes:
+tests/system/test_signal_limits.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import PROGRESS_QUERY
+from starter.client import HubJobsClient
+from tests.support.helpers import (
+    all_runs_history,
+    assert_every_page_tagged_once,
+    wait_until_final,
+    workflow_closed,
+)
+from tests.support.histories import record
+from tests.support.servers import running_worker, seed
+
+BUDGET = 10
+BAD = 60
+
+
+def signals_of(run: list[HistoryEvent]) -> int:
+    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in run)
+
+
+async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact(
+    engine: AsyncEngine, temporal: Client, settings: Settings
+) -> None:
+    busy = settings.model_copy(
+        update={
+            "tagging_batch_size": 10,
+            "tagging_batch_pause_seconds": 0.2,
+            "progress_report_seconds": 0.01,
+            "run_signal_budget": BUDGET,
+            "work_slice_seconds": 30,
+        }
+    )
+    course = await seed(engine, 300)
+    jobs = HubJobsClient(temporal, engine, busy).scope(course.workspace_id, course.actor_id)
+    async with running_worker(temporal, busy):
+        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="budget")
+        handle = temporal.get_workflow_handle(job.workflow_id)
+        for _ in range(BAD):
+            await handle.signal("no-such-signal")
+        done = await wait_until_final(jobs, job.id, timeout=120)
+        await workflow_closed(temporal, job.workflow_id)
+        progress = await handle.query(PROGRESS_QUERY)
+        runs = await all_runs_history(temporal, job.workflow_id)
+    assert done.status == JobStatus.succeeded, done
+    await assert_every_page_tagged_once(engine, done, course.page_ids, "budget")
+    assert done.attempts_failed == 0
+    per_run = [signals_of(run) for run in runs]
+    # Each run but the last continued as new once it had taken its budget: the first
+    # with the bad signals that landed before its attempt handed the job over, the
+    # others on the job's own reports, each asking for the job back at the budget (the
+    # attempt hears of it at its next heartbeat, up to a second later: reports sent
+    # meanwhile land too).
+    assert len(runs) >= 3 and sum(per_run) > BAD, per_run
+    assert all(signals >= BUDGET for signals in per_run[:-1]), per_run
+    assert all(signals <= 2 * BUDGET for signals in per_run[1:]), per_run
+    assert progress["refused_signals"] == BAD, progress
+    # The first run, which continued as new on its budget, for the replay test.
+    first_run = await asyncio.wait_for(_first_run_id(temporal, job.workflow_id), 10)
+    await record(
+        temporal.get_workflow_handle(job.workflow_id, run_id=first_run),
+        "course_tagging_signal_budget",
+    )
+
+
+async def _first_run_id(temporal: Client, workflow_id: str) -> str:
+    run_id = (await temporal.get_workflow_handle(workflow_id).describe()).run_id
+    while True:
+        history = await temporal.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return run_id
+        run_id = started.continued_execution_run_id
