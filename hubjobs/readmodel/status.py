@@ -31,8 +31,20 @@ class JobStatus(SqlLiteral):
         return self in FINAL_STATUSES
 
 
-FINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
-UNFINISHED_STATUSES = frozenset({JobStatus.queued, JobStatus.running})
+# The moves a job's row makes, and no others: opened by its first attempt, finished by
+# the attempt that ends it (a small job at once, from queued), failed at its start when
+# refused. docs/concepts/states.md draws them (tests/unit/test_state_diagrams.py).
+JOB_MOVES: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.queued: frozenset(
+        {JobStatus.running, JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
+    ),
+    JobStatus.running: frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}),
+    JobStatus.succeeded: frozenset(),
+    JobStatus.failed: frozenset(),
+    JobStatus.cancelled: frozenset(),
+}
+FINAL_STATUSES = frozenset(status for status, moves in JOB_MOVES.items() if not moves)
+UNFINISHED_STATUSES = frozenset(status for status, moves in JOB_MOVES.items() if moves)
 
 
 class ItemState(SqlLiteral):
@@ -51,6 +63,17 @@ class NotifyState(SqlLiteral):
     delivered = "delivered"
     failed = "failed"
     refused = "refused"
+
+
+# A delivery's moves: each try that fails leaves it pending, until one of the ends.
+NOTIFY_MOVES: dict[NotifyState, frozenset[NotifyState]] = {
+    NotifyState.pending: frozenset(
+        {NotifyState.delivered, NotifyState.failed, NotifyState.refused}
+    ),
+    NotifyState.delivered: frozenset(),
+    NotifyState.failed: frozenset(),
+    NotifyState.refused: frozenset(),
+}
 
 
 def sql_list(values: type[StrEnum] | frozenset[JobStatus]) -> str:
