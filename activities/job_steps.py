@@ -71,7 +71,7 @@ class JobStepActivities:
     @activity.defn
     async def record_cancel_request(self, job_id: uuid.UUID, request: CancelRequest) -> None:
         async def record(conn: AsyncConnection) -> None:
-            await store.request_cancel(conn, job_id, request.actor_id)
+            await store.request_cancel(conn, job_id, request.actor_id, request.reason)
 
         with handing_over(self.deps.reach):
             await with_outage_retry(self.deps.engine, self.deps.settings, record)

@@ -756,7 +756,7 @@ class WorkspaceJobs:
             if job is None:
                 raise JobNotFound("no such job in this workspace")
             if not job.is_final:
-                await read_model.request_cancel(conn, job_id, self.actor_id)
+                await read_model.request_cancel(conn, job_id, self.actor_id, reason)
             return job
 
         job = await self.client.db(record)

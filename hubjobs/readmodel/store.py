@@ -445,17 +445,20 @@ async def clear_stuck(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
 
 
 async def request_cancel(
-    conn: AsyncConnection, job_id: uuid.UUID, actor_id: uuid.UUID | None
+    conn: AsyncConnection,
+    job_id: uuid.UUID,
+    actor_id: uuid.UUID | None,
+    reason: str | None = None,
 ) -> None:
-    """Records the first cancellation request of an unfinished job; later ones and
-    requests on finished jobs change nothing."""
+    """Records the first cancellation request of an unfinished job, who asked and why;
+    later ones and requests on finished jobs change nothing."""
     await conn.execute(
         text(
             "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
-            "updated_at = now() WHERE id = :id AND cancel_requested_at IS NULL "
-            f"AND status IN {UNFINISHED} RETURNING {NOTIFY}"
+            "cancel_reason = :reason, updated_at = now() WHERE id = :id "
+            f"AND cancel_requested_at IS NULL AND status IN {UNFINISHED} RETURNING {NOTIFY}"
         ),
-        {"id": job_id, "actor": actor_id},
+        {"id": job_id, "actor": actor_id, "reason": reason},
     )
 
 

@@ -110,6 +110,7 @@ class Job(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
     workflow_id: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     run_id: Mapped[str | None] = mapped_column(Text)
     # Attempts of the job's work started, and those that failed without progress (the

@@ -66,6 +66,8 @@ class JobView(BaseModel):
     error_message: str | None
     cancel_requested_at: datetime | None
     cancel_requested_by: uuid.UUID | None
+    # What the first cancellation request said of why, when it said.
+    cancel_reason: str | None = None
     attempts: int
     attempts_failed: int
     source_job_id: uuid.UUID | None
@@ -129,6 +131,7 @@ CLI_JOB_FIELDS = (
     "correlation_id",
     "summary",
     "cancel_requested_at",
+    "cancel_reason",
     "schedule_id",
     "stuck_since",
     "stuck_reason",
@@ -155,6 +158,8 @@ API_JOB_FIELDS = (
     "created_at",
     "started_at",
     "finished_at",
+    "cancel_requested_at",
+    "cancel_reason",
     "schedule_id",
     "stuck_since",
     "stuck_reason",

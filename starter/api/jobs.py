@@ -14,6 +14,7 @@ from hubjobs.domain.text import (
     KEY_MAX_LENGTH,
     KEY_PATTERN,
     KIND_PATTERN,
+    REASON_MAX_LENGTH,
 )
 from hubjobs.errors import (
     JobFailed,
@@ -187,11 +188,21 @@ async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Respons
     responses={**ERRORS},
     summary="Cancel the job (a no-op once it has finished: answered as the first was)",
 )
-async def cancel_job(jobs: Jobs, job_id: uuid.UUID) -> JobResourceFields:
+async def cancel_job(
+    jobs: Jobs,
+    job_id: uuid.UUID,
+    reason: Annotated[
+        str | None,
+        Query(
+            description="Why, for the record: kept on the job (`cancel_reason`) when this "
+            f"is its first cancellation; at most {REASON_MAX_LENGTH} characters."
+        ),
+    ] = None,
+) -> JobResourceFields:
     """202 and the job, however often it is asked and whatever it is by then: a repeated
     or concurrent cancel answers as the first did (only a job the workspace does not
     have is 404)."""
-    return JobResource.of(await jobs.cancel(job_id))
+    return JobResource.of(await jobs.cancel(job_id, reason=reason))
 
 
 @router.post(

@@ -74,9 +74,11 @@ async def test_cancel_signal_from_the_starter_stops_the_job_within_two_seconds(
     # Recorded in the read model at once, before the workflow even ran.
     assert requested.cancel_requested_at is not None
     assert requested.cancel_requested_by == big_course.actor_id
+    assert requested.cancel_reason == "wrong tag"
     done = await jobs.wait(running.id, timeout=30, interval=0.05)
     assert time.monotonic() - asked < 2.0
     assert done.status == "cancelled" and done.result is None and done.error_code is None
+    assert done.cancel_reason == "wrong tag"
     await _kept_work(engine, done)
 
     description = await _closed(temporal, done.workflow_id)
@@ -106,11 +108,14 @@ async def test_a_bare_signal_sent_to_temporal_cancels_too(
     running = await _started(jobs, big_course, at_least=50)
     handle = temporal.get_workflow_handle(running.workflow_id)
     asked = time.monotonic()
-    await handle.signal("cancel", CancelRequest(actor_id=big_course.actor_id))
+    await handle.signal(
+        "cancel", CancelRequest(actor_id=big_course.actor_id, reason="from another service")
+    )
     done = await jobs.wait(running.id, timeout=30, interval=0.05)
     assert time.monotonic() - asked < 2.5
     assert done.status == "cancelled"
     assert done.cancel_requested_by == big_course.actor_id
+    assert done.cancel_reason == "from another service"
     await _kept_work(engine, done)
 
 
@@ -127,6 +132,7 @@ async def test_cancelling_from_the_temporal_ui_ends_the_same_way(
     await handle.cancel()  # what the UI's "Request cancellation" does
     done = await jobs.wait(running.id, timeout=30, interval=0.05)
     assert done.status == "cancelled" and done.cancel_requested_at is not None
+    assert done.cancel_reason == "cancelled in Temporal"
     await _kept_work(engine, done)
     description = await _closed(temporal, done.workflow_id)
     assert description.status == WorkflowExecutionStatus.CANCELED

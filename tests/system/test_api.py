@@ -140,9 +140,12 @@ async def test_delete_cancels_then_the_job_is_gone(
             headers=auth,
         )
         location = started.headers["Content-Location"]
-        cancelled = await http.delete(location, headers=auth)
+        cancelled = await http.delete(
+            location, params={"reason": "started by mistake"}, headers=auth
+        )
         assert cancelled.status_code == 202
         assert cancelled.json()["status"] in ("queued", "running", "cancelled")
+        assert cancelled.json()["cancel_reason"] == "started by mistake"
         deadline = time.monotonic() + 30
         gone = await http.get(location, headers=auth)
         while gone.status_code == 202 and time.monotonic() < deadline:
@@ -150,8 +153,9 @@ async def test_delete_cancels_then_the_job_is_gone(
             gone = await http.get(location, headers=auth)
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "job_cancelled"
     # Cancelled already: asked again, answered as the first time, with the job as it is.
-    again = await http.delete(location, headers=auth)
+    again = await http.delete(location, params={"reason": "again"}, headers=auth)
     assert again.status_code == 202 and again.json()["status"] == "cancelled"
+    assert again.json()["cancel_reason"] == "started by mistake"  # the first request's
 
 
 async def test_a_failed_job_answers_422_with_its_stable_code(
