@@ -33,12 +33,30 @@ DEV_SECRET_FILE = "dev-token-secret"
 DEV_WEBHOOK_SECRET_FILE = "dev-webhook-secret"
 
 
+HOME_FOLDER = ".hubjobs"
+
+
+def nearest_home(start: Path | None = None) -> Path:
+    """The nearest ``.hubjobs/`` holding a stack or a profile, from the working directory
+    up (as git finds its repository): a command run in a subfolder finds the stack
+    `hubjobs up` started above it, rather than advising a second one. None found:
+    ``.hubjobs`` here, where `hubjobs up` makes one."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / HOME_FOLDER
+        if (candidate / STACK_FILE).is_file() or (candidate / PROFILE_FILE).is_file():
+            return candidate
+    return Path(HOME_FOLDER)
+
+
 class Settings(BaseSettings):
     # An empty variable (``HUBJOBS_LOG_JSON=``, as a compose file's ``${VAR:-}`` gives)
     # means unset: the default, never a value that does not parse.
     model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore", env_ignore_empty=True)
 
-    home: Path = Field(default=Path(".hubjobs"), description="State folder of the embedded stack")
+    home: Path = Field(
+        default_factory=nearest_home, description="State folder of the embedded stack"
+    )
     database_url: str | None = None
     temporal_address: str | None = None
     temporal_namespace: str = "default"

@@ -45,11 +45,11 @@ def stack_env(home: Path, preferred: embedded.StackPorts | None = None) -> dict[
 
 
 def hubjobs(
-    env: dict[str, str], *args: str, timeout: float = 120
+    env: dict[str, str], *args: str, timeout: float = 120, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Runs ``hubjobs <args>`` with ``env``, whatever its exit code."""
+    """Runs ``hubjobs <args>`` with ``env`` (in ``cwd``), whatever its exit code."""
     return subprocess.run(
-        [HUBJOBS, *args], env=env, capture_output=True, text=True, timeout=timeout
+        [HUBJOBS, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
 
 
