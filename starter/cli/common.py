@@ -145,6 +145,19 @@ def _default(
     return value
 
 
+def root_page_of(flag: uuid.UUID | None, settings: Settings | None = None) -> uuid.UUID:
+    """``--root-page``, else the course of the profile ``hubjobs demo`` wrote."""
+    settings = settings or settings_now()
+    recorded = settings.recorded_profile().get("root_page_id")
+    value = flag or (uuid.UUID(recorded) if recorded else None)
+    if value is None:
+        raise InvalidInput(
+            "no course: pass --root-page, or run `hubjobs demo` (its profile names one)",
+            code="invalid_argument",
+        )
+    return value
+
+
 def actor_of(actor: uuid.UUID | None, settings: Settings | None = None) -> uuid.UUID:
     settings = settings or settings_now()
     return _default(actor, settings.actor, "actor_id", "actor", settings)

@@ -19,6 +19,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 
 if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
     from rich.table import Table
 
     from starter.client import WorkspaceJobs
@@ -28,6 +29,7 @@ from starter.cli.common import (
     WorkspaceOpt,
     _scoped,
     command,
+    root_page_of,
     run,
     scoped_call,
 )
@@ -83,8 +85,13 @@ def start_job(
 @commands.command("tag-course")
 @command
 def tag_course(
-    root_page: Annotated[uuid.UUID, typer.Option("--root-page", help="Root page of the course.")],
     tag: Annotated[str, typer.Option(help="The tag to add to every page.")],
+    root_page: Annotated[
+        uuid.UUID | None,
+        typer.Option(
+            "--root-page", help="Root page of the course (default: the demo's profile's)."
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
@@ -94,11 +101,12 @@ def tag_course(
     as_json: JsonOpt = False,
 ) -> None:
     """Tag every page of a course."""
+    root_page_id = root_page_of(root_page)
     start_job(
         workspace,
         actor,
         lambda jobs: jobs.start_course_tagging(
-            root_page_id=root_page,
+            root_page_id=root_page_id,
             tag=tag,
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
@@ -189,7 +197,7 @@ def status(
     print_job(run(scoped_call(workspace, actor, lambda jobs: jobs.get(job_id))), as_json)
 
 
-def jobs_shown(found: list[JobView], as_json: bool) -> str | Table:
+def jobs_shown(found: list[JobView], as_json: bool) -> str | JobsTable:
     """A list of jobs as ``list`` shows it: a JSON array, or a table."""
     return json_text([job_json(job) for job in found]) if as_json else jobs_table(found)
 
@@ -210,20 +218,67 @@ def list_filters(
     }
 
 
-def jobs_table(found: list[JobView]) -> Table:
-    from rich.table import Table
+# A list's columns, in the order a narrow terminal keeps them: ids whole, always (they
+# are pasted into other commands), then what tells jobs apart; the summary wraps.
+LIST_COLUMNS = ("id", "status", "done", "kind", "created", "summary")
+SUMMARY_MIN_WIDTH = 12
 
-    table = Table("id", "kind", "status", "done", "created", "summary")
-    for job in found:
-        table.add_row(
-            str(job.id),
-            job.kind,
-            job.status,
-            f"{job.processed}/{job.total}",
-            job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            job.summary or "",
-        )
-    return table
+
+def list_cells(job: JobView) -> dict[str, str]:
+    return {
+        "id": str(job.id),
+        "kind": job.kind,
+        "status": job.status,
+        "done": f"{job.processed}/{job.total}",
+        "created": job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        "summary": job.summary or "",
+    }
+
+
+class JobsTable:
+    """A list of jobs as a table as wide as the console it is printed on: on a narrow
+    one, columns are left out (the last of LIST_COLUMNS first), never cut."""
+
+    def __init__(self, found: list[JobView]) -> None:
+        self.rows = [list_cells(job) for job in found]
+
+    def fitting(self, width: int) -> list[str]:
+        """The columns shown at ``width``: each one's widest cell and 3 for its padding
+        and border, the summary at least SUMMARY_MIN_WIDTH wide (it wraps)."""
+        shown: list[str] = []
+        used = 1
+        for name in LIST_COLUMNS:
+            widest = max([len(name), *(len(row[name]) for row in self.rows)])
+            need = min(widest, SUMMARY_MIN_WIDTH) if name == "summary" else widest
+            if used + need + 3 > width and shown:
+                break
+            shown.append(name)
+            used += need + 3
+        return shown
+
+    def table(self, width: int) -> Table:
+        from rich.table import Table
+
+        shown = set(self.fitting(width))
+        names = [
+            name for name in ("id", "kind", "status", "done", "created", "summary") if name in shown
+        ]
+        table = Table()
+        for name in names:
+            # An id too wide for the whole terminal folds onto two lines, never cut.
+            table.add_column(
+                name, no_wrap=name != "summary", overflow="fold" if name == "id" else "ellipsis"
+            )
+        for row in self.rows:
+            table.add_row(*(row[name] for name in names))
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+
+def jobs_table(found: list[JobView]) -> JobsTable:
+    return JobsTable(found)
 
 
 async def watch_list(

@@ -43,7 +43,7 @@ from starter.warm.quick import recognised
 from starter.warm.relay import NotServed, received
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 log = logging.getLogger(__name__)
 
@@ -253,10 +253,9 @@ def _printed(
     """What the command prints: its JSON, or its table rendered as rich would on the
     caller's stdout: with the caller's environment, for the caller's terminal if it is
     one (its size, its colours)."""
-    if isinstance(found, list):
-        shown = jobs_shown(found, as_json)
-    else:
-        shown = job_shown(found, as_json)
+    shown: str | RenderableType = (
+        jobs_shown(found, as_json) if isinstance(found, list) else job_shown(found, as_json)
+    )
     if isinstance(shown, str):
         return shown
     if "terminal_size" not in request:  # a caller's CLI from before it was sent

@@ -131,17 +131,20 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         (demo_job,), _ = await asyncio.to_thread(timed_json, env, "list")
         assert demo_job["id"] in listed.stdout and demo_job["status"] == "succeeded"
 
-        # The next job runs on the background worker, which also serves the metrics.
+        # From a folder below the stack's, HUBJOBS_HOME unset: the nearest .hubjobs/ up
+        # the tree, as git finds its repository (before: none found, `hubjobs up` advised).
+        (stack.home.parent / ".hubjobs").symlink_to(stack.home, target_is_directory=True)
+        below = stack.home.parent / "notes" / "week-1"
+        below.mkdir(parents=True)
+        unset = {k: v for k, v in env.items() if k != "HUBJOBS_HOME"}
+        found = await asyncio.to_thread(hubjobs, unset, "list", "--json", cwd=below)
+        assert found.returncode == 0, found.stderr
+        assert [job["id"] for job in json.loads(found.stdout)] == [demo_job["id"]]
+
+        # The next job runs on the background worker, which also serves the metrics; its
+        # course is the profile's, as its workspace and actor are.
         tagged, _ = await asyncio.to_thread(
-            timed_json,
-            env,
-            "tag-course",
-            "--root-page",
-            profile["root_page_id"],
-            "--tag",
-            "week-2",
-            "--wait",
-            timeout=300,
+            timed_json, env, "tag-course", "--tag", "week-2", "--wait", timeout=300
         )
         assert tagged["status"] == "succeeded" and tagged["succeeded"] == 30
         assert "hubjobs_job_duration_seconds" in await asyncio.to_thread(metrics_text, metrics_url)
