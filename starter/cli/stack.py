@@ -7,6 +7,8 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
+import sys
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -270,6 +272,16 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: JobView) -> dict[st
     }
 
 
+def path_hint() -> str | None:
+    """How a shell reaches this ``hubjobs``, when PATH does not (``make run`` installs it
+    in the project's venv): None when it does."""
+    here = Path(sys.executable).parent
+    found = shutil.which("hubjobs")
+    if found is not None and Path(found).resolve().parent == here.resolve():
+        return None
+    return f"`hubjobs` is in {here}: `source {here / 'activate'}` (or add it to PATH) first."
+
+
 def print_next_steps(steps: dict[str, Any]) -> None:
     rows = [
         ("Workspace", steps["workspace_id"]),
@@ -282,7 +294,11 @@ def print_next_steps(steps: dict[str, Any]) -> None:
     for label, value in rows:
         if value is not None:
             out().print(f"{label:12} {value}", markup=False, highlight=False)
-    out().print("\nA worker keeps serving (`hubjobs down` or `make down` stops it). Try:")
+    out().print("\nA worker keeps serving (`hubjobs down` or `make down` stops it).")
+    hint = path_hint()
+    if hint is not None:
+        out().print(hint, markup=False, highlight=False)
+    out().print("Try:")
     for line in steps["next"]:
         out().print(f"  {line}", markup=False, highlight=False)
 
