@@ -28,8 +28,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.base import Deps, KindActivities
+from activities.attempt import KindActivities
 from activities.completion_delivery import CompletionDeliveryActivities
+from activities.deps import Deps
 from activities.job_steps import JobStepActivities
 from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities

@@ -30,16 +30,9 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import (
-    ActorUnavailable,
-    Done,
-    KindActivities,
-    Paused,
-    Refused,
-    Stopped,
-    WorkContext,
-    WorkEnd,
-)
+from activities.attempt import KindActivities
+from activities.context import WorkContext
+from activities.endings import ActorUnavailable, Done, Paused, Refused, Stopped, WorkEnd
 from activities.storage import storage_refusal
 from hubjobs.archive.format import MANIFEST, Manifest, archive_name
 from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive

@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.base import Deps, with_outage_retry
 from activities.clock import OneClock
+from activities.deps import Deps
+from activities.outages import with_outage_retry
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus, NotifyState
 from hubjobs.readmodel.views import JobView

@@ -33,17 +33,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import (
-    ActorUnavailable,
-    Deps,
-    Done,
-    KindActivities,
-    Paused,
-    Stopped,
-    WholeWork,
-    WorkContext,
-    WorkEnd,
-)
+from activities.attempt import KindActivities, WholeWork
+from activities.context import WorkContext
+from activities.deps import Deps
+from activities.endings import ActorUnavailable, Done, Paused, Stopped, WorkEnd
 from hubjobs.db.engine import PREPARED
 from hubjobs.db.errors import refused_for_its_row, sqlstate_of
 from hubjobs.domain.access import ADMINISTRATOR

@@ -18,7 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.base import Deps, finish, handing_over, job_not_found, with_outage_retry
+from activities.deps import Deps
+from activities.endings import finish, job_not_found
+from activities.outages import handing_over, with_outage_retry
 from hubjobs.kinds import REGISTRY, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store

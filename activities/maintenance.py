@@ -22,7 +22,9 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.base import Deps, finish, with_outage_retry
+from activities.deps import Deps
+from activities.endings import finish
+from activities.outages import with_outage_retry
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus

@@ -23,7 +23,9 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import Done, KindActivities, Paused, Stopped, WorkContext, WorkEnd
+from activities.attempt import KindActivities
+from activities.context import WorkContext
+from activities.endings import Done, Paused, Stopped, WorkEnd
 from activities.storage import storage_refusal
 from hubjobs.db.deadline import current as current_deadline
 from hubjobs.kinds.page_export import (

@@ -9,7 +9,8 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.base import Deps, with_outage_retry
+from activities.deps import Deps
+from activities.outages import with_outage_retry
 from hubjobs.errors import HubJobsError
 from hubjobs.kinds import get_kind, job_rows
 from hubjobs.readmodel import store

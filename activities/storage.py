@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from activities.base import Refused
+from activities.endings import Refused
 from hubjobs.temporal.failures import NO_SPACE, STORAGE_UNAVAILABLE, message_for
 
 NO_SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT})

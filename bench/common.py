@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 # isort: split
 # --- hubjobs internals: every import of them in bench/ is in this block ---------------
-from activities.base import Deps
+from activities.deps import Deps
 from activities.maintenance import MaintenanceActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade

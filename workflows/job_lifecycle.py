@@ -56,8 +56,8 @@ from temporalio.workflow import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.base import OUT_OF_REACH
     from activities.job_steps import JobStepActivities
+    from activities.outages import OUT_OF_REACH
     from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
     from hubjobs.readmodel.status import JobStatus

@@ -18,13 +18,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, W
 from temporalio.common import MetricMeter
 from temporalio.testing import ActivityEnvironment
 
-from activities.base import Deps, WorkContext
+from activities.context import WorkContext
 from activities.course_tagging import (
     BatchWriteFailed,
     BeforeWrite,
     CourseTaggingActivities,
     Landed,
 )
+from activities.deps import Deps
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page

@@ -7,7 +7,9 @@ from typing import Any
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.base import Done, KindActivities, WorkContext, WorkEnd
+    from activities.attempt import KindActivities
+    from activities.context import WorkContext
+    from activities.endings import Done, WorkEnd
     from hubjobs.temporal.messages import JobOutcome, WorkRequest, WorkResult
     from tests.support.toy_kind import TOY, EchoPayload
 

@@ -15,7 +15,7 @@ from typing import Any
 import activities
 import worker
 import workflows
-from activities.base import KindActivities
+from activities.attempt import KindActivities
 from hubjobs.kinds import REGISTRY
 from workflows.job_lifecycle import JobWorkflow
 

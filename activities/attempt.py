@@ -1,0 +1,277 @@
+"""The attempt every kind's work activity shares (``KindActivities.attempt``): the job
+opened, the kind's work run in its context, the row finished when the work is done or a
+cancellation was seen, a handover when its slice is over, its worker shuts down, cannot
+reach the database, or its run asked for the job back; and a small job's attempt done
+whole in one transaction (``attempt_at_once``).
+
+A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
+``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
+``ctx.beat`` after each durable step, ``ctx.time_to_pause()`` between steps and
+``ctx.report`` for long steps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.clock import OneClock
+from activities.context import WorkContext, asked_to_hand_over
+from activities.deps import Deps
+from activities.endings import (
+    Done,
+    Paused,
+    Refused,
+    Stopped,
+    WorkEnd,
+    after_finish,
+    finish,
+    outcome_of,
+)
+from activities.opening import open_for_attempt
+from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock
+from hubjobs.db.deadline import deadline
+from hubjobs.db.errors import is_outage
+from hubjobs.errors import HubJobsError
+from hubjobs.kinds import JobKind, job_rows
+from hubjobs.observability.logs import bind_job
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.temporal.failures import UNAVAILABLE
+from hubjobs.temporal.messages import (
+    Beat,
+    JobOutcome,
+    WorkRequest,
+    WorkResult,
+)
+
+log = logging.getLogger(__name__)
+P = TypeVar("P")
+
+
+class NotAtOnce(Exception):
+    """A small job's local attempt cannot do the job whole: its transaction rolls back,
+    and the workflow's attempts take the job as it is."""
+
+
+@dataclass(frozen=True)
+class WholeWork(Generic[P]):
+    """What a kind whose small jobs can be done in one transaction gives
+    ``attempt_at_once``: ``fits`` (the job, not yet snapshotted, is small enough: a
+    bounded count, no write) and ``work`` (all of it, on the transaction's connection,
+    its last statement ``ctx.finish_whole``; None when it did not finish)."""
+
+    fits: Callable[[AsyncConnection, JobView, P], Awaitable[bool]]
+    work: Callable[[AsyncConnection, WorkContext[P]], Awaitable[store.Finished | None]]
+
+
+def _not_at_once(err: Exception) -> None:
+    """Logs why a small job's local attempt gave the job back: a refusal or an outage
+    as what the attempts will meet and say again; anything else with its traceback, for
+    it would otherwise be seen nowhere (the attempts may well succeed)."""
+    if isinstance(err, HubJobsError | ApplicationError) or is_outage(err):
+        log.info("job not done at once (%s): its attempts take it", type(err).__name__)
+    else:
+        log.warning("job not done at once: its attempts take it", exc_info=err)
+
+
+class KindActivities(Generic[P]):
+    """Base of a kind's activities class (``activities/<kind>.py``): built once per worker
+    with its dependencies; its work activity calls ``self.attempt(request, work)``."""
+
+    kind: ClassVar[JobKind[Any]]
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def attempt(
+        self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
+    ) -> WorkResult:
+        """The attempt runs in a task of its own: cancelled because its workflow asked for
+        the job back (its run is full of signals), it is not cut but hands the job over at
+        its next step (``time_to_pause``); cancelled for any other reason (the worker's
+        shutdown, a timeout, the run gone), at once, as ever."""
+        running = asyncio.ensure_future(self._attempt(request, work))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if asked_to_hand_over():
+                try:
+                    return await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    pass  # cancelled again (the worker's graceful shutdown ran out)
+            running.cancel()
+            return await running
+
+    async def _attempt(
+        self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
+    ) -> WorkResult:
+        bind_job(request.job)
+        settings = self.deps.settings
+        info = activity.info()
+        clock = OneClock.temporal()
+        beat = Beat(cursor=request.cursor)
+        activity.heartbeat(beat.model_dump(mode="json"))
+        outage = outage_clock.set(
+            OutageClock(since=request.outage_since, clock=clock, reach=self.deps.reach)
+        )
+        ctx: WorkContext[P] | None = None
+        try:
+            job = await open_for_attempt(
+                self.deps,
+                self.kind,
+                request,
+                info.workflow_id,
+                info.workflow_run_id,
+                on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json")),
+            )
+            if job.is_final:
+                return WorkResult(outcome=outcome_of(job), counters=job.counters)
+            ctx = WorkContext(
+                deps=self.deps,
+                kind=self.kind,
+                request=request,
+                job=job,
+                payload=self.kind.validate(job.payload),
+                counters=job.counters,
+                beat_state=Beat(cursor=request.cursor, progress=self.kind.durable_progress(job)),
+            )
+            end: WorkEnd = Stopped() if job.cancel_requested_at else await work(ctx)
+            if isinstance(end, Paused):
+                return WorkResult(beat=ctx.beat_state, counters=ctx.counters)
+            done = isinstance(end, Done)
+            if done and ctx.finished is not None:
+                outcome = after_finish(self.deps, ctx.finished)
+            else:
+                outcome = await self.finish(
+                    job,
+                    JobStatus.succeeded if done else JobStatus.cancelled,
+                    counters=ctx.counters,
+                    output=end.output if isinstance(end, Done) else None,
+                )
+            return WorkResult(outcome=outcome, beat=ctx.beat_state, counters=outcome.counters)
+        except Refused as err:
+            log.info("job refused: %s", err.code)
+            raise ApplicationError(
+                err.message, beat.model_dump(mode="json"), type=err.code, non_retryable=True
+            ) from None
+        except OutageTooLong:
+            log.error("database unavailable for longer than %.0f s", settings.max_outage_seconds)
+            raise ApplicationError(
+                "the database did not answer for too long", type=UNAVAILABLE, non_retryable=True
+            ) from None
+        except OutOfReach as out:
+            # Handed over as at a time slice (at no cost), with when the outage began.
+            log.info("database out of reach: job handed over")
+            state = ctx.beat_state if ctx is not None else beat
+            counters = ctx.counters if ctx is not None else Counters()
+            return WorkResult(beat=state, counters=counters, outage_since=out.since)
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                # Out of time to drain: the job is handed over, not failed; whatever the
+                # cut step had not committed never happened.
+                log.info("worker shutting down: job handed over")
+                return WorkResult(beat=beat)
+            raise
+        except ApplicationError:
+            raise
+        except Exception as err:
+            log.exception("attempt failed")
+            raise ApplicationError(f"the attempt failed ({type(err).__name__})") from None
+        finally:
+            outage_clock.reset(outage)
+
+    async def attempt_at_once(self, request: WorkRequest, whole: WholeWork[P]) -> WorkResult:
+        """A small job's first attempt as the workflow's local activity: the row opened,
+        the snapshot taken, the work done and the row finished in ONE transaction (one
+        commit, no activity task, no second workflow task). It does only a job that
+        ``whole`` says fits (counted before anything is written) and that nothing has
+        touched yet (no snapshot, no cancellation request); a job it cannot finish here,
+        for whatever reason (too big, refused, a failure, the database out of reach or
+        slow), it leaves exactly as it found it, its transaction rolled back, and hands
+        back no outcome: the workflow's attempts then do the job as they always did.
+        Run twice (its worker killed after the commit), it finds the row final and
+        returns it."""
+        bind_job(request.job)
+        if self.deps.reach.cut_off:
+            return WorkResult()  # this worker knows it cannot reach the database
+        info = activity.info()
+        try:
+            # One unit of work of one batch's size: the batch's deadline bounds it all.
+            with deadline(self.deps.settings.db_batch_timeout_seconds):
+                async with self.deps.engine.begin() as conn:
+                    finished = await self._whole(conn, request, info.workflow_id, whole)
+        except NotAtOnce as why:
+            log.debug("job not done at once: %s", why)
+            return WorkResult()
+        except Exception as err:  # whatever it was, the attempts take the job over
+            _not_at_once(err)
+            return WorkResult()
+        outcome = after_finish(self.deps, finished)
+        return WorkResult(outcome=outcome, counters=outcome.counters)
+
+    async def _whole(
+        self,
+        conn: AsyncConnection,
+        request: WorkRequest,
+        workflow_id: str | None,
+        whole: WholeWork[P],
+    ) -> store.Finished:
+        """``attempt_at_once``'s transaction, in as few statements as it can take: the
+        snapshot lock, the row opened only if nothing touched it (its snapshot marked
+        taken), the size counted, the items inserted, then the kind's work, whose last
+        statement records every outcome with the final row. Raises NotAtOnce (rolling
+        it all back) unless the job was finished, by now or by an earlier run of it."""
+        await store.lock_snapshot(conn, request.job.job_id)
+        opened = await store.open_untouched(
+            conn,
+            request.job.job_id,
+            run_id=activity.info().workflow_run_id,
+            attempts=request.attempt,
+            attempts_failed=request.attempts_failed,
+            workflow_id=workflow_id,
+        )
+        if opened is None:
+            raise NotAtOnce("no row of this workflow (a direct start creates it)")
+        job, untouched = opened
+        if job.is_final:
+            run_id = activity.info().workflow_run_id
+            if run_id is not None:
+                await store.follow_run(conn, job.id, run_id=run_id, workflow_id=workflow_id)
+            return store.Finished(job, changed=False)
+        if not untouched:
+            raise NotAtOnce("an earlier attempt or a cancellation came first")
+        payload = self.kind.validate(job.payload)
+        if not await whole.fits(conn, job, payload):
+            raise NotAtOnce("larger than one unit of work")
+        snapshot = await job_rows.insert_snapshot(conn, job)
+        ctx: WorkContext[P] = WorkContext(
+            deps=self.deps,
+            kind=self.kind,
+            request=request,
+            job=job,
+            payload=payload,
+            counters=Counters(total=snapshot.total),
+            snapshot=snapshot,
+        )
+        finished = await whole.work(conn, ctx)
+        if finished is None:
+            raise NotAtOnce("the work did not finish in one unit")
+        return finished
+
+    async def finish(
+        self,
+        job: JobView,
+        status: JobStatus,
+        *,
+        counters: Counters | None = None,
+        output: dict[str, Any] | None = None,
+    ) -> JobOutcome:
+        return await finish(self.deps, job, status, counters=counters, output=output)

@@ -1,0 +1,233 @@
+"""The context a kind's work runs in (``WorkContext``): its units of database work, its
+heartbeats and cursor, when to give its slot back, and its progress reports to the
+workflow (signals, at most one a second, none once the run asked for the job back)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
+
+from activities.deps import Deps
+from activities.endings import job_not_found
+from activities.outages import ride_out_outages, with_outage_retry
+from hubjobs.kinds import JobKind, Prepared, job_rows
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import (
+    PROGRESS_SIGNAL,
+    Beat,
+    JobProgressReport,
+    WorkRequest,
+)
+
+log = logging.getLogger(__name__)
+# A progress report is a courtesy: never wait long on Temporal for one.
+PROGRESS_RPC_TIMEOUT = timedelta(seconds=5)
+T = TypeVar("T")
+P = TypeVar("P")
+
+
+def asked_to_hand_over() -> bool:
+    """The job's workflow cancelled this attempt: its run is full of signals and
+    continues as new once the attempt has handed the job over."""
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
+
+
+# --- the context a kind's work runs in -------------------------------------------------
+
+
+@dataclass
+class WorkContext(Generic[P]):
+    deps: Deps
+    kind: JobKind[Any]
+    request: WorkRequest
+    job: JobView
+    payload: P
+    counters: Counters
+    beat_state: Beat = field(default_factory=Beat)
+    started: float = field(default_factory=time.monotonic)
+    # The progress message a kind last gave (``report``); None: the counters say it.
+    message: str | None = None
+    # Set when the kind's last unit of work finished the row in its own transaction.
+    finished: store.Finished | None = None
+    # Set when this attempt took the snapshot in the transaction of its whole work (a
+    # small job's, ``attempt_at_once``): its total and summary land with the final row.
+    snapshot: Prepared | None = None
+    _reported: float = field(default_factory=time.monotonic)
+    _last_report: JobProgressReport | None = None
+    _sending: asyncio.Task[None] | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.deps.engine
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @property
+    def cursor(self) -> dict[str, Any] | None:
+        return self.beat_state.cursor
+
+    def beat(self, cursor: dict[str, Any] | None = None, progress: int | None = None) -> None:
+        """Tells Temporal this attempt is alive and how far it got; the details are what
+        the workflow sees if the attempt dies, and where the next one starts. Also tells
+        the workflow the counters now and then (``report``)."""
+        if cursor is not None or progress is not None:
+            self.beat_state = Beat(
+                cursor=self.beat_state.cursor if cursor is None else cursor,
+                progress=self.beat_state.progress if progress is None else progress,
+            )
+        activity.heartbeat(self.beat_state.model_dump(mode="json"))
+        self._send_progress()
+
+    def time_to_pause(self) -> bool:
+        """Between two steps: give the slot back now (the time slice is over, the
+        worker is shutting down, or the workflow asked for the job back)?"""
+        if activity.is_worker_shutdown() or asked_to_hand_over():
+            return True
+        return time.monotonic() - self.started >= self.settings.work_slice_seconds
+
+    @staticmethod
+    def shutting_down() -> bool:
+        """For work that cannot pause mid-way (a backup): hand the job over only when the
+        worker is going away."""
+        return activity.is_worker_shutdown()
+
+    async def db(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Runs ``work`` on a connection in autocommit (each statement its own
+        transaction), or with ``transaction`` in one. While the database does not answer,
+        waits with capped backoff, heartbeating, and runs it again whole: an outage costs
+        the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS."""
+        return await with_outage_retry(
+            self.engine,
+            self.settings,
+            work,
+            transaction=transaction,
+            on_wait=self.beat,
+            budget=self.settings.db_batch_timeout_seconds,
+        )
+
+    async def finish_in(
+        self, conn: AsyncConnection, counters: Counters, output: dict[str, Any] | None
+    ) -> store.Finished:
+        """Finishes the job as succeeded in the caller's unit of work (the kind's last
+        batch, whose commit then lands the work and the final row at once: one commit a
+        small job fewer). The caller hands the result to ``finished`` once its unit has
+        landed, and the attempt then writes nothing more."""
+        finished = await job_rows.finish_job(
+            conn,
+            self.job,
+            status=JobStatus.succeeded,
+            default_retention=self.deps.default_retention,
+            counters=counters,
+            output=output,
+        )
+        if finished is None:
+            raise job_not_found()
+        return finished
+
+    async def finish_whole(
+        self,
+        conn: AsyncConnection,
+        outcomes: Sequence[store.ItemOutcome],
+        output: dict[str, Any] | None,
+    ) -> store.Finished | None:
+        """Records the outcome of every item of the snapshot this attempt took and
+        finishes the job succeeded, in one statement of the caller's transaction (a small
+        job's whole work: ``attempt_at_once``); None when they are not all of them."""
+        assert self.snapshot is not None, "only the attempt that took the snapshot"
+        return await job_rows.finish_whole(
+            conn,
+            self.job,
+            outcomes,
+            prepared=self.snapshot,
+            output=output,
+            default_retention=self.deps.default_retention,
+        )
+
+    async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Like ``db`` for work holding its own connection (a backup's snapshot): after
+        an outage it runs again whole."""
+        return await ride_out_outages(self.settings, work, on_wait=self.beat)
+
+    async def report(self, message: str) -> None:
+        """A progress message for the workflow's query and the UI's details (the next
+        report carries it)."""
+        self.message = message
+        self._send_progress()
+
+    def _send_progress(self) -> None:
+        """Signals the job's workflow the counters and message, at most every
+        HUBJOBS_PROGRESS_REPORT_SECONDS (1 s: the progress query and the UI's details
+        follow the read model within about that) and only when they changed; in the
+        background, so a batch never waits on Temporal, and never two at once. An attempt
+        over within the interval sends none: a small job costs no extra event. A report
+        that does not get through is only logged; the next one says it all again."""
+        now = time.monotonic()
+        if now - self._reported < self.settings.progress_report_seconds:
+            return
+        if asked_to_hand_over():
+            return  # the run is full: a kind that cannot pause must not fill it further
+        if self._sending is not None and not self._sending.done():
+            return
+        report = JobProgressReport(
+            counters=self.counters, message=self.message or self.counters.describe()
+        )
+        if report == self._last_report:
+            return
+        info = activity.info()
+        if info.workflow_id is None:
+            return
+        self._reported = now
+        self._last_report = report
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id, run_id=info.workflow_run_id
+        )
+        self._sending = asyncio.create_task(_signal_progress(handle, report))
+        # The loop keeps only weak references to tasks: this one may outlive its attempt.
+        _SENDING.add(self._sending)
+        self._sending.add_done_callback(_SENDING.discard)
+
+
+_SENDING: set[asyncio.Task[None]] = set()
+
+
+async def _signal_progress(handle: WorkflowHandle[Any, Any], report: JobProgressReport) -> None:
+    try:
+        await handle.signal(PROGRESS_SIGNAL, report, rpc_timeout=PROGRESS_RPC_TIMEOUT)
+    except (RuntimeError, RPCError) as err:
+        log.debug("progress report not delivered: %s", err)
+
+
+@asynccontextmanager
+async def beating(beat: Callable[[], None], every: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeats every ``every`` seconds while the body runs: a step that may take long
+    in one statement (a snapshot of a million pages) still shows its attempt alive."""
+
+    async def keep_beating() -> None:
+        while True:
+            await asyncio.sleep(every)
+            beat()
+
+    task = asyncio.create_task(keep_beating())
+    try:
+        yield
+    finally:
+        task.cancel()

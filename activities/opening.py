@@ -1,0 +1,164 @@
+"""Opening a job for an attempt: its row moved to running (its items snapshotted by the
+first attempt, in the same transaction), or, for a job started straight through
+Temporal, its row created with the checks a start through the client makes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from activities.context import beating
+from activities.deps import Deps
+from activities.endings import Refused
+from activities.outages import with_outage_retry
+from hubjobs.db.deadline import current as current_deadline
+from hubjobs.db.engine import set_local_budget
+from hubjobs.db.limits import Purpose, budget
+from hubjobs.errors import HubJobsError
+from hubjobs.kinds import JobKind, job_rows
+from hubjobs.readmodel import store
+from hubjobs.readmodel.views import JobView
+from hubjobs.settings import Settings
+from hubjobs.temporal.messages import (
+    WorkRequest,
+)
+from hubjobs.webhooks.policy import checked
+
+log = logging.getLogger(__name__)
+
+
+async def open_for_attempt(
+    deps: Deps,
+    kind: JobKind[Any],
+    request: WorkRequest,
+    workflow_id: str | None,
+    run_id: str | None,
+    *,
+    on_wait: Callable[[], None],
+) -> JobView:
+    """Moves the job to running for this attempt, taking its items first when no
+    attempt has yet (hubjobs.kinds.job_rows.take_snapshot), in one transaction: a
+    small job's first attempt commits once before its work. A job started straight
+    through Temporal has no row yet: it is created with the checks a start through
+    the client makes, and a refused one gets a failed row and fails at once; a job
+    whose snapshot is refused (its course trashed since the start) fails with the
+    refusal's code."""
+    job = request.job
+    settings = deps.settings
+
+    async def open_row(conn: AsyncConnection) -> JobView | HubJobsError | None:
+        row = await store.get_job(conn, job.job_id)
+        if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
+            return None
+        refused = await snapshot_if_due(conn, row, settings)
+        if refused is not None:
+            return refused
+        opened = await store.open_job(
+            conn,
+            job.job_id,
+            run_id=run_id,
+            attempts=request.attempt,
+            attempts_failed=request.attempts_failed,
+            workflow_id=workflow_id,
+        )
+        if opened is not None and opened.is_final and run_id is not None:
+            await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
+        return opened
+
+    async def create_row(
+        conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
+    ) -> HubJobsError | None:
+        try:
+            if notify_refused is not None:
+                raise notify_refused
+            async with conn.begin_nested():
+                await job_rows.create_job(
+                    conn,
+                    kind,
+                    job_id=job.job_id,
+                    workspace_id=job.workspace_id,
+                    actor_id=job.actor_id,
+                    correlation_id=job.correlation_id,
+                    payload=job.payload,
+                    workflow_id=workflow_id,
+                    notify_url=notify_url,
+                )
+        except HubJobsError as err:
+            await job_rows.record_refused(
+                conn,
+                job_id=job.job_id,
+                kind=job.kind,
+                workspace_id=job.workspace_id,
+                actor_id=job.actor_id,
+                correlation_id=job.correlation_id,
+                payload=job.payload,
+                code=err.code,
+                message=err.message,
+                retention=deps.default_retention,
+                workflow_id=workflow_id,
+            )
+            return err
+        return None
+
+    async def open_once() -> JobView | None:
+        opened = await with_outage_retry(
+            deps.engine, settings, open_row, transaction=True, on_wait=on_wait
+        )
+        if isinstance(opened, HubJobsError):
+            raise Refused(opened.message, code=opened.code)
+        return opened
+
+    async with beating(on_wait):
+        opened = await open_once()
+        if opened is not None:
+            return opened
+        # A direct start's notify_url gets the checks a start through the client
+        # makes (off the event loop: it resolves the host) before its row is created.
+        notify_url, notify_refused = await _notify_url_checked(settings, job.notify_url)
+        refused = await with_outage_retry(
+            deps.engine,
+            settings,
+            lambda conn: create_row(conn, notify_url, notify_refused),
+            transaction=True,
+            on_wait=on_wait,
+        )
+        if refused is not None:
+            raise Refused(refused.message, code=refused.code)
+        opened = await open_once()
+    assert opened is not None
+    return opened
+
+
+async def snapshot_if_due(
+    conn: AsyncConnection, job: JobView, settings: Settings
+) -> HubJobsError | None:
+    """In an attempt's opening transaction: the job's snapshot, unless it is final or
+    was taken. It reads the whole course, so it runs under the bulk budget (the unit's
+    deadline moved on, the server's bounds raised for this transaction), in a savepoint:
+    a refusal (its course gone since the start) is returned, the rest kept."""
+    if job.is_final or job.snapshot_at is not None:
+        return None
+    bound = current_deadline()
+    if bound is not None:
+        bound.extend(settings.db_bulk_timeout_seconds)
+    bulk = budget(settings, Purpose.BULK)
+    await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
+    try:
+        async with conn.begin_nested():
+            await job_rows.take_snapshot(conn, job)
+    except HubJobsError as err:
+        return err
+    return None
+
+
+async def _notify_url_checked(
+    settings: Settings, url: str | None
+) -> tuple[str | None, HubJobsError | None]:
+    """A direct start's notify_url as the start's checks leave it, or their refusal."""
+    try:
+        return await checked(settings, url), None
+    except HubJobsError as err:
+        return None, err
