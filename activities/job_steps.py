@@ -12,6 +12,7 @@ activity (workflows/job_lifecycle.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -21,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.deps import Deps
 from activities.endings import finish, job_not_found
 from activities.outages import handing_over, with_outage_retry
+from hubjobs.errors import HubJobsError
 from hubjobs.kinds import REGISTRY, job_rows
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store
@@ -84,19 +86,20 @@ class JobStepActivities:
         there already (this job's, or another job's under the same id) is kept."""
 
         async def record(conn: AsyncConnection) -> None:
-            await job_rows.record_refused(
-                conn,
+            row = job_rows.JobRow(
                 job_id=refused.job_id,
                 kind=refused.kind,
                 workspace_id=refused.workspace_id,
                 actor_id=refused.actor_id or store.UNKNOWN_ACTOR,
                 correlation_id=refused.correlation_id,
                 payload=refused.payload,
-                code=refused.error_code,
-                message=refused.error_message,
-                retention=self.deps.default_retention,
                 workflow_id=refused.workflow_id,
             )
+            refusal = HubJobsError(refused.error_message, code=refused.error_code)
+            with contextlib.suppress(HubJobsError):
+                await job_rows.admit(
+                    conn, row, refused_kept_for=self.deps.default_retention, refusal=refusal
+                )
 
         await with_outage_retry(self.deps.engine, self.deps.settings, record, transaction=True)
 

@@ -71,35 +71,21 @@ async def open_for_attempt(
     async def create_row(
         conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
     ) -> HubJobsError | None:
+        row = job_rows.JobRow(
+            job_id=job.job_id,
+            kind=kind.name,
+            workspace_id=job.workspace_id,
+            actor_id=job.actor_id,
+            correlation_id=job.correlation_id,
+            payload=job.payload,
+            workflow_id=workflow_id,
+            notify_url=notify_url,
+        )
         try:
-            if notify_refused is not None:
-                raise notify_refused
-            async with conn.begin_nested():
-                await job_rows.create_job(
-                    conn,
-                    kind,
-                    job_id=job.job_id,
-                    workspace_id=job.workspace_id,
-                    actor_id=job.actor_id,
-                    correlation_id=job.correlation_id,
-                    payload=job.payload,
-                    workflow_id=workflow_id,
-                    notify_url=notify_url,
-                )
-        except HubJobsError as err:
-            await job_rows.record_refused(
-                conn,
-                job_id=job.job_id,
-                kind=job.kind,
-                workspace_id=job.workspace_id,
-                actor_id=job.actor_id,
-                correlation_id=job.correlation_id,
-                payload=job.payload,
-                code=err.code,
-                message=err.message,
-                retention=deps.default_retention,
-                workflow_id=workflow_id,
+            await job_rows.admit(
+                conn, row, refused_kept_for=deps.default_retention, refusal=notify_refused
             )
+        except HubJobsError as err:
             return err
         return None
 

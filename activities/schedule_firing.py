@@ -12,7 +12,7 @@ from temporalio import activity
 from activities.deps import Deps
 from activities.outages import with_outage_retry
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import get_kind, job_rows
+from hubjobs.kinds import job_rows
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import job_id_of_firing
@@ -41,34 +41,22 @@ class ScheduleActivities:
             existing = await store.get_job(conn, job_id)
             if existing is not None:
                 return existing, None
+            row = job_rows.JobRow(
+                job_id=job_id,
+                kind=firing.kind,
+                workspace_id=firing.workspace_id,
+                actor_id=firing.actor_id,
+                # The firing's workflow id: the schedule and the firing time.
+                correlation_id=firing_id,
+                payload=firing.payload,
+                schedule_id=firing.schedule_id,
+            )
             try:
-                async with conn.begin_nested():
-                    created = await job_rows.create_job(
-                        conn,
-                        get_kind(firing.kind),
-                        job_id=job_id,
-                        workspace_id=firing.workspace_id,
-                        actor_id=firing.actor_id,
-                        # The firing's workflow id: the schedule and the firing time.
-                        correlation_id=firing_id,
-                        payload=firing.payload,
-                        schedule_id=firing.schedule_id,
-                    )
+                created = await job_rows.admit(
+                    conn, row, refused_kept_for=self.deps.default_retention
+                )
                 return created.job, None
             except HubJobsError as refused:
-                await job_rows.record_refused(
-                    conn,
-                    job_id=job_id,
-                    kind=firing.kind,
-                    workspace_id=firing.workspace_id,
-                    actor_id=firing.actor_id,
-                    correlation_id=firing_id,
-                    payload=firing.payload,
-                    code=refused.code,
-                    message=refused.message,
-                    retention=self.deps.default_retention,
-                    schedule_id=firing.schedule_id,
-                )
                 job = await store.get_job(conn, job_id)
                 assert job is not None
                 return job, refused

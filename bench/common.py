@@ -46,8 +46,7 @@ from hubjobs.devstack.embedded import (
     choose_port,
     wait_for_port,
 )
-from hubjobs.kinds import get_kind
-from hubjobs.kinds.job_rows import create_job, take_snapshot
+from hubjobs.kinds.job_rows import JobRow, admit, take_snapshot
 from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import DEV_STORE_PRAGMAS, Settings
@@ -470,14 +469,16 @@ async def snapshot_job(engine: AsyncEngine, course: DemoCourse, tag: str) -> uui
     first attempt snapshots them, with no workflow: the seed loop works on it."""
     job_id = uuid.uuid4()
     async with engine.begin() as conn:
-        created = await create_job(
+        created = await admit(
             conn,
-            get_kind("course_tagging"),
-            job_id=job_id,
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="bench",
-            payload={"root_page_id": str(course.root_page_id), "tag": tag},
+            JobRow(
+                kind="course_tagging",
+                job_id=job_id,
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="bench",
+                payload={"root_page_id": str(course.root_page_id), "tag": tag},
+            ),
         )
         await take_snapshot(conn, created.job)
     return job_id

@@ -424,21 +424,22 @@ class WorkspaceJobs:
             raise InvalidPayload("the payload must be a JSON object")
         notify_url = await checked(self.client.settings, notify_url)
         job_id = uuid.uuid4()
-        from hubjobs.kinds.job_rows import create_job
+        from hubjobs.kinds.job_rows import JobRow, admit
         from hubjobs.observability.telemetry import job_span
 
+        row = JobRow(
+            job_id=job_id,
+            kind=kind.name,
+            workspace_id=self.workspace_id,
+            actor_id=self.actor_id,
+            correlation_id=correlation_id,
+            payload=raw,
+            idempotency_key=idempotency_key,
+            notify_url=notify_url,
+        )
+
         async def create(conn: AsyncConnection) -> CreatedJob:
-            return await create_job(
-                conn,
-                kind,
-                job_id=job_id,
-                workspace_id=self.workspace_id,
-                actor_id=self.actor_id,
-                correlation_id=correlation_id,
-                payload=raw,
-                idempotency_key=idempotency_key,
-                notify_url=notify_url,
-            )
+            return await admit(conn, row)
 
         # One trace from here through the workflow and its activities, with the
         # correlation id in its baggage.
@@ -553,7 +554,7 @@ class WorkspaceJobs:
         the same retry."""
         from hubjobs.domain.access import require_administrator
         from hubjobs.kinds import REGISTRY
-        from hubjobs.kinds.job_rows import create_job
+        from hubjobs.kinds.job_rows import JobRow, admit
         from hubjobs.observability.telemetry import job_span
         from hubjobs.readmodel import store as read_model
 
@@ -574,16 +575,18 @@ class WorkspaceJobs:
                 raise InvalidInput(
                     "the job has not finished; retry it once it has", code="job_not_finished"
                 )
-            return await create_job(
+            return await admit(
                 conn,
-                kind,
-                job_id=new_id,
-                workspace_id=self.workspace_id,
-                actor_id=self.actor_id,
-                correlation_id=correlation_id,
-                payload=source.payload,
-                idempotency_key=retry_key(source.id),
-                source_job_id=source.id,
+                JobRow(
+                    job_id=new_id,
+                    kind=kind.name,
+                    workspace_id=self.workspace_id,
+                    actor_id=self.actor_id,
+                    correlation_id=correlation_id,
+                    payload=source.payload,
+                    idempotency_key=retry_key(source.id),
+                    source_job_id=source.id,
+                ),
             )
 
         with job_span(

@@ -27,8 +27,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator
-from hubjobs.errors import InvalidInput
-from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
+from hubjobs.errors import HubJobsError, InvalidInput
+from hubjobs.kinds import REGISTRY, NewJob, Prepared
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.store import Finished
@@ -42,60 +42,96 @@ class CreatedJob:
     created: bool
 
 
-async def create_job(
+@dataclass(frozen=True)
+class JobRow:
+    """What a start says of the job it asks for, whoever starts it: the client, the API,
+    a retry, a schedule's firing, a start straight through Temporal."""
+
+    job_id: uuid.UUID
+    kind: str
+    workspace_id: uuid.UUID
+    actor_id: uuid.UUID
+    correlation_id: str
+    payload: dict[str, Any]
+    idempotency_key: str | None = None
+    source_job_id: uuid.UUID | None = None
+    schedule_id: str | None = None
+    workflow_id: str | None = None
+    # Stored as given: the caller checked it (hubjobs.webhooks.policy) outside the
+    # transaction, since that resolves its host.
+    notify_url: str | None = None
+
+
+async def admit(
     conn: AsyncConnection,
-    kind: JobKind[Any],
+    row: JobRow,
     *,
-    job_id: uuid.UUID,
-    workspace_id: uuid.UUID,
-    actor_id: uuid.UUID,
-    correlation_id: str,
-    payload: dict[str, Any],
-    idempotency_key: str | None = None,
-    source_job_id: uuid.UUID | None = None,
-    schedule_id: str | None = None,
-    workflow_id: str | None = None,
-    notify_url: str | None = None,
+    refused_kept_for: timedelta | None = None,
+    refusal: HubJobsError | None = None,
 ) -> CreatedJob:
-    """Run inside a transaction; raises a typed HubJobsError when the start is refused.
-    A ``notify_url`` is stored as given: the caller checked it (hubjobs.webhooks.policy),
-    outside the transaction, since that resolves its host."""
-    model = kind.validate(payload)
+    """The one way a job's row comes to be, in the caller's transaction: created when the
+    start passes its checks (the payload valid for its kind, the actor an enabled
+    administrator, the kind's own check), or its typed HubJobsError raised. A start no
+    caller waits on (a firing, a direct start through Temporal) passes
+    ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
+    and kept that long, so that whoever started it sees why (the refusal is raised all
+    the same). ``refusal``: the start was refused before its row could be tried (its
+    input did not read)."""
+    if refusal is None:
+        try:
+            if refused_kept_for is None:
+                return await _create(conn, row)
+            async with conn.begin_nested():
+                return await _create(conn, row)
+        except HubJobsError as err:
+            if refused_kept_for is None:
+                raise
+            refusal = err
+    assert refused_kept_for is not None, "a refused row is kept for some time"
+    await _record_refused(conn, row, refusal, refused_kept_for)
+    raise refusal
+
+
+async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
+    kind = REGISTRY.get(row.kind)
+    model = kind.validate(row.payload)
     # Before the idempotency lookup: a start naming an existing job is still a start,
     # and must not hand that job to an actor who may not start jobs here.
-    await require_administrator(conn, workspace_id, actor_id)
-    if idempotency_key is not None:
+    await require_administrator(conn, row.workspace_id, row.actor_id)
+    if row.idempotency_key is not None:
         existing = await store.find_by_idempotency_key(
-            conn, workspace_id, kind.name, idempotency_key
+            conn, row.workspace_id, kind.name, row.idempotency_key
         )
         if existing is not None:
             return CreatedJob(existing, created=False)
-    new_job = NewJob(job_id, workspace_id, actor_id, correlation_id, source_job_id)
+    new_job = NewJob(
+        row.job_id, row.workspace_id, row.actor_id, row.correlation_id, row.source_job_id
+    )
     summary = kind.title if kind.check is None else await kind.check(conn, new_job, model)
     inserted = await store.insert_job(
         conn,
-        job_id=job_id,
+        job_id=row.job_id,
         kind=kind.name,
-        workspace_id=workspace_id,
-        actor_id=actor_id,
-        correlation_id=correlation_id,
-        idempotency_key=idempotency_key,
+        workspace_id=row.workspace_id,
+        actor_id=row.actor_id,
+        correlation_id=row.correlation_id,
+        idempotency_key=row.idempotency_key,
         payload=model.model_dump(mode="json"),
-        source_job_id=source_job_id,
-        schedule_id=schedule_id,
-        workflow_id=workflow_id,
+        source_job_id=row.source_job_id,
+        schedule_id=row.schedule_id,
+        workflow_id=row.workflow_id,
         summary=summary,
-        notify_url=notify_url,
+        notify_url=row.notify_url,
     )
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
         found = None
-        if idempotency_key is not None:
+        if row.idempotency_key is not None:
             found = await store.find_by_idempotency_key(
-                conn, workspace_id, kind.name, idempotency_key
+                conn, row.workspace_id, kind.name, row.idempotency_key
             )
-        found = found or await store.get_job(conn, job_id, workspace_id)
-        if found is None or (workflow_id is not None and found.workflow_id != workflow_id):
+        found = found or await store.get_job(conn, row.job_id, row.workspace_id)
+        if found is None or (row.workflow_id is not None and found.workflow_id != row.workflow_id):
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
     return CreatedJob(inserted, created=True)
@@ -121,45 +157,32 @@ async def insert_snapshot(conn: AsyncConnection, job: JobView) -> Prepared:
     return await kind.prepare(conn, new_job, kind.validate(job.payload))
 
 
-async def record_refused(
-    conn: AsyncConnection,
-    *,
-    job_id: uuid.UUID,
-    kind: str,
-    workspace_id: uuid.UUID,
-    actor_id: uuid.UUID,
-    correlation_id: str,
-    payload: dict[str, Any],
-    code: str,
-    message: str,
-    retention: timedelta,
-    schedule_id: str | None = None,
-    workflow_id: str | None = None,
+async def _record_refused(
+    conn: AsyncConnection, row: JobRow, refusal: HubJobsError, retention: timedelta
 ) -> None:
-    """A job started straight through Temporal (or by a schedule's firing) that its
-    start checks refuse still gets a row, failed, so that whoever started it can see
-    why. A job id that names a row already (another job's) changes nothing."""
+    """The refused start's row, failed with the refusal's code; a job id that names a
+    row already (another job's, or this one's from an earlier try) changes nothing."""
     inserted = await store.insert_job(
         conn,
-        job_id=job_id,
-        kind=kind,
-        workspace_id=workspace_id,
-        actor_id=actor_id,
-        correlation_id=correlation_id,
+        job_id=row.job_id,
+        kind=row.kind,
+        workspace_id=row.workspace_id,
+        actor_id=row.actor_id,
+        correlation_id=row.correlation_id,
         idempotency_key=None,
-        payload=payload,
-        schedule_id=schedule_id,
-        workflow_id=workflow_id,
+        payload=row.payload,
+        schedule_id=row.schedule_id,
+        workflow_id=row.workflow_id,
     )
     if inserted is None:
         return
     await store.finish(
         conn,
-        job_id,
+        row.job_id,
         status=JobStatus.failed,
         retention=retention,
-        error_code=code,
-        error_message=message,
+        error_code=refusal.code,
+        error_message=refusal.message,
     )
 
 

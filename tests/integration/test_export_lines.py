@@ -40,14 +40,16 @@ async def export_job(engine: AsyncEngine) -> tuple[uuid.UUID, int]:
                 text("UPDATE pages SET markdown = :body, title = :title WHERE id = :id"),
                 {"body": body, "title": body[:50] or "untitled", "id": page_id},
             )
-        created = await job_rows.create_job(
+        created = await job_rows.admit(
             conn,
-            PAGE_EXPORT,
-            job_id=uuid.uuid4(),
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="lines",
-            payload={"root_page_id": str(course.root_page_id)},
+            job_rows.JobRow(
+                kind=PAGE_EXPORT.name,
+                job_id=uuid.uuid4(),
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="lines",
+                payload={"root_page_id": str(course.root_page_id)},
+            ),
         )
         assert await job_rows.take_snapshot(conn, created.job)
     return created.job.id, len(TEXTS)

@@ -22,9 +22,9 @@ from temporalio.exceptions import ApplicationError
 import worker as worker_module
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.kinds import REGISTRY, get_kind
+from hubjobs.kinds import REGISTRY
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.kinds.job_rows import create_job
+from hubjobs.kinds.job_rows import JobRow, admit
 from hubjobs.readmodel import store as read_model
 from hubjobs.settings import Settings
 from hubjobs.temporal.maintenance import (
@@ -201,14 +201,16 @@ async def test_the_reconciler_restarts_a_recorded_job_that_never_started(
 ) -> None:
     job_id = uuid.uuid4()
     async with engine.begin() as conn:  # the starter died right after this commit
-        await create_job(
+        await admit(
             conn,
-            get_kind("toy_echo"),
-            job_id=job_id,
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="c",
-            payload={"message": "late"},
+            JobRow(
+                kind="toy_echo",
+                job_id=job_id,
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="c",
+                payload={"message": "late"},
+            ),
         )
     result = await temporal.execute_workflow(
         RECONCILER_WORKFLOW,
@@ -226,15 +228,17 @@ async def test_the_starter_repairs_a_recorded_job_given_the_same_key(
     hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, platform_worker: None
 ) -> None:
     async with engine.begin() as conn:
-        await create_job(
+        await admit(
             conn,
-            get_kind("toy_echo"),
-            job_id=uuid.uuid4(),
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="c",
-            payload={"message": "again"},
-            idempotency_key="repair-me",
+            JobRow(
+                kind="toy_echo",
+                job_id=uuid.uuid4(),
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="c",
+                payload={"message": "again"},
+                idempotency_key="repair-me",
+            ),
         )
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start("toy_echo", {"message": "again"}, idempotency_key="repair-me")
@@ -410,14 +414,16 @@ async def test_cancelling_a_job_whose_workflow_never_started_cancels_its_row(
 ) -> None:
     job_id = uuid.uuid4()
     async with engine.begin() as conn:  # the starter died right after this commit
-        await create_job(
+        await admit(
             conn,
-            get_kind("toy_echo"),
-            job_id=job_id,
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="c",
-            payload={"message": "never"},
+            JobRow(
+                kind="toy_echo",
+                job_id=job_id,
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="c",
+                payload={"message": "never"},
+            ),
         )
     jobs = hub.scope(course.workspace_id, course.actor_id)
     cancelled = await jobs.cancel(job_id)

@@ -31,7 +31,7 @@ from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.kinds import job_rows
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
-from hubjobs.kinds.job_rows import create_job
+from hubjobs.kinds.job_rows import JobRow, admit
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
@@ -277,14 +277,16 @@ async def create_tagging_job(engine: AsyncEngine, course: DemoCourse, tag: str) 
     attempt takes it (no workflow)."""
     job_id = uuid.uuid4()
     async with engine.begin() as conn:
-        created = await create_job(
+        created = await admit(
             conn,
-            COURSE_TAGGING,
-            job_id=job_id,
-            workspace_id=course.workspace_id,
-            actor_id=course.actor_id,
-            correlation_id="c-1",
-            payload={"root_page_id": str(course.root_page_id), "tag": tag},
+            JobRow(
+                kind=COURSE_TAGGING.name,
+                job_id=job_id,
+                workspace_id=course.workspace_id,
+                actor_id=course.actor_id,
+                correlation_id="c-1",
+                payload={"root_page_id": str(course.root_page_id), "tag": tag},
+            ),
         )
         await job_rows.take_snapshot(conn, created.job)
     return job_id
