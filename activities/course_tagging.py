@@ -59,6 +59,7 @@ from hubjobs.kinds.course_tagging import (
     written,
 )
 from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.store import Finished, ItemOutcome, Recorded
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
@@ -113,7 +114,9 @@ READ_BATCH = f"""
                       AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok,
            i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
       FROM jobs j
-      LEFT JOIN LATERAL ({store.pending_items_after("j.id", "j.status")}) i ON true
+      LEFT JOIN LATERAL job_pending_items(
+                j.id, CAST(:after AS int), CAST(:upto AS int), CAST(:limit AS int)
+           ) i ON j.status = {JobStatus.running.sql}
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job
      ORDER BY i.ordinal

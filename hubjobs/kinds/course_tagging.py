@@ -141,11 +141,11 @@ COURSE_ITEMS = f"""{COURSE}
 """
 # A retry: the source job's failed pages that are still in the workspace, out of the
 # trash, in their order.
-FAILED_ITEMS = f"""
+FAILED_ITEMS = """
     SELECT row_number() OVER (ORDER BY i.ordinal)::int, i.ref, p.title,
            EXISTS (SELECT 1 FROM unnest(p.tags) t WHERE tag_key(t) = tag_key(:tag)),
            NULL::jsonb
-      FROM ({store.failed_items_of(":source")}) i JOIN pages p ON p.id = i.ref
+      FROM job_failed_items(CAST(:source AS uuid)) i JOIN pages p ON p.id = i.ref
      WHERE p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed
 """
 

@@ -248,32 +248,16 @@ async def list_items(
 # its items with the hub's tables takes its items from one of these.
 
 
-def pending_items_after(job: str, status: str, *, limit: str = ":limit") -> str:
-    """A subquery: the next pending items of the job whose id and status the columns
-    ``job`` and ``status`` hold (``j.id``, ``j.status``) after ``:after`` (up to
-    ``:upto`` when given) in order, ``limit`` of them, none once the job no longer runs:
-    ``ordinal, ref, done_at_snapshot``."""
-    return (
-        f"SELECT ordinal, ref, done_at_snapshot FROM job_items "
-        f"WHERE job_id = {job} AND ordinal > :after AND state = {ItemState.pending.sql} "
-        "AND (CAST(:upto AS int) IS NULL OR ordinal <= CAST(:upto AS int)) "
-        f"AND {status} = {JobStatus.running.sql} "
-        f"ORDER BY ordinal LIMIT {limit}"
-    )
-
-
-def failed_items_of(source: str) -> str:
-    """A subquery: the failed items of the job ``source`` names, ``ordinal, ref``."""
-    return (
-        "SELECT ordinal, ref FROM job_items "
-        f"WHERE job_id = {source} AND state = {ItemState.failed.sql}"
-    )
+# A job's items are read by the database's named functions (migration 0009), which a
+# kind's own statements call: job_pending_items(job, after, up_to, at_most) and
+# job_failed_items(job).
 
 
 async def any_failed_item(conn: AsyncConnection, source_job_id: uuid.UUID) -> bool:
     """Whether the job has a failed item (a retry's start check, by index)."""
     found = await conn.execute(
-        text(f"SELECT EXISTS ({failed_items_of(':source')})"), {"source": source_job_id}
+        text("SELECT EXISTS (SELECT 1 FROM job_failed_items(:source))"),
+        {"source": source_job_id},
     )
     return bool(found.scalar())
 

@@ -1,0 +1,63 @@
+"""A job's items are read through the database's named functions (migration 0009), and
+PostgreSQL inlines them: a tagging batch's read and a retry's failed items are planned
+by the (job, state, ordinal) index, as the subqueries spliced in before them were, with
+no function scan left in the plan."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from activities.course_tagging import READ_BATCH
+from hubjobs.kinds.course_tagging import FAILED_ITEMS
+from tests.support.helpers import create_tagging_job
+from tests.support.servers import seed
+
+
+def plan_nodes(plan: dict[str, object]) -> list[dict[str, object]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):  # type: ignore[union-attr]
+        nodes += plan_nodes(child)  # type: ignore[arg-type]
+    return nodes
+
+
+async def explain(
+    engine: AsyncEngine, statement: str, params: dict[str, object]
+) -> list[dict[str, object]]:
+    async with engine.connect() as conn:
+        found = await conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement}"), params)
+        document = found.scalar_one()
+    plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
+    return plan_nodes(plan)
+
+
+async def test_a_batch_read_and_a_retrys_items_are_planned_by_the_index(
+    engine: AsyncEngine,
+) -> None:
+    course = await seed(engine, 50)
+    job_id = await create_tagging_job(engine, course, "inlined")
+    batch = await explain(
+        engine,
+        READ_BATCH,
+        {
+            "job": job_id,
+            "after": 0,
+            "upto": None,
+            "limit": 10,
+            "workspace": course.workspace_id,
+            "tag": "inlined",
+        },
+    )
+    failed = await explain(
+        engine,
+        FAILED_ITEMS,
+        {"source": job_id, "workspace": course.workspace_id, "tag": "inlined"},
+    )
+    for nodes in (batch, failed):
+        # (A tag check's unnest(tags) is a function scan of its own.)
+        functions = {str(node.get("Function Name")) for node in nodes}
+        assert not functions & {"job_pending_items", "job_failed_items"}, functions
+        scans = [node for node in nodes if node.get("Relation Name") == "job_items"]
+        assert scans and all("Index" in str(node["Node Type"]) for node in scans), scans
