@@ -49,7 +49,7 @@ HANDOVER_SECONDS = 2
 SKEW_SECONDS = 2 * 3600
 # An attempt (not the worker's gauges) that met the outage: waiting, handing over, or
 # giving up on it.
-MET_OUTAGE = re.compile(r"activities\.base database (unavailable|out of reach)")
+MET_OUTAGE = re.compile(r"activities\.outages database (unavailable|out of reach)")
 ANSWERS_AGAIN = re.compile(r"database answers again after (-?[0-9.]+) s")
 
 

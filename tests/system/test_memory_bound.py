@@ -96,7 +96,9 @@ async def test_a_worker_in_256_mb_backs_up_and_exports_5_mb_pages(
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     peaks: dict[str, tuple[int, int]] = {}
     with memory_cgroup(f"hubjobs-payloads-{os.getpid()}", LIMIT) as group:
-        env = hubjobs_env(settings, tmp_path)
+        # One time slice for the whole job, however slow the machine: a second attempt
+        # then means the worker died (OOM-killed), never that its slice ran out.
+        env = hubjobs_env(settings, tmp_path, work_slice_seconds=600)
         worker = WorkerProcess("worker", env, tmp_path, prefix=group.prefix())
         try:
             await wait_started(worker)
