@@ -6,6 +6,7 @@ no function scan left in the plan."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,16 +17,16 @@ from tests.support.helpers import create_tagging_job
 from tests.support.servers import seed
 
 
-def plan_nodes(plan: dict[str, object]) -> list[dict[str, object]]:
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     nodes = [plan]
-    for child in plan.get("Plans", []):  # type: ignore[union-attr]
-        nodes += plan_nodes(child)  # type: ignore[arg-type]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
     return nodes
 
 
 async def explain(
     engine: AsyncEngine, statement: str, params: dict[str, object]
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     async with engine.connect() as conn:
         found = await conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement}"), params)
         document = found.scalar_one()

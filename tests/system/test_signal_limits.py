@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -145,7 +146,9 @@ async def test_a_bare_cancel_from_the_temporal_cli_ends_a_job_after_20000_bad_si
             )
             job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="flood")
             await wait_until_processed(engine, job.id, 10, worker, timeout=60)
+            began = time.monotonic()
             refused_by_server = await flood(temporal, job.workflow_id, FLOOD)
+            flooded = time.monotonic() - began
             running = await jobs.get(job.id)
             assert running.status == JobStatus.running, failed_job(running, [worker])
 
@@ -173,6 +176,10 @@ async def test_a_bare_cancel_from_the_temporal_cli_ends_a_job_after_20000_bad_si
 
             runs = await all_runs_history(temporal, job.workflow_id)
             per_run = [signals_of(run) for run in runs]
+            print(
+                f"\n{FLOOD} bad signals in {flooded:.1f} s ({FLOOD / flooded:.0f} a second): "
+                f"{len(runs)} runs, at most {max(per_run)} signals in one"
+            )
             assert len(runs) > FLOOD // TEMPORAL_SIGNAL_LIMIT, per_run
             assert max(per_run) < TEMPORAL_SIGNAL_LIMIT // 2, per_run
             assert refused_by_server == 0, per_run
