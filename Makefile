@@ -37,15 +37,14 @@ run: install
 	$(BIN)/hubjobs demo --pages 20000
 
 # The fast tier first (tests/unit: no servers, seconds), then the tests on real servers
-# in one process each (tests/integration), then those with real processes, kills,
-# network namespaces, browsers and other languages' clients (tests/system); files run
-# side by side, each pytest process with its own embedded servers: the integration tier
-# two at a time (it keeps both cores busy), the system tier three (its tests mostly wait
-# on leases, timeouts and restarts: 7.5 min instead of 10). Then the docs site.
+# in one process each (tests/integration) and those with real processes, kills, network
+# namespaces, browsers and other languages' clients (tests/system), three files at a
+# time, each pytest process with its own embedded servers: the system tier's tests mostly
+# wait (on leases, timeouts, restarts) while the integration tier's keep the cores busy,
+# so the two share one pool (one after the other: 2:57 then 7:30). Then the docs site.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 2 --dist loadfile tests/integration
-	$(BIN)/pytest -n 3 --dist loadfile tests/system
+	$(BIN)/pytest -n 3 --dist loadfile tests/integration tests/system
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
