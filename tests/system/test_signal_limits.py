@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -55,9 +56,11 @@ from worker import STOP_BOUND_SECONDS
 
 TEMPORAL_SIGNAL_LIMIT = 10_000
 FLOOD = 20_000
-# Senders at once: about 300 signals a second on this machine, the rate at which a
-# run's continue-as-new keeps up (docs/operations/failures.md has the figures).
+# Senders at once, and the flood's rate, whatever the machine: a run's continue-as-new
+# takes 1-8 s to be taken while signals keep landing, so at 400 a second a run takes
+# at most a few thousand (docs/operations/failures.md has the figures).
 FLOOD_SENDERS = 25
+FLOOD_RATE = 400
 # What a flood sends: names no handler has, and the job's own signals malformed.
 BAD_SIGNALS: list[tuple[str, list[Any]]] = [
     ("no-such-signal", []),
@@ -105,16 +108,18 @@ async def worker_on(
 
 
 async def flood(temporal: Client, workflow_id: str, count: int) -> int:
-    """``count`` bad signals from FLOOD_SENDERS senders; returns how many the server
-    refused (a run that took its limit)."""
+    """``count`` bad signals from FLOOD_SENDERS senders, at most FLOOD_RATE a second;
+    returns how many the server refused (a run that took its limit)."""
     handle = temporal.get_workflow_handle(workflow_id)
     kinds = itertools.cycle(BAD_SIGNALS)
     left = iter(range(count))
     refused = 0
+    began = time.monotonic()
 
     async def sender() -> None:
         nonlocal refused
-        for _ in left:
+        for sent in left:
+            await asyncio.sleep(max(0.0, began + sent / FLOOD_RATE - time.monotonic()))
             name, args = next(kinds)
             try:
                 await handle.signal(name, args=args)
@@ -152,11 +157,13 @@ async def test_a_bare_cancel_from_the_temporal_cli_ends_a_job_after_20000_bad_si
             running = await jobs.get(job.id)
             assert running.status == JobStatus.running, failed_job(running, [worker])
 
-            # A signal that lands as a run continues as new is refused, retryably, with
-            # "workflow is closing" (Temporal's SDK clients retry it; its CLI does not):
-            # sent again, as a person would, it reaches the new run.
-            for _ in range(5):
-                cancelled = temporal_cli(
+            # A signal that lands while a run continues as new is refused, retryably,
+            # with "workflow is closing" (until the new run's first task: Temporal's SDK
+            # clients retry it, its CLI does not): sent again, as a person would, it
+            # reaches the new run.
+            async def cancel_sent() -> subprocess.CompletedProcess[str] | None:
+                sent = await asyncio.to_thread(
+                    temporal_cli,
                     temporal.service_client.config.target_host,
                     "workflow",
                     "signal",
@@ -165,8 +172,12 @@ async def test_a_bare_cancel_from_the_temporal_cli_ends_a_job_after_20000_bad_si
                     "--name",
                     CANCEL_SIGNAL,
                 )
-                if "workflow is closing" not in cancelled.stderr:
-                    break
+                if "workflow is closing" in sent.stderr:
+                    await asyncio.sleep(0.5)
+                    return None
+                return sent
+
+            cancelled = await until("the bare cancel to be taken", cancel_sent, 60)
             assert cancelled.returncode == 0, cancelled.stderr
             final = await wait_until_final(jobs, job.id, timeout=120)
             assert final.status == JobStatus.cancelled, failed_job(final, [worker])
