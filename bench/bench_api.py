@@ -23,13 +23,13 @@ from harness import (
     Outcome,
     Target,
     cpu_seconds,
-    main_for,
     percentile,
     ratio_of,
     rotate,
     say,
     timed_run,
 )
+from standalone import main_for
 
 NAME = "api"
 TITLE = "API CPU per GET"

@@ -28,7 +28,6 @@ from harness import (
     Figure,
     Outcome,
     Target,
-    main_for,
     median,
     memory_mb,
     ratio_of,
@@ -36,6 +35,7 @@ from harness import (
     say,
     timed_run,
 )
+from standalone import main_for
 
 NAME = "backup"
 TITLE = "Backup of a ~300 MB hub"

@@ -27,8 +27,9 @@ from typing import Any
 import onepage
 import psycopg
 from common import Floor, Hub, HubJobsClient, Stack, seed_courses, seed_onepage
-from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say
+from harness import Figure, Outcome, Target, median, ratio_of, rotate, say
 from pg import FinalWatcher
+from standalone import main_for
 
 NAME = "burst"
 TITLE = "200 one-page jobs at once"

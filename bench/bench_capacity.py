@@ -28,8 +28,9 @@ from typing import Any
 import onepage
 import psutil
 from common import Hub, Stack, seed_courses, seed_onepage
-from harness import CLOCK_TICKS, Figure, Outcome, cpu_seconds, main_for, percentile, say
+from harness import CLOCK_TICKS, Figure, Outcome, cpu_seconds, percentile, say
 from pg import FinalWatcher
+from standalone import main_for
 
 NAME = "capacity"
 TITLE = "Capacity: latency against offered jobs/s"

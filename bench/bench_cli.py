@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 from common import HUBJOBS, REPO, Stack, finished_job
-from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say, timed_run
+from harness import Figure, Outcome, Target, median, ratio_of, rotate, say, timed_run
+from standalone import main_for
 
 NAME = "cli"
 TITLE = "hubjobs status wall time"

@@ -29,8 +29,9 @@ from typing import Any
 import onepage
 import psycopg
 from common import Floor, Hub, Stack, seed_course, seed_onepage
-from harness import Figure, Outcome, Target, cpu_seconds, main_for, median, say
+from harness import Figure, Outcome, Target, cpu_seconds, median, say
 from pg import Counters, background_rate, net, settled_counters
+from standalone import main_for
 from temporalio.api.enums.v1 import EventType
 
 NAME = "costs"

@@ -42,13 +42,13 @@ from harness import (
     Figure,
     Outcome,
     Target,
-    main_for,
     median,
     poll_until,
     ratio_of,
     rotate,
     say,
 )
+from standalone import main_for
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import WorkflowExecutionStatus
 

@@ -30,6 +30,7 @@ import httpx
 import psycopg
 from common import HUBJOBS, DemoCourse, Hub, Stack, free_port, seed_courses
 from harness import Figure, Outcome, Target, cpu_seconds, percentile, say, timed_run
+from standalone import main_for
 
 NAME = "events"
 # A backend reports its counts to pg_stat_database within this long (10 s when idle).
@@ -295,6 +296,4 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
 
 
 if __name__ == "__main__":
-    from harness import main_for
-
     main_for(sys.modules[__name__])

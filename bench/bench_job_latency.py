@@ -35,7 +35,6 @@ from harness import (
     Outcome,
     Target,
     describe_phases,
-    main_for,
     median_phases,
     percentile,
     ratio_of,
@@ -43,6 +42,7 @@ from harness import (
     say,
 )
 from pg import FinalWatcher
+from standalone import main_for
 
 NAME = "job_latency"
 TITLE = "Per-job cost, 1-page job"

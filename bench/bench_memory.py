@@ -18,7 +18,8 @@ from typing import Any
 
 import psycopg
 from common import FINAL, Stack, seed_course
-from harness import Figure, Outcome, Target, main_for, memory_mb, ratio_of, say
+from harness import Figure, Outcome, Target, memory_mb, ratio_of, say
+from standalone import main_for
 
 NAME = "memory"
 TITLE = "Worker memory by page size"

@@ -25,8 +25,9 @@ from typing import Any
 import bench_burst
 import bench_job_latency
 from common import REPO, Stack, seed_onepage
-from harness import BENCH, Figure, Outcome, main_for, percentile, ratio_of, rotate, say, timed_run
+from harness import BENCH, Figure, Outcome, percentile, ratio_of, rotate, say, timed_run
 from pg import install_final_trigger
+from standalone import main_for
 
 NAME = "peers"
 TITLE = "The peers side by side (one-page job)"

@@ -31,7 +31,8 @@ from typing import Any
 
 import psycopg
 from common import Hub, Stack, Statement, read_model_statements
-from harness import Figure, Outcome, Target, main_for, percentile, ratio_of, say
+from harness import Figure, Outcome, Target, percentile, ratio_of, say
+from standalone import main_for
 
 NAME = "readmodel"
 TITLE = "Read model at 1,000,000 job rows"

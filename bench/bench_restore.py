@@ -20,7 +20,8 @@ import shutil
 
 from bench_backup import backup_hub, hubjobs_backup, pg_dump
 from common import HUBJOBS, Stack, pg_bin
-from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say, timed_run
+from harness import Figure, Outcome, Target, median, ratio_of, rotate, say, timed_run
+from standalone import main_for
 
 NAME = "restore"
 TITLE = "Restore into an empty database"

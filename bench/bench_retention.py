@@ -27,7 +27,8 @@ import uuid
 import psycopg
 from bench_readmodel import jobs_table
 from common import Stack, retention_schedule
-from harness import Figure, Outcome, Target, main_for, median, ratio_of, rotate, say
+from harness import Figure, Outcome, Target, median, ratio_of, rotate, say
+from standalone import main_for
 
 NAME = "retention"
 TITLE = "Retention sweep"

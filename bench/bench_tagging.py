@@ -46,7 +46,6 @@ from harness import (
     Outcome,
     Target,
     describe_phases,
-    main_for,
     median,
     median_phases,
     memory_mb,
@@ -55,6 +54,7 @@ from harness import (
     rotate,
     say,
 )
+from standalone import main_for
 
 NAME = "tagging"
 TITLE = "Tagging a course, created → finished"

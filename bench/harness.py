@@ -4,8 +4,8 @@ Temporal worker to poll, and how a benchmark module is run on its own.
 
 A benchmark module (``bench_*.py``) has ``NAME``, ``TITLE``, ``add_arguments(parser)``
 (its size flags, defaults bounded for ``make bench``) and ``async run(stack, args) ->
-Outcome``; ``main_for(module)`` runs it alone with its own stack, and ``run_all.py``
-runs them all on one.
+Outcome``; ``standalone.main_for(module)`` runs it alone with its own stack, and
+``run_all.py`` runs them all on one.
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:
-    from common import Stack
+from typing import IO, Any, Literal
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -351,15 +348,6 @@ async def wait_for_poller(client: Any, task_queue: str, timeout: float = 60) -> 
 # --- running a benchmark module -----------------------------------------------------
 
 
-class BenchModule(Protocol):
-    NAME: str
-    TITLE: str
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
-
-    async def run(self, stack: Stack, args: argparse.Namespace) -> Outcome: ...
-
-
 def parser_for(module: ModuleType) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"bench/{Path(module.__file__ or module.NAME).name}",
@@ -395,30 +383,3 @@ def exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def main_for(module: ModuleType) -> None:
-    """``python bench/bench_x.py [flags]``: the benchmark alone, on servers of its own."""
-    from common import Stack
-    from plots import render
-
-    args = parser_for(module).parse_args()
-    code = 0
-    try:
-        with Stack(pg_settings=pg_settings(args.pg_setting)) as stack:
-            clock = Clock()
-            outcome: Outcome = asyncio.run(module.run(stack, args))
-            outcome.seconds = clock.elapsed
-        print(table(outcome.figures))
-        for note in outcome.notes:
-            print(f"  note: {note}")
-        written = render({module.NAME: outcome}, RESULTS)
-        for path in written:
-            print(f"plot: {path}")
-        write_json(RESULTS / f"{module.NAME}.json", {module.NAME: outcome}, {})
-    except BaseException as err:  # report, then leave as a failure
-        import traceback
-
-        traceback.print_exception(err)
-        code = 1
-    exit_now(code)
