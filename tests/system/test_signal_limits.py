@@ -121,11 +121,20 @@ async def flood(temporal: Client, workflow_id: str, count: int) -> int:
         for sent in left:
             await asyncio.sleep(max(0.0, began + sent / FLOOD_RATE - time.monotonic()))
             name, args = next(kinds)
-            try:
-                await handle.signal(name, args=args)
-            except RPCError as err:
-                assert err.status == RPCStatusCode.INVALID_ARGUMENT, err
-                refused += 1
+            while True:
+                try:
+                    await handle.signal(name, args=args)
+                    break
+                except RPCError as err:
+                    # "workflow is closing": a run continuing as new takes no signal until
+                    # the new run's first task; the client's own retries may run out
+                    # first on a loaded machine. Sent again, as any sender would.
+                    if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                        await asyncio.sleep(0.2)
+                        continue
+                    assert err.status == RPCStatusCode.INVALID_ARGUMENT, err
+                    refused += 1
+                    break
 
     await asyncio.gather(*(sender() for _ in range(FLOOD_SENDERS)))
     return refused
