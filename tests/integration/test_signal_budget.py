@@ -6,11 +6,7 @@ tests/system/test_signal_limits.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from hubjobs.readmodel.status import JobStatus
@@ -20,6 +16,7 @@ from starter.client import HubJobsClient
 from tests.support.helpers import (
     all_runs_history,
     assert_every_page_tagged_once,
+    signals_of,
     wait_until_final,
     workflow_closed,
 )
@@ -28,10 +25,6 @@ from tests.support.servers import running_worker, seed
 
 BUDGET = 10
 BAD = 60
-
-
-def signals_of(run: list[HistoryEvent]) -> int:
-    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in run)
 
 
 async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact(
@@ -71,18 +64,8 @@ async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact
     assert all(signals <= 2 * BUDGET for signals in per_run[1:]), per_run
     assert progress["refused_signals"] == BAD, progress
     # The first run, which continued as new on its budget, for the replay test.
-    first_run = await asyncio.wait_for(_first_run_id(temporal, job.workflow_id), 10)
+    first_run = runs[-1][0].workflow_execution_started_event_attributes.first_execution_run_id
     await record(
         temporal.get_workflow_handle(job.workflow_id, run_id=first_run),
         "course_tagging_signal_budget",
     )
-
-
-async def _first_run_id(temporal: Client, workflow_id: str) -> str:
-    run_id = (await temporal.get_workflow_handle(workflow_id).describe()).run_id
-    while True:
-        history = await temporal.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return run_id
-        run_id = started.continued_execution_run_id

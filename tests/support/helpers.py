@@ -7,7 +7,7 @@ import dataclasses
 import subprocess
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import text
@@ -267,6 +267,11 @@ async def all_runs_history(client: Client, workflow_id: str) -> list[list[Histor
             return runs
         run_id = started.continued_execution_run_id
     raise AssertionError("more than 100 runs")
+
+
+def signals_of(run: Sequence[HistoryEvent]) -> int:
+    """How many signals one run's history took."""
+    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in run)
 
 
 # --- tagging without Temporal: the attempt's batches driven straight -------------------

@@ -43,6 +43,7 @@ from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.helpers import (
     all_runs_history,
     assert_every_page_tagged_once,
+    signals_of,
     temporal_cli,
     until,
     wait_until_final,
@@ -69,10 +70,6 @@ BAD_SIGNALS: list[tuple[str, list[Any]]] = [
     (PROGRESS_SIGNAL, [{}]),
     (CANCEL_SIGNAL, [1, 2]),
 ]
-
-
-def signals_of(run: list[Any]) -> int:
-    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in run)
 
 
 def signal_names(runs: list[list[Any]]) -> Counter[str]:
