@@ -145,6 +145,7 @@ class KindActivities(Generic[P]):
             )
             end: WorkEnd = Stopped() if job.cancel_requested_at else await work(ctx)
             if isinstance(end, Paused):
+                await ctx.reports_delivered()
                 return WorkResult(beat=ctx.beat_state, counters=ctx.counters)
             done = isinstance(end, Done)
             if done and ctx.finished is not None:
@@ -156,6 +157,7 @@ class KindActivities(Generic[P]):
                     counters=ctx.counters,
                     output=end.output if isinstance(end, Done) else None,
                 )
+            await ctx.reports_delivered()
             return WorkResult(outcome=outcome, beat=ctx.beat_state, counters=outcome.counters)
         except Refused as err:
             log.info("job refused: %s", err.code)

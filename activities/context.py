@@ -173,6 +173,13 @@ class WorkContext(Generic[P]):
         self.message = message
         self._send_progress()
 
+    async def reports_delivered(self) -> None:
+        """Waits (a bounded while) for the report in flight: one landing after the
+        attempt's result would overtake the run's closing or continuing as new, and
+        Temporal would fail that workflow task (UnhandledCommand) to run it again."""
+        if self._sending is not None and not self._sending.done():
+            await asyncio.wait({self._sending}, timeout=PROGRESS_RPC_TIMEOUT.total_seconds())
+
     def _send_progress(self) -> None:
         """Signals the job's workflow the counters and message, at most every
         HUBJOBS_PROGRESS_REPORT_SECONDS (1 s: the progress query and the UI's details
@@ -201,7 +208,7 @@ class WorkContext(Generic[P]):
             info.workflow_id, run_id=info.workflow_run_id
         )
         self._sending = asyncio.create_task(_signal_progress(handle, report))
-        # The loop keeps only weak references to tasks: this one may outlive its attempt.
+        # The loop keeps only weak references to tasks: this one may outlive its step.
         _SENDING.add(self._sending)
         self._sending.add_done_callback(_SENDING.discard)
 
