@@ -18,35 +18,27 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from hubjobs.errors import ConfigurationError
+from hubjobs.home import (
+    DEV_SECRET_FILE,
+    DEV_WEBHOOK_SECRET_FILE,
+    HOME_FOLDER,
+    PROFILE_FILE,
+    STACK_FILE,
+    nearest_home,
+)
 
-STACK_FILE = "stack.json"
+__all__ = [
+    "DEV_SECRET_FILE",
+    "DEV_WEBHOOK_SECRET_FILE",
+    "HOME_FOLDER",
+    "PROFILE_FILE",
+    "STACK_FILE",
+    "Settings",
+    "nearest_home",
+]
+
 # The embedded dev server's SQLite settings; why: hubjobs/devstack/embedded.py.
 DEV_STORE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
-# The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
-# when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
-PROFILE_FILE = "profile.json"
-# The embedded stack's token secret (`hubjobs up` writes it): `hubjobs token` and
-# `hubjobs api` use it only while no token key of any kind is configured.
-DEV_SECRET_FILE = "dev-token-secret"
-# The embedded stack's completion-webhook signing secret (`hubjobs up` writes it): used
-# only while HUBJOBS_WEBHOOK_SECRET is not set.
-DEV_WEBHOOK_SECRET_FILE = "dev-webhook-secret"
-
-
-HOME_FOLDER = ".hubjobs"
-
-
-def nearest_home(start: Path | None = None) -> Path:
-    """The nearest ``.hubjobs/`` holding a stack or a profile, from the working directory
-    up (as git finds its repository): a command run in a subfolder finds the stack
-    `hubjobs up` started above it, rather than advising a second one. None found:
-    ``.hubjobs`` here, where `hubjobs up` makes one."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / HOME_FOLDER
-        if (candidate / STACK_FILE).is_file() or (candidate / PROFILE_FILE).is_file():
-            return candidate
-    return Path(HOME_FOLDER)
 
 
 class Settings(BaseSettings):

@@ -21,9 +21,8 @@ __all__ = [
     "WorkspaceJobs",
 ]
 
-# Where each name lives. Loaded on first use, not with the package: the CLI's quick reads
-# (starter/warm/quick.py) run inside this package before pydantic (the views) is loaded,
-# and the CLI loads psycopg only for the calls it makes itself (starter/warm).
+# Where each name lives. Loaded on first use, not with the package: the CLI's job
+# commands (starter/cli, clients of the HTTP API) run inside it and load none of them.
 _HOMES = {
     "Forbidden": "hubjobs.errors",
     "HubJobsError": "hubjobs.errors",

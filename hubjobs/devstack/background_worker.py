@@ -1,6 +1,6 @@
-"""The embedded stack's worker: ``hubjobs worker --serve-starts`` in a process of its
-own, started by ``hubjobs demo`` (or ``hubjobs up --worker``) so that the next job does
-not sit queued, the metrics URL answers and the CLI's starts are quick (starter/warm);
+"""The embedded stack's worker: ``hubjobs worker`` in a process of its own, started by
+``hubjobs demo`` (or ``hubjobs up --worker``) so that the next job does not sit queued
+and the metrics URL answers;
 its pid in ``<home>/worker.pid``, its output in ``<home>/worker.log``, stopped by
 ``hubjobs down``. It inherits the environment of the command that started it, so it
 reads the same settings."""
@@ -24,8 +24,7 @@ def running_worker(home: Path) -> int | None:
 
 def start_worker(home: Path) -> int:
     """Starts the background worker unless one runs; returns its pid."""
-    # It makes the CLI's starts and cancels too (starter/warm): warm, they are quick.
-    return WORKER.start(home, [venv_binary("hubjobs"), "worker", "--serve-starts"])
+    return WORKER.start(home, [venv_binary("hubjobs"), "worker"])
 
 
 def stop_worker(home: Path, timeout: float = 30) -> None:

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +34,11 @@ class Daemon:
         command = command_line(pid, limit=1000) or ""
         return pid if self.marker in command else None
 
-    def start(self, home: Path, command: Sequence[str]) -> int:
+    def start(
+        self, home: Path, command: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> int:
         """Starts ``command`` unless it runs already; returns its pid. It inherits this
-        process's environment, so it reads the same settings."""
+        process's environment (and ``env``), so it reads the same settings."""
         pid = self.running(home)
         if pid is not None:
             return pid
@@ -47,6 +49,7 @@ class Daemon:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=None if env is None else {**os.environ, **env},
                 start_new_session=True,  # outlives the command that started it
             )
         (home / self.pid_file).write_text(str(process.pid))

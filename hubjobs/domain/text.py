@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated
-
-from pydantic import BeforeValidator, Field
 
 from hubjobs.errors import InvalidInput
 
@@ -148,21 +145,3 @@ def printable(value: str, *, limit: int = 300) -> str:
         else:
             out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
     return "".join(out) + ("…" if len(value) > limit else "")
-
-
-def cut_to(limit: int) -> BeforeValidator:
-    """Cuts text to ``limit`` characters before it is validated: for text hubjobs writes
-    itself into a message that crosses Temporal, which must stay bounded (Temporal fails
-    a payload over 2 MB) and must never fail a workflow task for being long."""
-
-    def cut(value: object) -> object:
-        return value[:limit] if isinstance(value, str) else value
-
-    return BeforeValidator(cut)
-
-
-# A message (progress, an error's plain message) and a code, cut to their bounds.
-Message = Annotated[str, cut_to(MESSAGE_MAX_LENGTH), Field(max_length=MESSAGE_MAX_LENGTH)]
-Code = Annotated[str, cut_to(CODE_MAX_LENGTH), Field(max_length=CODE_MAX_LENGTH)]
-# A cancellation's reason as a signal carries it: cut, never refused (the cancel stands).
-Reason = Annotated[str, cut_to(REASON_MAX_LENGTH), Field(max_length=REASON_MAX_LENGTH)]

@@ -143,9 +143,11 @@ CLI_JOB_FIELDS = (
 )
 API_JOB_FIELDS = (
     "id",
+    "workflow_id",
     "kind",
     "status",
     "workspace_id",
+    "correlation_id",
     "summary",
     "total",
     "processed",

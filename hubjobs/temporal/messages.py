@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN, Code, Message, Reason
+from hubjobs.domain.bounded import Code, Message, Reason
+from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters
 

@@ -43,6 +43,19 @@ items.py, schedules.py, health.py, contract.py, codec.py), the callers' identity
 (auth.py, tokens.py), the answers' shapes (resources.py), the errors (errors.py) and
 the outermost request layer (guard.py)."""
 
-from starter.api.app import create_app
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starter.api.app import create_app
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # The app on first use: the CLI reads the API's resources without FastAPI.
+    if name == "create_app":
+        return importlib.import_module("starter.api.app").create_app
+    raise AttributeError(f"module 'starter.api' has no attribute {name!r}")

@@ -21,6 +21,7 @@ from hubjobs.errors import (
 )
 from hubjobs.kinds.page_export import PAGE_EXPORT, absolute_manifest
 from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import (
     SCHEDULE_ID_MAX_LENGTH,
     SCHEDULE_ID_PATTERN,
@@ -30,6 +31,7 @@ from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, error
 from starter.api.resources import (
     JobPage,
+    JobRecord,
     JobResource,
     JobResourceFields,
     job_cursor,
@@ -109,6 +111,9 @@ async def start_job(
 async def list_jobs(
     jobs: Jobs,
     status: Annotated[JobStatus | None, Query()] = None,
+    kind: Annotated[
+        str | None, Query(description="Only jobs of this kind", max_length=64, pattern=KIND_PATTERN)
+    ] = None,
     schedule_id: Annotated[
         str | None,
         Query(
@@ -125,6 +130,7 @@ async def list_jobs(
 ) -> JobPage:
     found = await jobs.list(
         status=status,
+        kind=kind,
         schedule_id=schedule_id,
         limit=limit,
         before=None if before is None else read_job_cursor(before),
@@ -170,15 +176,33 @@ async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Respons
         return error(404, "job_cancelled", "the job was cancelled")
     if job.status == JobStatus.failed:
         return error(422, job.error_code or JobFailed.code, job.error_message or "the job failed")
-    result = job.result or {}
-    base_url = request.app.state.settings.api_base_url
-    if job.kind == PAGE_EXPORT.name and base_url and result:
-        result = absolute_manifest(result, base_url)
     return Response(
-        json.dumps(result),
+        json.dumps(result_shown(request, job) or {}),
         status_code=200,
         media_type=job.result_content_type or "application/json",
     )
+
+
+def result_shown(request: Request, job: JobView) -> dict[str, Any] | None:
+    """The job's result as callers read it: an export's manifest with absolute URLs
+    when the API knows its own (HUBJOBS_API_BASE_URL)."""
+    base_url = request.app.state.settings.api_base_url
+    if job.kind == PAGE_EXPORT.name and base_url and job.result:
+        return absolute_manifest(job.result, base_url)
+    return job.result
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs/{job_id}/record",
+    response_model=JobRecord,
+    responses={**ERRORS},
+    summary="The job's record at any status: what a 202 shows, and its result once it succeeded",
+)
+async def job_record(request: Request, jobs: Jobs, job_id: uuid.UUID) -> JobRecord:
+    job = await jobs.get(job_id)
+    record = JobRecord.model_validate(JobResource.of(job).model_dump())
+    record.result = result_shown(request, job)
+    return record
 
 
 @router.delete(

@@ -5,15 +5,15 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
-from hubjobs.schedules.definition import (
-    ScheduleView,
-)
+
+if TYPE_CHECKING:
+    from hubjobs.schedules.definition import ScheduleView
 
 
 class JobResourceFields(BaseModel):
@@ -35,6 +35,14 @@ JobResource = create_model(
     **{name: (JobView.model_fields[name].annotation, ...) for name in API_JOB_FIELDS},  # type: ignore[call-overload]
     status_url=(str, ...),
 )
+
+
+class JobRecord(JobResource):
+    """A job's record at any status: the resource, with its result once it succeeded
+    (what the CLI shows; the status URL answers the result alone, in its content
+    type)."""
+
+    result: dict[str, Any] | None = None
 
 
 class JobPage(BaseModel):

@@ -7,11 +7,11 @@ otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and err
 types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes Python
 decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
 
-A command imports what it uses when it runs: ``hubjobs status`` starts in a fraction of
-the time it would take to import the Temporal SDK, SQLAlchemy, rich and the embedded
-servers, none of which it needs. (The ``hubjobs`` command's entry point is
-starter/warm/quick.py: a one-shot ``status`` or ``list`` the stack's worker answers
-never loads this module; anything else comes here.)
+The job commands (start, status, list, items, retry, cancel, watch, schedules) are
+clients of the HTTP API (remote.py), as any other service is: they import neither the
+Temporal SDK, SQLAlchemy nor psycopg, and start in about the time of importing httpx
+and typer. The stack and operator commands (up, down, worker, api, migrate, restore,
+seed-demo, demo) talk to the servers themselves, importing what they use when they run.
 
 The commands live by audience: jobs (starter/cli/jobs.py), schedules (schedules.py),
 the embedded stack and the demo (stack.py), operators' (ops.py); what they print and

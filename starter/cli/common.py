@@ -1,18 +1,19 @@
-"""What every command shares: its options' types, the settings it read, the wrapper that
-turns errors into one line and an exit code, running a coroutine, and a client scoped
-to a workspace and an actor."""
+"""What every command shares: its options' types, the wrapper that turns errors into one
+line and an exit code, the settings of the commands that talk to the servers, and the
+API the job commands call."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
+import os
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 
 from hubjobs.errors import (
     INTERNAL_ERROR,
@@ -20,15 +21,14 @@ from hubjobs.errors import (
     InvalidInput,
     describe_validation_errors,
 )
+from hubjobs.home import PROFILE_FILE, home_now, recorded
 from hubjobs.observability.logs import handler_for, log_failure
-from hubjobs.settings import Settings
 from starter.cli.output import error_line, errors_as_json, exit_code_of
-from starter.warm.relay import NotServed, Relay
 
 if TYPE_CHECKING:
-    # Not before a command needs them: a call the stack's worker makes (starter/warm)
-    # loads neither psycopg nor the SDK here.
-    from starter.client import HubJobsClient, WorkspaceJobs
+    # Not before a command needs them: a job command loads neither (it calls the API).
+    from hubjobs.settings import Settings
+    from starter.cli.remote import Api
 
 log = logging.getLogger("hubjobs.cli")
 
@@ -58,14 +58,13 @@ ActorOpt = Annotated[
 ]
 
 
-def _setup_logging(settings: Settings) -> None:
+def _setup_logging(home: Path) -> None:
     """The command's log lines go to HUBJOBS_HOME/hubjobs.log, one JSON object a line
     with HUBJOBS_LOG_JSON (as a worker's and the API's)."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(settings.home / "hubjobs.log")
-    logging.basicConfig(
-        level=logging.INFO, handlers=[handler_for(handler, json_lines=settings.log_json)]
-    )
+    home.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(home / "hubjobs.log")
+    json_lines = (os.environ.get("HUBJOBS_LOG_JSON") or "").lower() in ("1", "true", "yes", "on")
+    logging.basicConfig(level=logging.INFO, handlers=[handler_for(handler, json_lines=json_lines)])
 
 
 def check_encoding(kwargs: dict[str, Any]) -> None:
@@ -82,10 +81,21 @@ _settings: Settings | None = None
 
 
 def settings_now() -> Settings:
-    """The settings the running command read (once: reading them costs milliseconds)."""
+    """The settings of a command that talks to the servers itself (read once: reading
+    them costs a tenth of a second; the job commands read only what remote.py names)."""
     global _settings
     if _settings is None:
-        _settings = Settings()
+        from pydantic import ValidationError
+
+        from hubjobs.settings import Settings
+
+        try:
+            _settings = Settings()
+        except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
+            problems = describe_validation_errors(invalid.errors(include_input=False))
+            raise InvalidInput(
+                f"invalid HUBJOBS_* setting: {problems}", code="invalid_settings"
+            ) from None
     return _settings
 
 
@@ -94,15 +104,9 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
-        global _settings
         errors_as_json(bool(kwargs.get("as_json")))
-        try:
-            settings = _settings = Settings()
-        except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
-            problems = describe_validation_errors(invalid.errors(include_input=False))
-            error_line(f"invalid HUBJOBS_* setting: {problems}", "invalid_settings")
-            raise typer.Exit(2) from None
-        _setup_logging(settings)
+        home = home_now()
+        _setup_logging(home)
         try:
             check_encoding(kwargs)
             return fn(*args, **kwargs)
@@ -115,10 +119,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             raise
         except Exception as failure:
             log_failure(log, f"command {fn.__name__} failed", failure)
-            error_line(
-                f"internal error; the detail is in {settings.home / 'hubjobs.log'}",
-                INTERNAL_ERROR,
-            )
+            error_line(f"internal error; the detail is in {home / 'hubjobs.log'}", INTERNAL_ERROR)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -145,11 +146,10 @@ def _default(
     return value
 
 
-def root_page_of(flag: uuid.UUID | None, settings: Settings | None = None) -> uuid.UUID:
+def root_page_of(flag: uuid.UUID | None) -> uuid.UUID:
     """``--root-page``, else the course of the profile ``hubjobs demo`` wrote."""
-    settings = settings or settings_now()
-    recorded = settings.recorded_profile().get("root_page_id")
-    value = flag or (uuid.UUID(recorded) if recorded else None)
+    recorded_root = recorded(home_now(), PROFILE_FILE).get("root_page_id")
+    value = flag or (uuid.UUID(recorded_root) if recorded_root else None)
     if value is None:
         raise InvalidInput(
             "no course: pass --root-page, or run `hubjobs demo` (its profile names one)",
@@ -166,7 +166,7 @@ def actor_of(actor: uuid.UUID | None, settings: Settings | None = None) -> uuid.
 def scope_of(
     workspace: uuid.UUID | None, actor: uuid.UUID | None, settings: Settings | None = None
 ) -> tuple[uuid.UUID, uuid.UUID]:
-    """The workspace and actor a command acts as: flags override HUBJOBS_WORKSPACE /
+    """The workspace and actor a stack command acts as: flags override HUBJOBS_WORKSPACE /
     HUBJOBS_ACTOR, which override the profile ``hubjobs demo`` wrote in HUBJOBS_HOME (of
     ``settings``: by default the command's)."""
     settings = settings or settings_now()
@@ -174,28 +174,8 @@ def scope_of(
     return workspace_id, actor_of(actor, settings)
 
 
-async def _scoped(
-    workspace: uuid.UUID | None, actor: uuid.UUID | None
-) -> tuple[HubJobsClient, WorkspaceJobs]:
-    from starter.client import HubJobsClient
+def api(workspace: uuid.UUID | None, actor: uuid.UUID | None) -> Api:
+    """The HTTP API for the workspace, as the actor the token names (starter/cli/remote.py)."""
+    from starter.cli.remote import Api, Target
 
-    workspace_id, actor_id = scope_of(workspace, actor)
-    client = await HubJobsClient.connect(settings_now())
-    return client, client.scope(workspace_id, actor_id)
-
-
-async def scoped_call(
-    workspace: uuid.UUID | None,
-    actor: uuid.UUID | None,
-    call: Callable[[WorkspaceJobs], Awaitable[R]],
-) -> R:
-    """``call`` on the jobs of the workspace as the actor sees them: made by the stack's
-    worker when one serves this home (starter/warm: warm, it is quick), else here."""
-    workspace_id, actor_id = scope_of(workspace, actor)
-    try:
-        return await call(cast("WorkspaceJobs", Relay(settings_now(), workspace_id, actor_id)))
-    except NotServed:
-        pass
-    client, jobs = await _scoped(workspace_id, actor_id)
-    async with client:
-        return await call(jobs)
+    return Api(Target.find(workspace, actor))

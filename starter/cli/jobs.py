@@ -1,39 +1,30 @@
-"""The job commands: start each kind, follow, list, inspect, retry and cancel jobs."""
+"""The job commands: start each kind, follow, list, inspect, retry and cancel jobs, each
+a call of the HTTP API (starter/cli/remote.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hubjobs.domain.text import printable
-from hubjobs.errors import (
-    HubJobsError,
-)
+from hubjobs.errors import HubJobsError
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import ItemPage, JobView
-
-if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
-    from rich.table import Table
-
-    from starter.client import WorkspaceJobs
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
     WorkspaceOpt,
-    _scoped,
+    api,
     command,
     root_page_of,
-    run,
-    scoped_call,
 )
 from starter.cli.output import (
+    Job,
     err,
     follow,
     job_json,
@@ -43,6 +34,12 @@ from starter.cli.output import (
     print_json,
     show,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.table import Table
+
+    from starter.cli.remote import Api
 
 commands = typer.Typer()
 
@@ -59,27 +56,40 @@ NotifyUrlOpt = Annotated[
 def start_job(
     workspace: uuid.UUID | None,
     actor: uuid.UUID | None,
-    start: Callable[[WorkspaceJobs], Awaitable[JobView]],
+    start: Callable[[Api], Job],
     *,
     wait: bool,
     as_json: bool,
 ) -> None:
-    """Starts a job (through the stack's worker when one serves: starter/warm), follows
-    it with ``--wait`` (a progress bar on a terminal), prints it; exit 1 when a followed
-    job did not succeed."""
-
-    async def go() -> JobView:
-        job = await scoped_call(workspace, actor, start)
-        if not wait:
-            return job
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await follow(jobs, job, show_bar=not as_json and err().is_terminal)
-
-    job = run(go())
+    """Starts a job, follows it with ``--wait`` (a progress bar on a terminal), prints
+    it; exit 1 when a followed job did not succeed."""
+    with api(workspace, actor) as jobs:
+        job = start(jobs)
+        if wait:
+            job = follow(jobs, job, show_bar=not as_json and err().is_terminal)
     print_job(job, as_json)
-    if wait and job.status != JobStatus.succeeded:
+    if wait and job["status"] != JobStatus.succeeded:
         raise typer.Exit(1)
+
+
+def start_kind(
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    correlation_id: str | None = None,
+    notify_url: str | None = None,
+) -> Callable[[Api], Job]:
+    def start(jobs: Api) -> Job:
+        return jobs.start(
+            kind,
+            payload,
+            idempotency_key=idempotency_key,
+            correlation_id=correlation_id,
+            notify_url=notify_url,
+        )
+
+    return start
 
 
 @commands.command("tag-course")
@@ -101,20 +111,15 @@ def tag_course(
     as_json: JsonOpt = False,
 ) -> None:
     """Tag every page of a course."""
-    root_page_id = root_page_of(root_page)
-    start_job(
-        workspace,
-        actor,
-        lambda jobs: jobs.start_course_tagging(
-            root_page_id=root_page_id,
-            tag=tag,
-            idempotency_key=idempotency_key,
-            correlation_id=correlation_id,
-            notify_url=notify_url,
-        ),
-        wait=wait,
-        as_json=as_json,
+    payload = {"root_page_id": str(root_page_of(root_page)), "tag": tag}
+    start = start_kind(
+        "course_tagging",
+        payload,
+        idempotency_key=idempotency_key,
+        correlation_id=correlation_id,
+        notify_url=notify_url,
     )
+    start_job(workspace, actor, start, wait=wait, as_json=as_json)
 
 
 @commands.command()
@@ -128,13 +133,8 @@ def backup(
     as_json: JsonOpt = False,
 ) -> None:
     """Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR)."""
-    start_job(
-        workspace,
-        actor,
-        lambda jobs: jobs.start_backup(idempotency_key=idempotency_key, notify_url=notify_url),
-        wait=wait,
-        as_json=as_json,
-    )
+    start = start_kind("backup", {}, idempotency_key=idempotency_key, notify_url=notify_url)
+    start_job(workspace, actor, start, wait=wait, as_json=as_json)
 
 
 @commands.command()
@@ -157,18 +157,15 @@ def export(
 ) -> None:
     """Export a course, or the whole workspace, as NDJSON files of pages; the result is
     a FHIR bulk-data manifest whose files the API serves."""
-    start_job(
-        workspace,
-        actor,
-        lambda jobs: jobs.start_page_export(
-            root_page_id=root_page,
-            pages_per_file=pages_per_file,
-            idempotency_key=idempotency_key,
-            notify_url=notify_url,
-        ),
-        wait=wait,
-        as_json=as_json,
+    payload: dict[str, Any] = {}
+    if root_page is not None:
+        payload["root_page_id"] = str(root_page)
+    if pages_per_file is not None:
+        payload["pages_per_file"] = pages_per_file
+    start = start_kind(
+        "page_export", payload, idempotency_key=idempotency_key, notify_url=notify_url
     )
+    start_job(workspace, actor, start, wait=wait, as_json=as_json)
 
 
 @commands.command()
@@ -194,10 +191,11 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one job."""
-    print_job(run(scoped_call(workspace, actor, lambda jobs: jobs.get(job_id))), as_json)
+    with api(workspace, actor) as jobs:
+        print_job(jobs.get(job_id), as_json)
 
 
-def jobs_shown(found: list[JobView], as_json: bool) -> str | JobsTable:
+def jobs_shown(found: list[Job], as_json: bool) -> str | JobsTable:
     """A list of jobs as ``list`` shows it: a JSON array, or a table."""
     return json_text([job_json(job) for job in found]) if as_json else jobs_table(found)
 
@@ -205,17 +203,12 @@ def jobs_shown(found: list[JobView], as_json: bool) -> str | JobsTable:
 def list_filters(
     status: str | None, kind: str | None, schedule: str | None, limit: int
 ) -> dict[str, Any]:
-    """The arguments of ``WorkspaceJobs.list`` for ``list``'s options (an unknown status
+    """The query of the API's job list for ``list``'s options (an unknown status
     refused)."""
     statuses = [s.value for s in JobStatus]
     if status is not None and status not in statuses:
         raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
-    return {
-        "status": None if status is None else JobStatus(status),
-        "kind": kind,
-        "schedule_id": schedule,
-        "limit": limit,
-    }
+    return {"status": status, "kind": kind, "schedule_id": schedule, "limit": limit}
 
 
 # A list's columns, in the order a narrow terminal keeps them: ids whole, always (they
@@ -224,14 +217,16 @@ LIST_COLUMNS = ("id", "status", "done", "kind", "created", "summary")
 SUMMARY_MIN_WIDTH = 12
 
 
-def list_cells(job: JobView) -> dict[str, str]:
+def list_cells(job: Job) -> dict[str, str]:
+    # 2026-12-03T08:40:15.123456Z as 2026-12-03 08:40:15
+    created = str(job["created_at"]).replace("T", " ")[:19]
     return {
-        "id": str(job.id),
-        "kind": job.kind,
-        "status": job.status,
-        "done": f"{job.processed}/{job.total}",
-        "created": job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-        "summary": job.summary or "",
+        "id": str(job["id"]),
+        "kind": job["kind"],
+        "status": job["status"],
+        "done": f"{job['processed']}/{job['total']}",
+        "created": created,
+        "summary": job.get("summary") or "",
     }
 
 
@@ -239,7 +234,7 @@ class JobsTable:
     """A list of jobs as a table as wide as the console it is printed on: on a narrow
     one, columns are left out (the last of LIST_COLUMNS first), never cut."""
 
-    def __init__(self, found: list[JobView]) -> None:
+    def __init__(self, found: list[Job]) -> None:
         self.rows = [list_cells(job) for job in found]
 
     def fitting(self, width: int) -> list[str]:
@@ -277,34 +272,31 @@ class JobsTable:
         yield self.table(options.max_width)
 
 
-def jobs_table(found: list[JobView]) -> JobsTable:
+def jobs_table(found: list[Job]) -> JobsTable:
     return JobsTable(found)
 
 
-async def watch_list(
-    read: Callable[[], Awaitable[list[JobView]]], interval: float, as_json: bool
-) -> None:
+def watch_list(read: Callable[[], list[Job]], interval: float, as_json: bool) -> None:
     """Reads the list every ``interval`` seconds until interrupted: a live table on a
     terminal, else the list again (a JSON array a line with ``--json``) when it changed."""
     if not as_json and out().is_terminal:
         from rich.live import Live
 
-        with Live(jobs_table(await read()), console=out(), auto_refresh=False) as live:
+        with Live(jobs_table(read()), console=out(), auto_refresh=False) as live:
             while True:
-                await asyncio.sleep(interval)
-                live.update(jobs_table(await read()), refresh=True)
-    last: list[dict[str, object]] | None = None
+                time.sleep(interval)
+                live.update(jobs_table(read()), refresh=True)
+    last: list[Job] | None = None
     while True:
-        views = await read()
-        found = [job_json(job) for job in views]
+        found = read()
         if found != last:
             if as_json:
                 sys.stdout.write(json.dumps(found) + "\n")
             else:
-                out().print(jobs_table(views))
+                out().print(jobs_table(found))
             sys.stdout.flush()
             last = found
-        await asyncio.sleep(interval)
+        time.sleep(interval)
 
 
 @commands.command("list")
@@ -318,6 +310,9 @@ def list_jobs(
         str | None, typer.Option("--schedule", help="Only the runs of this schedule.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    before: Annotated[
+        str | None, typer.Option(help="The jobs after this cursor (a previous page's next).")
+    ] = None,
     watch: Annotated[
         bool, typer.Option("--watch", help="Keep the list up to date until interrupted.")
     ] = False,
@@ -328,23 +323,21 @@ def list_jobs(
 ) -> None:
     """List a workspace's jobs, newest first."""
     filters = list_filters(status, kind, schedule, limit)
+    with api(workspace, actor) as jobs:
 
-    async def read(jobs: WorkspaceJobs) -> list[JobView]:
-        return await jobs.list(**filters)
+        def read() -> list[Job]:
+            found: list[Job] = jobs.list(**filters, before=before)["jobs"]
+            return found
 
-    async def go() -> list[JobView]:
-        if not watch:
-            return await scoped_call(workspace, actor, read)
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            await watch_list(lambda: read(jobs), interval, as_json)
-            return await read(jobs)
-
-    try:
-        found = run(go())
-    except KeyboardInterrupt:  # the end of --watch
-        return
-    show(jobs_shown(found, as_json))
+        if watch:
+            try:
+                watch_list(read, interval, as_json)
+            except KeyboardInterrupt:  # the end of --watch
+                return
+        page = jobs.list(**filters, before=before)
+    show(jobs_shown(page["jobs"], as_json))
+    if page["next"] is not None and not as_json:
+        err().print(f"more: --before {page['next']}", markup=False, highlight=False)
 
 
 @commands.command()
@@ -365,32 +358,28 @@ def items(
     """List a job's items (each page's outcome, code and message), in order, a page
     at a time."""
 
-    async def go() -> ItemPage:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            return await jobs.items(job_id, state=state, after=after, limit=limit)
-
-    page = run(go())
+    with api(workspace, actor) as jobs:
+        page = jobs.items(job_id, state=state, after=after, limit=limit)
     if as_json:
-        print_json(page.model_dump(mode="json"))
+        print_json(page)
         return
     from rich.table import Table
     from rich.text import Text
 
     table = Table("#", "page", "title", "state", "code", "message")
-    for item in page.items:
+    for item in page["items"]:
         # Titles are the hub's users' text: printed as text, never as markup.
         table.add_row(
-            str(item.ordinal),
-            str(item.ref or ""),
-            Text(printable(item.label or "")),
-            item.state.value,
-            item.error_code or "",
-            Text(item.error_message or ""),
+            str(item["ordinal"]),
+            str(item.get("ref") or ""),
+            Text(printable(item.get("label") or "")),
+            item["state"],
+            item.get("error_code") or "",
+            Text(item.get("error_message") or ""),
         )
     out().print(table)
-    if page.next is not None:
-        out().print(f"more: --after {page.next}")
+    if page["next"] is not None:
+        out().print(f"more: --after {page['next']}")
 
 
 @commands.command()
@@ -403,11 +392,8 @@ def cancel(
     as_json: JsonOpt = False,
 ) -> None:
     """Ask a job to stop; work already done stays done."""
-
-    print_job(
-        run(scoped_call(workspace, actor, lambda jobs: jobs.cancel(job_id, reason=reason))),
-        as_json,
-    )
+    with api(workspace, actor) as jobs:
+        print_job(jobs.cancel(job_id, reason), as_json)
 
 
 @commands.command()
@@ -420,19 +406,48 @@ def watch(
 ) -> None:
     """Follow a job to its end: a progress bar, or one JSON line per change."""
 
-    async def go() -> JobView:
-        client, jobs = await _scoped(workspace, actor)
-        async with client:
-            if not as_json:
-                return await follow(jobs, await jobs.get(job_id), show_bar=True)
-            last = None
-            async for job in jobs.watch(job_id):
-                sys.stdout.write(json.dumps(job_json(job)) + "\n")
-                sys.stdout.flush()
-                last = job
-            assert last is not None
-            return last
+    with api(workspace, actor) as jobs:
+        if not as_json:
+            print_job(follow(jobs, jobs.get(job_id), show_bar=True), False)
+            return
+        for job in jobs.events(job_id):
+            sys.stdout.write(json.dumps(job) + "\n")
+            sys.stdout.flush()
 
-    job = run(go())
-    if not as_json:
-        print_job(job, False)
+
+@commands.command()
+@command
+def login(
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token", help="An API token (a JWT whose subject is you); - reads it from stdin."
+        ),
+    ],
+    api_url: Annotated[
+        str | None, typer.Option("--api-url", help="The API's address (default: as found).")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Keep an API token (and the API's address, a default workspace) in the profile:
+    the job commands then act as the token's subject (HUBJOBS_HOME/profile.json, readable
+    by you only; HUBJOBS_API_TOKEN overrides it)."""
+    from hubjobs.home import home_now, update_profile
+    from starter.cli.remote import subject_of
+
+    if token == "-":
+        token = sys.stdin.readline().strip()
+    subject = subject_of(token)
+    if subject is None:
+        raise HubJobsError("the token is not a JWT with a subject", code="invalid_token")
+    values: dict[str, Any] = {"api_token": token, "actor_id": subject}
+    if api_url is not None:
+        values["api_url"] = api_url
+    if workspace is not None:
+        values["workspace_id"] = str(workspace)
+    path = update_profile(home_now(), values)
+    if as_json:
+        print_json({"actor_id": subject, "profile": str(path)})
+    else:
+        out().print(f"logged in as {subject} ({path})", markup=False, highlight=False)

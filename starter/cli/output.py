@@ -13,13 +13,15 @@ from typing import IO, TYPE_CHECKING, Any
 from hubjobs.errors import (
     UnknownKind,
 )
-from hubjobs.readmodel.views import CLI_JOB_FIELDS, JobView
+from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
 
-    from starter.client import WorkspaceJobs
+    from starter.cli.remote import Api
+
+Job = dict[str, Any]
 
 
 # Off a terminal (piped, logged) nothing is cut to 80 columns: ids, links and paths are
@@ -99,9 +101,9 @@ def exit_code_of(code: str) -> int:
     return 2 if code.startswith("invalid") or code in CALLER_CODES else 1
 
 
-def job_json(job: JobView) -> dict[str, Any]:
-    data = job.model_dump(mode="json")
-    return {key: data[key] for key in CLI_JOB_FIELDS}
+def job_json(job: Job) -> Job:
+    """A job as the CLI prints it: the API's record, as it answered."""
+    return job
 
 
 def json_text(value: Any) -> str:
@@ -120,7 +122,7 @@ def show(shown: str | RenderableType) -> None:
         out().print(shown)
 
 
-def job_shown(job: JobView, as_json: bool) -> str | Table:
+def job_shown(job: Job, as_json: bool) -> str | Table:
     """A job as a command shows it: JSON, or a table of its fields."""
     if as_json:
         return json_text(job_json(job))
@@ -133,14 +135,23 @@ def job_shown(job: JobView, as_json: bool) -> str | Table:
     return table
 
 
-def print_job(job: JobView, as_json: bool) -> None:
+def print_job(job: Job, as_json: bool) -> None:
     show(job_shown(job, as_json))
 
 
-async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobView:
-    """Waits for the job, with a progress bar on a terminal."""
+def is_final(job: Job) -> bool:
+    return JobStatus(job["status"]) in FINAL_STATUSES
+
+
+def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
+    """Follows the job's event stream to its end (a progress bar on a terminal) and
+    returns its record."""
+    if is_final(job):
+        return api.get(job["id"])
     if not show_bar:
-        return await jobs.wait(job.id)
+        for _ in api.events(job["id"]):
+            pass
+        return api.get(job["id"])
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -156,15 +167,15 @@ async def follow(jobs: WorkspaceJobs, job: JobView, *, show_bar: bool) -> JobVie
         TimeElapsedColumn(),
         console=err(),
     ) as bar:
-        task = bar.add_task(job.kind, total=job.total or None)
-        async for current in jobs.watch(job.id, interval=0.25):
+        task = bar.add_task(job["kind"], total=job["total"] or None)
+        for current in api.events(job["id"]):
             bar.update(
                 task,
-                total=current.total or None,
-                completed=current.processed,
-                description=f"{current.kind} ({current.status})",
+                total=current["total"] or None,
+                completed=current["processed"],
+                description=f"{current['kind']} ({current['status']})",
             )
             job = current
-    if job.progress_message:
-        err().print(job.progress_message, markup=False, highlight=False)
-    return job
+    if job.get("progress_message"):
+        err().print(job["progress_message"], markup=False, highlight=False)
+    return api.get(job["id"])

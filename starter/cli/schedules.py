@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from hubjobs.errors import (
     InvalidPayload,
 )
-from hubjobs.settings import Settings
-
-if TYPE_CHECKING:
-    from hubjobs.schedules.definition import ScheduleView
-    from starter.client import HubJobsClient
-    from starter.schedules import WorkspaceSchedules
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
-    R,
     WorkspaceOpt,
+    api,
     command,
-    run,
-    scope_of,
 )
 from starter.cli.output import out, print_json
+
+Schedule = dict[str, Any]
 
 schedule_app = typer.Typer(
     name="schedule",
@@ -40,28 +33,14 @@ schedule_app = typer.Typer(
 ScheduleArg = Annotated[str, typer.Argument(metavar="SCHEDULE", help="The schedule's id.")]
 
 
-async def _schedules(
-    workspace: uuid.UUID | None, actor: uuid.UUID | None
-) -> tuple[HubJobsClient, WorkspaceSchedules]:
-    from starter.client import HubJobsClient
-
-    workspace_id, actor_id = scope_of(workspace, actor)
-    client = await HubJobsClient.connect(Settings())
-    return client, client.schedules(workspace_id, actor_id)
-
-
-def schedule_json(view: ScheduleView) -> dict[str, Any]:
-    return view.model_dump(mode="json") | {"timing": view.timing.describe()}
-
-
-def print_schedule(view: ScheduleView, as_json: bool) -> None:
+def print_schedule(view: Schedule, as_json: bool) -> None:
     if as_json:
-        print_json(schedule_json(view))
+        print_json(view)
         return
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
-    for key, value in schedule_json(view).items():
+    for key, value in view.items():
         if key in ("cron", "every_seconds", "time_zone") or value in (None, [], {}):
             continue
         if key == "recent_runs":
@@ -75,14 +54,13 @@ def print_schedule(view: ScheduleView, as_json: bool) -> None:
 def on_schedules(
     workspace: uuid.UUID | None,
     actor: uuid.UUID | None,
-    act: Callable[[WorkspaceSchedules], Awaitable[R]],
-) -> R:
-    async def go() -> R:
-        client, schedules = await _schedules(workspace, actor)
-        async with client:
-            return await act(schedules)
-
-    return run(go())
+    method: str,
+    path: str = "",
+    body: Any = None,
+) -> Any:
+    """A call of the API's schedules of the workspace (``path`` after /schedules)."""
+    with api(workspace, actor) as calls:
+        return calls.schedules(method, path, body)
 
 
 @schedule_app.command("create")
@@ -123,13 +101,9 @@ def schedule_create(
             raise InvalidPayload("the payload is not valid JSON") from None
         if not isinstance(parsed, dict):
             raise InvalidPayload("the payload must be a JSON object")
-    view = on_schedules(
-        workspace,
-        actor,
-        lambda schedules: schedules.create(
-            kind, cron=cron, every=every, time_zone=time_zone, payload=parsed, keep=keep
-        ),
-    )
+    body = {"kind": kind, "cron": cron, "every": every, "time_zone": time_zone, "keep": keep}
+    body = {key: value for key, value in body.items() if value is not None}
+    view = on_schedules(workspace, actor, "POST", body=body | {"payload": parsed or {}})
     print_schedule(view, as_json)
 
 
@@ -139,22 +113,23 @@ def schedule_list(
     workspace: WorkspaceOpt = None, actor: ActorOpt = None, as_json: JsonOpt = False
 ) -> None:
     """List a workspace's schedules, newest first."""
-    found = on_schedules(workspace, actor, lambda schedules: schedules.list())
+    found: list[Schedule] = on_schedules(workspace, actor, "GET")
     if as_json:
-        print_json([schedule_json(view) for view in found])
+        print_json(found)
         return
     from rich.table import Table
 
     table = Table("kind", "when", "keep", "paused", "next run")
     table.add_column("id", no_wrap=True)
     for view in found:
+        next_runs = view["next_runs"]
         table.add_row(
-            view.kind,
-            view.timing.describe(),
-            str(view.keep or ""),
-            "yes" if view.paused else "no",
-            view.next_runs[0].strftime("%Y-%m-%d %H:%M:%S") if view.next_runs else "",
-            view.id,
+            view["kind"],
+            view["timing"],
+            str(view.get("keep") or ""),
+            "yes" if view["paused"] else "no",
+            str(next_runs[0]).replace("T", " ")[:19] if next_runs else "",
+            view["id"],
         )
     out().print(table)
 
@@ -168,7 +143,7 @@ def schedule_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one schedule: its definition, next firings and recent runs' jobs."""
-    print_schedule(on_schedules(workspace, actor, lambda s: s.get(schedule)), as_json)
+    print_schedule(on_schedules(workspace, actor, "GET", f"/{schedule}"), as_json)
 
 
 @schedule_app.command("pause")
@@ -180,7 +155,7 @@ def schedule_pause(
     as_json: JsonOpt = False,
 ) -> None:
     """Stop the firings until unpaused (a run under way goes on)."""
-    print_schedule(on_schedules(workspace, actor, lambda s: s.pause(schedule)), as_json)
+    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/pause"), as_json)
 
 
 @schedule_app.command("unpause")
@@ -192,7 +167,7 @@ def schedule_unpause(
     as_json: JsonOpt = False,
 ) -> None:
     """Let a paused schedule fire again."""
-    print_schedule(on_schedules(workspace, actor, lambda s: s.unpause(schedule)), as_json)
+    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/unpause"), as_json)
 
 
 @schedule_app.command("trigger")
@@ -204,7 +179,7 @@ def schedule_trigger(
     as_json: JsonOpt = False,
 ) -> None:
     """Fire now (refused with schedule_running while a run of it is still going)."""
-    print_schedule(on_schedules(workspace, actor, lambda s: s.trigger(schedule)), as_json)
+    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/trigger"), as_json)
 
 
 @schedule_app.command("delete")
@@ -216,7 +191,7 @@ def schedule_delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Remove the schedule from Temporal; its jobs stay."""
-    on_schedules(workspace, actor, lambda s: s.delete(schedule))
+    on_schedules(workspace, actor, "DELETE", f"/{schedule}")
     if as_json:
         print_json({"deleted": schedule})
     else:

@@ -3,23 +3,22 @@ the demo job."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import secrets
 import shutil
 import sys
+import threading
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from hubjobs.errors import Unavailable
+from hubjobs.home import update_profile
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import JobView
-from hubjobs.settings import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, PROFILE_FILE, Settings
+from hubjobs.settings import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, Settings
 from starter.cli.common import (
     JsonOpt,
     R,
@@ -27,7 +26,7 @@ from starter.cli.common import (
     run,
     settings_now,
 )
-from starter.cli.output import err, follow, job_json, out, print_job, print_json
+from starter.cli.output import Job, err, follow, job_json, out, print_job, print_json
 
 commands = typer.Typer()
 
@@ -46,9 +45,11 @@ def up(
     A stack recorded in HUBJOBS_HOME comes back on its recorded ports, or not at all
     (`port_taken`) when someone else holds one: workers keep the addresses they read."""
     from hubjobs.devstack import embedded
+    from hubjobs.devstack.background_api import api_port, start_api
 
     s = settings_now()
-    wanted_codec = codec_endpoint(s) if s.payload_codec else None
+    port = api_port(s.home, s.api_port)
+    wanted_codec = codec_endpoint(s, port) if s.payload_codec else None
     info = embedded.up(
         s.home,
         postgres_port=s.postgres_port,
@@ -65,6 +66,8 @@ def up(
         from hubjobs.devstack.supervisor import start_supervisor
 
         start_supervisor(s.home)
+    # The job commands' way in (starter/cli/remote.py), and the UI's codec endpoint.
+    api_url = start_api(s.home, s.api_host, port)
     if worker:
         from hubjobs.devstack.background_worker import start_worker
 
@@ -75,6 +78,7 @@ def up(
                 "database_url": info.database_url,
                 "temporal_address": info.temporal_address,
                 "ui_url": info.ui_url,
+                "api_url": api_url,
                 "metrics_url": metrics_url,
                 "ui_codec_endpoint": codec,
             }
@@ -83,9 +87,10 @@ def up(
         out().print(f"PostgreSQL   {info.database_url}")
         out().print(f"Temporal     {info.temporal_address}")
         out().print(f"Temporal UI  {info.ui_url}")
+        out().print(f"API          {api_url}  (the job commands call it)")
         out().print(f"Metrics      {metrics_url}  (served by a running worker)")
         if codec:
-            out().print(f"UI codec     {codec}  (served by `hubjobs api`)")
+            out().print(f"UI codec     {codec}  (served by the API)")
     if codec != wanted_codec:
         err().print(
             f"note: the running Temporal UI decodes payloads at {codec or 'no endpoint'}, "
@@ -127,28 +132,30 @@ def metrics_url_of(settings: Settings) -> str | None:
     return f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
 
 
-def codec_endpoint(settings: Settings) -> str:
+def codec_endpoint(settings: Settings, port: int) -> str:
     """Where the embedded UI's browser reaches the API's codec endpoint."""
     host = settings.api_host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
-    return f"http://{host}:{settings.api_port}/codec"
+    return f"http://{host}:{port}/codec"
 
 
 @commands.command()
 @command
 def down(as_json: JsonOpt = False) -> None:
-    """Stop the background worker and the embedded stack, its supervisor first.
+    """Stop the background worker, the API and the embedded stack, its supervisor first.
 
     Their data and addresses stay in the state folder: the next `hubjobs up` brings the
     stack back on the same ports."""
     from hubjobs.devstack import embedded
+    from hubjobs.devstack.background_api import stop_api
     from hubjobs.devstack.background_worker import stop_worker
     from hubjobs.devstack.supervisor import stop_supervisor
 
     home = settings_now().home
     stop_supervisor(home)
     stop_worker(home)
+    stop_api(home)
     embedded.down(home)
     if as_json:
         print_json({"stopped": True})
@@ -158,47 +165,20 @@ def down(as_json: JsonOpt = False) -> None:
 
 @commands.command()
 @command
-def worker(
-    serve_starts: Annotated[
-        bool,
-        typer.Option(
-            "--serve-starts",
-            help="Also make the CLI's starts, cancels and reads, over "
-            "HUBJOBS_HOME/starts.sock (the embedded stack's background worker does: the "
-            "CLI's commands are then quick).",
-        ),
-    ] = False,
-) -> None:
+def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
 
     settings = settings_now()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    if not serve_starts:
-        run(worker_module.run(settings))
-        return
-    from starter.warm.server import serve
-
-    async def both() -> None:
-        stop = asyncio.Event()  # set when the worker stops, however it ends
-        serving = asyncio.create_task(serve(settings, stop))
-        try:
-            await worker_module.run(settings, stop)  # its errors as they are, not a group
-        finally:
-            stop.set()
-            await serving
-
-    run(both())
+    run(worker_module.run(settings))
 
 
 def write_profile(settings: Settings, ids: dict[str, Any]) -> Path:
     """Records the demo's workspace, actor and course in HUBJOBS_HOME: the CLI's defaults
     from then on (flags and HUBJOBS_WORKSPACE / HUBJOBS_ACTOR override them)."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    path = settings.home / PROFILE_FILE
-    path.write_text(json.dumps(ids, indent=2) + "\n")
-    return path
+    return update_profile(settings.home, ids)
 
 
 async def _seed(pages: int) -> dict[str, Any]:
@@ -236,22 +216,33 @@ def seed_demo(
             out().print(f"{key:14} {value}")
 
 
-async def _unless_worker_exits(home: Path, pid: int, work: Awaitable[R]) -> R:
-    """``work``, unless the background worker exits first (a job would then wait for
+def _unless_worker_exits(home: Path, pid: int, work: Callable[[], R]) -> R:
+    """``work()``, unless the background worker exits first (a job would then wait for
     ever): refused as ``unavailable``, pointing at the worker's log."""
     from hubjobs.devstack.background_worker import LOG_FILE
     from hubjobs.devstack.embedded import pid_alive
 
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await asyncio.wait({task}, timeout=0.5)
-        if not task.done() and not pid_alive(pid):
-            task.cancel()
+    done: list[R] = []
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            done.append(work())
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=body, daemon=True)  # left behind if the worker died
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=0.5)
+        if thread.is_alive() and not pid_alive(pid):
             raise Unavailable(f"the worker exited; its output is in {home / LOG_FILE}")
-    return task.result()
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
-def next_steps(settings: Settings, ids: dict[str, Any], job: JobView) -> dict[str, Any]:
+def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, Any]:
     """What the demo leaves running and the commands to try next."""
     from hubjobs.devstack import embedded
 
@@ -262,12 +253,12 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: JobView) -> dict[st
         "actor_id": ids["actor_id"],
         "root_page_id": ids["root_page_id"],
         "ui_url": ui
-        and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job.workflow_id}",
+        and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
         "metrics_url": metrics_url_of(settings),
         "next": [
             "hubjobs list",
             f"hubjobs tag-course --root-page {ids['root_page_id']} --tag week-2 --wait",
-            f"hubjobs items {job.id}",
+            f"hubjobs items {job['id']}",
         ],
     }
 
@@ -322,26 +313,24 @@ def demo(
     write_profile(settings, ids)
     pid = start_worker(settings.home)
 
-    from starter.client import HubJobsClient
+    from hubjobs.devstack.background_api import api_port, start_api
+    from starter.cli.remote import Api, Target
 
-    async def go() -> JobView:
-        client = await HubJobsClient.connect(settings)
-        async with client:
-            jobs = client.scope(uuid.UUID(ids["workspace_id"]), uuid.UUID(ids["actor_id"]))
-            root = uuid.UUID(ids["root_page_id"])
-            job = await jobs.start_course_tagging(root_page_id=root, tag=tag)
-            if not as_json:
-                out().print(f"Started {job.summary}  (job {job.id})", markup=False)
-            return await _unless_worker_exits(
-                settings.home, pid, follow(jobs, job, show_bar=not as_json)
-            )
-
-    job = run(go())
+    start_api(settings.home, settings.api_host, api_port(settings.home, settings.api_port))
+    target = Target.find(uuid.UUID(ids["workspace_id"]), uuid.UUID(ids["actor_id"]))
+    with Api(target) as jobs:
+        payload = {"root_page_id": ids["root_page_id"], "tag": tag}
+        job = jobs.start("course_tagging", payload)
+        if not as_json:
+            out().print(f"Started {job['summary']}  (job {job['id']})", markup=False)
+        job = _unless_worker_exits(
+            settings.home, pid, lambda: follow(jobs, job, show_bar=not as_json)
+        )
     steps = next_steps(settings, ids, job)
     if as_json:
         print_json(job_json(job) | {"demo": steps, "ui_url": steps["ui_url"]})
     else:
         print_job(job, False)
         print_next_steps(steps)
-    if job.status != JobStatus.succeeded:
+    if job["status"] != JobStatus.succeeded:
         raise typer.Exit(1)

@@ -36,31 +36,6 @@ def cli_loading(
     return Loaded(answer["code"], answer["heavy"], printed, done.stderr)
 
 
-# What a quick read (starter/warm/quick.py) loads: its answer, or None (the full CLI
-# would then run the command line).
-LIGHT = ("pydantic", "pydantic_settings", "typer", "click", "rich", *HEAVY)
-QUICK_PROBE = f"""
-import json, sys
-from starter.warm.quick import answered
-printed = answered(sys.argv[1:])
-loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({LIGHT!r}))
-print(json.dumps({{"printed": printed, "loaded": loaded}}))
-"""
-
-
-@dataclass(frozen=True)
-class Quick:
-    printed: str | None
-    loaded: list[str]
-
-
-def quick_loading(env: dict[str, str], *args: str, cwd: str | None = None) -> Quick:
-    done = _probed(QUICK_PROBE, args, env, cwd=cwd, timeout=60)
-    done.check_returncode()
-    answer = json.loads(done.stdout)
-    return Quick(answer["printed"], answer["loaded"])
-
-
 def _probed(
     script: str, args: tuple[str, ...], env: dict[str, str], *, cwd: str | None, timeout: float
 ) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,68 @@
+"""Where a command finds its stack: the state folder (HUBJOBS_HOME, else the nearest
+``.hubjobs/`` up the tree) and the files in it. Plain Python: the CLI's job commands
+read these without loading the settings' validation."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+STACK_FILE = "stack.json"
+# The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
+# when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
+PROFILE_FILE = "profile.json"
+# The embedded stack's token secret (`hubjobs up` writes it): `hubjobs token` and
+# `hubjobs api` use it only while no token key of any kind is configured.
+DEV_SECRET_FILE = "dev-token-secret"
+# The embedded stack's completion-webhook signing secret (`hubjobs up` writes it): used
+# only while HUBJOBS_WEBHOOK_SECRET is not set.
+DEV_WEBHOOK_SECRET_FILE = "dev-webhook-secret"
+
+
+HOME_FOLDER = ".hubjobs"
+
+
+def nearest_home(start: Path | None = None) -> Path:
+    """The nearest ``.hubjobs/`` holding a stack or a profile, from the working directory
+    up (as git finds its repository): a command run in a subfolder finds the stack
+    `hubjobs up` started above it, rather than advising a second one. None found:
+    ``.hubjobs`` here, where `hubjobs up` makes one."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / HOME_FOLDER
+        if (candidate / STACK_FILE).is_file() or (candidate / PROFILE_FILE).is_file():
+            return candidate
+    return Path(HOME_FOLDER)
+
+
+# The embedded stack's API (`hubjobs up` starts it): its address, for the CLI.
+API_FILE = "api.json"
+
+
+def home_now() -> Path:
+    """HUBJOBS_HOME when set (and not empty), else the nearest home."""
+    return Path(os.environ.get("HUBJOBS_HOME") or nearest_home())
+
+
+def recorded(home: Path, name: str) -> dict[str, Any]:
+    """A JSON file of the state folder (empty when there is none)."""
+    path = home / name
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def update_profile(home: Path, values: dict[str, Any]) -> Path:
+    """Sets ``values`` in the profile, keeping what else it holds; readable by its owner
+    only (it may hold an API token), written whole or not at all."""
+    home.mkdir(parents=True, exist_ok=True)
+    profile = recorded(home, PROFILE_FILE) | values
+    partial = home / f"{PROFILE_FILE}.partial"
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(json.dumps(profile, indent=2) + "\n")
+    os.replace(partial, home / PROFILE_FILE)
+    return home / PROFILE_FILE

@@ -1,0 +1,310 @@
+"""The job commands' one way to the jobs: the HTTP API, called as any other service calls
+it (the CLI is to the API what ``temporal`` is to its frontend).
+
+Where it calls and as whom, first found first:
+
+- the address: HUBJOBS_API_URL, the profile's ``api_url`` (``hubjobs login``), the API
+  the embedded stack runs (``hubjobs up`` records it), else http://127.0.0.1:8080;
+- the token: HUBJOBS_API_TOKEN, the profile's ``api_token`` (``hubjobs login``), else
+  one signed here for ``--actor`` (or HUBJOBS_ACTOR, or the profile's actor) with the
+  token secret (HUBJOBS_API_JWT_SECRET, or the one ``hubjobs up`` writes);
+- the workspace: ``--workspace``, HUBJOBS_WORKSPACE, else the profile's.
+
+A token acts as its subject: ``--actor`` naming someone else is refused, never sent.
+Plain Python, httpx and PyJWT (when it signs): no SDK, ORM or driver is loaded."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from hubjobs.errors import ConfigurationError, HubJobsError, InvalidInput, Unavailable
+from hubjobs.home import API_FILE, DEV_SECRET_FILE, PROFILE_FILE, home_now, recorded
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+# A call waits at most the API's own budget (30 s) and a little; connecting is quick or
+# the API is not there.
+TIMEOUT = httpx.Timeout(35.0, connect=3.0)
+# An event stream is quiet but for its pings (every 15 s): three missed, it is gone.
+STREAM_TIMEOUT = httpx.Timeout(35.0, connect=3.0, read=50.0)
+# A stream cut (the API restarted) is opened again, with the last event's id, for this long.
+STREAM_RECONNECT_SECONDS = 30.0
+SIGNED_TOKEN_SECONDS = 300
+
+Job = dict[str, Any]
+
+
+def _setting(name: str) -> str | None:
+    """A HUBJOBS_* variable; empty means unset, as for the settings."""
+    return os.environ.get(f"HUBJOBS_{name}") or None
+
+
+def _uuid_of(text: str | None, what: str) -> uuid.UUID | None:
+    if text is None:
+        return None
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidInput(f"{what} is not a UUID", code="invalid_settings") from None
+
+
+def subject_of(token: str) -> str | None:
+    """The ``sub`` a JWT claims (read, not verified: the API verifies it)."""
+    try:
+        part = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except (IndexError, ValueError):
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) else None
+
+
+def sign(secret: str, actor: uuid.UUID, *, ttl_seconds: int) -> str:
+    """A token for ``actor`` signed with the shared secret (HS256), with the audience and
+    issuer the API checks (HUBJOBS_API_JWT_AUDIENCE / _ISSUER) when set."""
+    import jwt
+
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "sub": str(actor),
+        "iat": now,
+        "exp": now + ttl_seconds,
+        "iss": _setting("API_JWT_ISSUER") or "hubjobs",
+    }
+    audience = _setting("API_JWT_AUDIENCE")
+    if audience is not None:
+        claims["aud"] = audience
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The API a command calls, the token it sends and the workspace it acts in."""
+
+    url: str
+    token: str
+    workspace: uuid.UUID
+
+    @classmethod
+    def find(cls, workspace: uuid.UUID | None, actor: uuid.UUID | None) -> Target:
+        home = home_now()
+        profile = recorded(home, PROFILE_FILE)
+        url = (
+            _setting("API_URL")
+            or profile.get("api_url")
+            or recorded(home, API_FILE).get("url")
+            or DEFAULT_API_URL
+        )
+        workspace = (
+            workspace
+            or _uuid_of(_setting("WORKSPACE"), "HUBJOBS_WORKSPACE")
+            or _uuid_of(profile.get("workspace_id"), "the profile's workspace")
+        )
+        if workspace is None:
+            raise InvalidInput(
+                "no workspace: pass --workspace, set HUBJOBS_WORKSPACE, or run `hubjobs demo` "
+                "(it writes a profile with its own)",
+                code="invalid_argument",
+            )
+        return cls(url=url.rstrip("/"), token=_token(profile, actor, home), workspace=workspace)
+
+
+def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Any) -> str:
+    token = _setting("API_TOKEN") or profile.get("api_token")
+    if token:
+        subject = subject_of(token)
+        if actor is not None and subject != str(actor):
+            raise InvalidInput(
+                "--actor names someone the API token does not: a token acts as its subject",
+                code="invalid_argument",
+            )
+        return str(token)
+    actor = (
+        actor
+        or _uuid_of(_setting("ACTOR"), "HUBJOBS_ACTOR")
+        or _uuid_of(profile.get("actor_id"), "the profile's actor")
+    )
+    if actor is None:
+        raise InvalidInput(
+            "no actor: pass --actor, set HUBJOBS_ACTOR, or run `hubjobs demo` "
+            "(it writes a profile with its own)",
+            code="invalid_argument",
+        )
+    secret = _setting("API_JWT_SECRET")
+    if secret is None and (home / DEV_SECRET_FILE).is_file():
+        secret = (home / DEV_SECRET_FILE).read_text().strip()
+    if secret is None:
+        raise ConfigurationError(
+            "no API token: `hubjobs login --token …`, set HUBJOBS_API_TOKEN, or run "
+            "`hubjobs up` (the embedded stack's secret signs one)"
+        )
+    return sign(secret, actor, ttl_seconds=SIGNED_TOKEN_SECONDS)
+
+
+def error_of(response: httpx.Response) -> HubJobsError:
+    """The API's error answer as the error it names: its code and plain message."""
+    try:
+        detail = response.json()["error"]
+        return HubJobsError(str(detail["message"]), code=str(detail["code"]))
+    except (ValueError, KeyError, TypeError):
+        return Unavailable(f"the API answered {response.status_code} without an error body")
+
+
+class Api:
+    """The workspace's jobs and schedules through the HTTP API, as one actor."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.base = f"/workspaces/{target.workspace}"
+        self.http = httpx.Client(
+            base_url=target.url,
+            headers={"Authorization": f"Bearer {target.token}"},
+            timeout=TIMEOUT,
+        )
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.http.close()
+
+    def _unreachable(self) -> Unavailable:
+        return Unavailable(
+            f"the API at {self.target.url} did not answer (is `hubjobs up` running?)"
+        )
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str | None] | None = None,
+    ) -> Any:
+        """The call's JSON answer (None for 204), or the error it answered."""
+        try:
+            response = self.http.request(
+                method,
+                self.base + path,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                json=body,
+                headers={k: v for k, v in (headers or {}).items() if v is not None},
+            )
+        except httpx.TransportError:
+            raise self._unreachable() from None
+        if response.status_code >= 400:
+            raise error_of(response)
+        return None if response.status_code == 204 else response.json()
+
+    # Jobs.
+
+    def start(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        correlation_id: str | None = None,
+        notify_url: str | None = None,
+    ) -> Job:
+        job: Job = self.call(
+            "POST",
+            f"/jobs/{kind}",
+            body=dict(payload),
+            params={"notify_url": notify_url},
+            headers={"Idempotency-Key": idempotency_key, "X-Correlation-Id": correlation_id},
+        )
+        return job
+
+    def get(self, job_id: uuid.UUID | str) -> Job:
+        job: Job = self.call("GET", f"/jobs/{job_id}/record")
+        return job
+
+    def list(self, **filters: Any) -> dict[str, Any]:
+        page: dict[str, Any] = self.call("GET", "/jobs", params=filters)
+        return page
+
+    def items(self, job_id: uuid.UUID, **filters: Any) -> dict[str, Any]:
+        page: dict[str, Any] = self.call("GET", f"/jobs/{job_id}/items", params=filters)
+        return page
+
+    def cancel(self, job_id: uuid.UUID, reason: str | None) -> Job:
+        job: Job = self.call("DELETE", f"/jobs/{job_id}", params={"reason": reason})
+        return job
+
+    def retry(self, job_id: uuid.UUID) -> Job:
+        job: Job = self.call("POST", f"/jobs/{job_id}/retry")
+        return job
+
+    def events(self, job_id: uuid.UUID | str) -> Iterator[Job]:
+        """The job as it changes (its event stream), to its final state; a stream the
+        API cuts is opened again where it left off, for STREAM_RECONNECT_SECONDS."""
+        last_id: str | None = None
+        cut_at: float | None = None
+        while True:
+            headers = {} if last_id is None else {"Last-Event-ID": last_id}
+            try:
+                with self.http.stream(
+                    "GET",
+                    f"{self.base}/jobs/{job_id}/events",
+                    headers=headers,
+                    timeout=STREAM_TIMEOUT,
+                ) as response:
+                    if response.status_code == 204:
+                        return  # its final event was the last one seen
+                    if response.status_code >= 400:
+                        response.read()
+                        raise error_of(response)
+                    for event, data, event_id in _sse(response.iter_lines()):
+                        cut_at = None
+                        last_id = event_id or last_id
+                        if event == "error":
+                            detail = json.loads(data)["error"]
+                            raise HubJobsError(detail["message"], code=detail["code"])
+                        job: Job = json.loads(data)
+                        yield job
+                        if event == "final":
+                            return
+            except httpx.TransportError:
+                pass
+            now = time.monotonic()
+            cut_at = cut_at or now
+            if now - cut_at > STREAM_RECONNECT_SECONDS:
+                raise self._unreachable()
+            time.sleep(0.5)
+
+    # Schedules.
+
+    def schedules(self, method: str, path: str = "", body: Any = None) -> Any:
+        return self.call(method, f"/schedules{path}", body=body)
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:
+    """Server-Sent Events as (event, data, id), comments (pings) skipped."""
+    event, event_id = "message", None
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data), event_id
+            event, data, event_id = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                event_id = value
