@@ -23,7 +23,7 @@ from hubjobs.errors import (
 )
 from hubjobs.home import PROFILE_FILE, home_now, recorded
 from hubjobs.observability.logs import handler_for, log_failure
-from starter.cli.output import error_line, errors_as_json, exit_code_of
+from starter.cli.output import INVALID_SETTINGS, error_line, errors_as_json, exit_code_of
 
 if TYPE_CHECKING:
     # Not before a command needs them: a job command loads neither (it calls the API).
@@ -94,7 +94,7 @@ def settings_now() -> Settings:
         except ValidationError as invalid:  # a HUBJOBS_* variable that does not parse
             problems = describe_validation_errors(invalid.errors(include_input=False))
             raise InvalidInput(
-                f"invalid HUBJOBS_* setting: {problems}", code="invalid_settings"
+                f"invalid HUBJOBS_* setting: {problems}", code=INVALID_SETTINGS
             ) from None
     return _settings
 

@@ -440,7 +440,7 @@ def login(
         token = sys.stdin.readline().strip()
     subject = subject_of(token)
     if subject is None:
-        raise HubJobsError("the token is not a JWT with a subject", code="invalid_token")
+        raise HubJobsError("the token is not a JWT with a subject", code="invalid_argument")
     values: dict[str, Any] = {"api_token": token, "actor_id": subject}
     if api_url is not None:
         values["api_url"] = api_url

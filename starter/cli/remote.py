@@ -28,6 +28,7 @@ import httpx
 
 from hubjobs.errors import ConfigurationError, HubJobsError, InvalidInput, Unavailable
 from hubjobs.home import API_FILE, DEV_SECRET_FILE, PROFILE_FILE, home_now, recorded
+from starter.cli.output import INVALID_SETTINGS
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # A call waits at most the API's own budget (30 s) and a little; connecting is quick or
@@ -53,7 +54,7 @@ def _uuid_of(text: str | None, what: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise InvalidInput(f"{what} is not a UUID", code="invalid_settings") from None
+        raise InvalidInput(f"{what} is not a UUID", code=INVALID_SETTINGS) from None
 
 
 def subject_of(token: str) -> str | None:

@@ -5,6 +5,7 @@ its own with its output in a log file."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from hubjobs.devstack.embedded import wait_for_port
+from hubjobs.devstack.embedded import choose_port, wait_for_port
 from hubjobs.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +108,69 @@ class WorkerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+# The commands that call the HTTP API (starter/cli/remote.py): run_hubjobs gives them one.
+API_COMMANDS = frozenset(
+    {"tag-course", "backup", "export", "retry", "status", "list", "items", "cancel", "watch"}
+    | {"schedule"}
+)
+# The CLI signs its tokens with this, and the tests' APIs check them with it.
+TEST_TOKEN_SECRET = "a-token-secret-for-the-tests-only-0123456789"
+# What only the CLI reads: the same API serves commands that differ in these.
+_CLIENT_ONLY = frozenset(
+    {"HUBJOBS_API_URL", "HUBJOBS_API_TOKEN", "HUBJOBS_WORKSPACE", "HUBJOBS_ACTOR"}
+)
+_APIS: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes], str]] = {}
+
+
+def api_url_for(env: dict[str, str]) -> str:
+    """An API process for ``env`` (one for each distinct server-side environment, kept
+    until the tests' process ends): its URL."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("HUBJOBS_")))
+    key = tuple((k, v) for k, v in key if k not in _CLIENT_ONLY)
+    known = _APIS.get(key)
+    if known is not None and known[0].poll() is None:
+        return known[1]
+    port = choose_port(0)
+    home = Path(env["HUBJOBS_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / f"api-{port}.log", "wb") as log:
+        server = subprocess.Popen(
+            [str(HUBJOBS), "api"],
+            env=env | {"HUBJOBS_API_PORT": str(port)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    atexit.register(_stop, server)
+    wait_for_port(port, 60, "the tests' API")
+    _APIS[key] = (server, f"http://127.0.0.1:{port}")
+    return _APIS[key][1]
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def cli_env(
+    settings: Settings, home: Path, args: Sequence[str], extra: dict[str, str]
+) -> dict[str, str]:
+    """The environment of ``hubjobs <args>``: a job command gets an API of its own
+    servers (unless HUBJOBS_API_URL names one) and signs its tokens with the test secret
+    (unless a key or token is configured)."""
+    env = hubjobs_env(settings, home) | extra
+    if not args or args[0] not in API_COMMANDS or "HUBJOBS_API_URL" in env:
+        return env
+    keys = ("HUBJOBS_API_JWT_SECRET", "HUBJOBS_API_JWT_PUBLIC_KEY", "HUBJOBS_API_JWKS_URL")
+    if not any(k in env for k in keys):
+        env["HUBJOBS_API_JWT_SECRET"] = TEST_TOKEN_SECRET
+    env["HUBJOBS_API_URL"] = api_url_for(env)
+    return env
+
+
 async def run_hubjobs(
     settings: Settings,
     home: Path,
@@ -114,17 +178,21 @@ async def run_hubjobs(
     timeout: float = 60,
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The ``hubjobs`` command for the servers of ``settings``, run in a thread so that a
-    worker on the test's event loop keeps working."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(HUBJOBS), *args],
-        env=hubjobs_env(settings, home) | (extra_env or {}),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """The ``hubjobs`` command for the servers of ``settings`` (a job command through an
+    API of theirs), run in a thread so that a worker on the test's event loop keeps
+    working."""
+
+    def go() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(HUBJOBS), *args],
+            env=cli_env(settings, home, args, extra_env or {}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    return await asyncio.to_thread(go)
 
 
 async def hubjobs_json(
