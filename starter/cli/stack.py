@@ -11,14 +11,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hubjobs.errors import Unavailable
-from hubjobs.home import update_profile
+from hubjobs.home import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, update_profile
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.settings import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, Settings
 from starter.cli.common import (
     JsonOpt,
     R,
@@ -27,6 +26,9 @@ from starter.cli.common import (
     settings_now,
 )
 from starter.cli.output import Job, err, follow, job_json, out, print_job, print_json
+
+if TYPE_CHECKING:
+    from hubjobs.settings import Settings
 
 commands = typer.Typer()
 
