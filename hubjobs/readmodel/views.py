@@ -106,41 +106,10 @@ class JobView(BaseModel):
         return self.progress_message or self.counters.describe()
 
 
-# What each surface shows of a job, by JobView's field names (JobView is the one
-# declaration; tests/unit/test_job_columns.py holds these to it). The CLI shows ids a
-# person pastes into the Temporal UI and the result; the API's resource leaves the
-# result to the job's own URL, in its content type.
-CLI_JOB_FIELDS = (
-    "id",
-    "workflow_id",
-    "kind",
-    "status",
-    "total",
-    "processed",
-    "succeeded",
-    "skipped",
-    "failed",
-    "progress_message",
-    "result",
-    "error_code",
-    "error_message",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "workspace_id",
-    "correlation_id",
-    "summary",
-    "cancel_requested_at",
-    "cancel_reason",
-    "schedule_id",
-    "stuck_since",
-    "stuck_reason",
-    "snapshot_at",
-    "notify_state",
-    "notify_attempts",
-    "notify_last_error",
-    "notified_at",
-)
+# What the API shows of a job (its resource; the CLI prints the API's record of it),
+# by JobView's field names (JobView is the one declaration;
+# tests/unit/test_job_columns.py holds these to it). The result is left to the job's
+# own URL, in its content type, and to its record.
 API_JOB_FIELDS = (
     "id",
     "workflow_id",

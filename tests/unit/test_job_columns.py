@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hubjobs.readmodel.reads import JOB_COLUMN_NAMES, JOB_COLUMNS
 from hubjobs.readmodel.tables import Job
-from hubjobs.readmodel.views import API_JOB_FIELDS, CLI_JOB_FIELDS, JobView
+from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
 from starter.api.resources import JobResource
 
 
@@ -24,7 +24,6 @@ def test_what_the_table_keeps_to_itself_is_said() -> None:
     assert hidden == {"run_id", "updated_at"}
 
 
-def test_the_cli_and_the_api_show_fields_of_the_view() -> None:
-    assert set(CLI_JOB_FIELDS) <= set(JobView.model_fields)
+def test_the_api_shows_fields_of_the_view() -> None:
     assert set(API_JOB_FIELDS) <= set(JobView.model_fields)
     assert set(JobResource.model_fields) == {*API_JOB_FIELDS, "status_url"}

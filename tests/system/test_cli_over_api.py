@@ -1,0 +1,92 @@
+"""The job commands reach the jobs through the HTTP API alone: with the CLI's own
+database and Temporal addresses pointed at closed ports, a start, its follow, status,
+list, items and cancel all work against an API that has the real ones. And a token
+acts as its subject only: the CLI refuses to send it as another actor, and another
+actor's token (a member of no workspace of ours) cannot cancel our job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hubjobs.settings import Settings
+from tests.support.cli_errors import refusal_code
+from tests.support.processes import (
+    TEST_TOKEN_SECRET,
+    api_url_for,
+    hubjobs_env,
+    hubjobs_json,
+    run_hubjobs,
+)
+
+CLOSED = {
+    "HUBJOBS_DATABASE_URL": "postgresql://hubjobs@127.0.0.1:1/hubjobs",
+    "HUBJOBS_TEMPORAL_ADDRESS": "127.0.0.1:1",
+}
+
+
+async def test_the_job_commands_need_only_the_api(
+    settings: Settings, tmp_path: Path, worker: None
+) -> None:
+    seeded = await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "25")
+    server_env = hubjobs_env(settings, tmp_path) | {"HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET}
+    only_api = CLOSED | {
+        "HUBJOBS_API_URL": api_url_for(server_env),
+        "HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET,
+    }
+    job = await hubjobs_json(
+        settings, tmp_path, "tag-course", "--tag", "api-only", "--wait", extra_env=only_api
+    )
+    assert job["status"] == "succeeded" and job["succeeded"] == 25, job
+    assert job["result"]["tag"] == "api-only"
+    status = await hubjobs_json(settings, tmp_path, "status", job["id"], extra_env=only_api)
+    assert status == job
+    listed = await hubjobs_json(settings, tmp_path, "list", extra_env=only_api)
+    assert [found["id"] for found in listed] == [job["id"]]
+    items = await hubjobs_json(settings, tmp_path, "items", job["id"], extra_env=only_api)
+    assert [item["state"] for item in items["items"]] == ["succeeded"] * 25
+
+    # Another actor's token: not a member of the workspace, so no such job for it.
+    stranger = await hubjobs_json(settings, tmp_path / "other", "seed-demo", "--pages", "1")
+    token = (
+        await run_hubjobs(
+            settings,
+            tmp_path,
+            "token",
+            "--actor",
+            stranger["actor_id"],
+            extra_env={"HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET},
+        )
+    ).stdout.strip()
+    as_stranger = only_api | {"HUBJOBS_API_TOKEN": token}
+    workspace = ["--workspace", seeded["workspace_id"]]
+    refused = await run_hubjobs(
+        settings, tmp_path, "cancel", job["id"], *workspace, "--json", extra_env=as_stranger
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert refusal_code(refused.stderr.strip()) == "workspace_not_found", refused.stderr
+    # Nor can the CLI be told to send that token as our actor.
+    posing = await run_hubjobs(
+        settings,
+        tmp_path,
+        "cancel",
+        job["id"],
+        *workspace,
+        "--actor",
+        seeded["actor_id"],
+        "--json",
+        extra_env=as_stranger,
+    )
+    assert posing.returncode == 2, posing.stderr
+    assert refusal_code(posing.stderr.strip()) == "invalid_argument", posing.stderr
+    assert (await hubjobs_json(settings, tmp_path, "status", job["id"], extra_env=only_api)) == job
+
+
+async def test_an_api_that_does_not_answer_is_unavailable_at_once(
+    settings: Settings, tmp_path: Path
+) -> None:
+    await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "1")
+    nowhere = {"HUBJOBS_API_URL": "http://127.0.0.1:1", "HUBJOBS_API_JWT_SECRET": "s" * 40}
+    done = await run_hubjobs(settings, tmp_path, "list", "--json", extra_env=nowhere, timeout=10)
+    assert done.returncode == 1
+    assert refusal_code(done.stderr.strip()) == "unavailable"
+    assert "http://127.0.0.1:1" in done.stderr
