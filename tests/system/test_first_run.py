@@ -182,8 +182,8 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             )
         assert {job["id"] for job in answer["jobs"]} == {demo_job["id"], tagged["id"], third_id}
 
-        # While the worker serves, it makes the CLI's starts, cancels and reads (starter/warm):
-        # the command loads neither the SDK nor SQLAlchemy nor psycopg, and prints the same.
+        # The job commands call the stack's API (up runs it): none loads the SDK,
+        # SQLAlchemy or psycopg.
         root = profile["root_page_id"]
         for args in (
             ("tag-course", "--root-page", root, "--tag", "week-3", "--json"),
@@ -199,11 +199,13 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         assert missing.code == 1 and missing.heavy == []
         assert json.loads(missing.stderr)["error"]["code"] == "job_not_found"
 
-        # down stops the worker with the servers.
+        # down stops the worker and the API with the servers.
+        api_pid = int((stack.home / "api.pid").read_text())
         await asyncio.to_thread(timed_json, env, "down")
         wait_gone(worker_pid, timeout=60)
+        wait_gone(api_pid, timeout=30)
         assert not (stack.home / "worker.pid").exists()
-        assert not (stack.home / "starts.sock").exists()
+        assert not (stack.home / "api.pid").exists()
 
         # `up --worker` brings the stack back with a worker, which serves the next job.
         await asyncio.to_thread(timed_json, env, "up", "--worker")

@@ -28,7 +28,7 @@ from hubjobs.settings import Settings
 from starter.cli import run_cli
 from tests.support.cli_errors import refusal_code
 from tests.support.helpers import until
-from tests.support.processes import hubjobs_env, hubjobs_json, run_hubjobs
+from tests.support.processes import cli_env, hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, seed
 
 T = TypeVar("T")
@@ -244,7 +244,8 @@ async def test_schedule_commands_refuse_with_stable_codes(
         (["schedule", "delete", theirs["id"], *as_reader], "actor_not_administrator", 1),
         (["list", *scope, "--schedule", "nope"], "invalid_schedule_id", 2),
     ]
-    for name, value in hubjobs_env(settings, tmp_path).items():
+    # The environment a job command gets: the API of these servers, the tests' secret.
+    for name, value in cli_env(settings, tmp_path, ["schedule"], {}).items():
         monkeypatch.setenv(name, value)
     for args, code, exit_code in cases:
         # In this process (the entry point the script calls), in a thread: it runs its
