@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hubjobs.domain.text import printable
+from hubjobs.domain.text import check_correlation_id, check_idempotency_key, printable
 from hubjobs.errors import HubJobsError
 from hubjobs.readmodel.status import JobStatus
 from starter.cli.common import (
@@ -80,6 +80,10 @@ def start_kind(
     correlation_id: str | None = None,
     notify_url: str | None = None,
 ) -> Callable[[Api], Job]:
+    # Checked here as the API would: a header cannot carry what a key may not hold.
+    check_idempotency_key(idempotency_key)
+    check_correlation_id(correlation_id)
+
     def start(jobs: Api) -> Job:
         return jobs.start(
             kind,

@@ -83,6 +83,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
             "database_url",
             "temporal_address",
             "ui_url",
+            "api_url",
             "metrics_url",
             "ui_codec_endpoint",
         }

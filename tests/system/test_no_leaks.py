@@ -40,7 +40,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
-from tests.support.processes import hubjobs_env
+from tests.support.processes import cli_env, hubjobs_env
 
 SECRET = "no-leaks-test-secret-" + "x" * 32
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
@@ -304,7 +304,7 @@ def _hostile_cli_session(
         done = await asyncio.to_thread(
             subprocess.run,
             [os.fsencode(HUBJOBS), *(os.fsencode(a) if isinstance(a, str) else a for a in args)],
-            env=hubjobs_env(settings, home),
+            env=cli_env(settings, home, ["list"], {}),  # an API of these servers
             capture_output=True,
             timeout=60,
             check=False,
@@ -499,7 +499,7 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
     def cli(workspace: uuid.UUID, actor: uuid.UUID) -> tuple[int, str, str]:
         done = subprocess.run(
             [str(HUBJOBS), "list", "--workspace", str(workspace), "--actor", str(actor)],
-            env=hubjobs_env(settings, tmp_path),
+            env=cli_env(settings, tmp_path, ["list"], {}),
             capture_output=True,
             text=True,
             timeout=60,
