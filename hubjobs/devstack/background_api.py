@@ -9,7 +9,14 @@ import json
 from pathlib import Path
 
 from hubjobs.devstack.daemons import Daemon
-from hubjobs.devstack.embedded import choose_port, venv_binary, wait_for_port
+from hubjobs.devstack.embedded import (
+    PORT_TRIES,
+    choose_port,
+    port_holder,
+    venv_binary,
+    wait_for_port,
+)
+from hubjobs.errors import Unavailable
 from hubjobs.home import API_FILE, recorded
 
 API = Daemon("api.pid", "api.log", marker="api")
@@ -26,13 +33,21 @@ def api_port(home: Path, preferred: int) -> int:
 
 
 def start_api(home: Path, host: str, port: int) -> str:
-    """Starts the API unless it runs, waits until it listens; returns its URL."""
+    """Starts the API unless it runs, waits until it listens; returns its URL. A port
+    another process took meanwhile (two stacks starting at once) is given up for a
+    free one: the address recorded is always the one this stack's API holds."""
     client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    url = f"http://{client_host}:{port}"
-    API.start(home, [venv_binary("hubjobs"), "api"], env={"HUBJOBS_API_PORT": str(port)})
-    (home / API_FILE).write_text(json.dumps({"url": url, "port": port}) + "\n")
-    wait_for_port(port, START_SECONDS, "the API", host=client_host)
-    return url
+    for _ in range(PORT_TRIES):
+        pid = API.start(home, [venv_binary("hubjobs"), "api"], env={"HUBJOBS_API_PORT": str(port)})
+        url = f"http://{client_host}:{port}"
+        (home / API_FILE).write_text(json.dumps({"url": url, "port": port}) + "\n")
+        wait_for_port(port, START_SECONDS, "the API", host=client_host)
+        holder = port_holder(port)
+        if holder is None or holder.pid == pid:
+            return url
+        API.stop(home)  # another process's port: ours cannot serve on it
+        port = choose_port(0)
+    raise Unavailable(f"the API found no free port; its output is in {home / API.log_file}")
 
 
 def stop_api(home: Path, timeout: float = 15) -> None:
