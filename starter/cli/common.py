@@ -65,6 +65,8 @@ def _setup_logging(home: Path) -> None:
     handler = logging.FileHandler(home / "hubjobs.log")
     json_lines = (os.environ.get("HUBJOBS_LOG_JSON") or "").lower() in ("1", "true", "yes", "on")
     logging.basicConfig(level=logging.INFO, handlers=[handler_for(handler, json_lines=json_lines)])
+    # httpx logs each request's URL, which holds the caller's text (a reason, a filter).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def check_encoding(kwargs: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -58,7 +59,8 @@ def on_schedules(
     path: str = "",
     body: Any = None,
 ) -> Any:
-    """A call of the API's schedules of the workspace (``path`` after /schedules)."""
+    """A call of the API's schedules of the workspace (``path`` after /schedules, its
+    schedule id quoted: the caller's text)."""
     with api(workspace, actor) as calls:
         return calls.schedules(method, path, body)
 
@@ -143,7 +145,7 @@ def schedule_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one schedule: its definition, next firings and recent runs' jobs."""
-    print_schedule(on_schedules(workspace, actor, "GET", f"/{schedule}"), as_json)
+    print_schedule(on_schedules(workspace, actor, "GET", f"/{quote(schedule, safe='')}"), as_json)
 
 
 @schedule_app.command("pause")
@@ -155,7 +157,9 @@ def schedule_pause(
     as_json: JsonOpt = False,
 ) -> None:
     """Stop the firings until unpaused (a run under way goes on)."""
-    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/pause"), as_json)
+    print_schedule(
+        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/pause"), as_json
+    )
 
 
 @schedule_app.command("unpause")
@@ -167,7 +171,9 @@ def schedule_unpause(
     as_json: JsonOpt = False,
 ) -> None:
     """Let a paused schedule fire again."""
-    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/unpause"), as_json)
+    print_schedule(
+        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/unpause"), as_json
+    )
 
 
 @schedule_app.command("trigger")
@@ -179,7 +185,9 @@ def schedule_trigger(
     as_json: JsonOpt = False,
 ) -> None:
     """Fire now (refused with schedule_running while a run of it is still going)."""
-    print_schedule(on_schedules(workspace, actor, "POST", f"/{schedule}/trigger"), as_json)
+    print_schedule(
+        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/trigger"), as_json
+    )
 
 
 @schedule_app.command("delete")
@@ -191,7 +199,7 @@ def schedule_delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Remove the schedule from Temporal; its jobs stay."""
-    on_schedules(workspace, actor, "DELETE", f"/{schedule}")
+    on_schedules(workspace, actor, "DELETE", f"/{quote(schedule, safe='')}")
     if as_json:
         print_json({"deleted": schedule})
     else:
