@@ -44,7 +44,7 @@ from starter.cli import run_cli
 from tests.support.cli_errors import refusal_code
 from tests.support.helpers import until
 from tests.support.hostile import CANONICAL, hostile_text, invalid_utf8
-from tests.support.processes import hubjobs_env
+from tests.support.processes import cli_env
 from tests.support.servers import API_SECRET, bearer
 
 T = TypeVar("T")
@@ -468,7 +468,7 @@ async def test_hostile_text_in_every_cli_option(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name, value in hubjobs_env(settings, tmp_path).items():
+    for name, value in cli_env(settings, tmp_path, ["list"], {}).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HUBJOBS_API_JWT_SECRET", API_SECRET)
     monkeypatch.setenv("COLUMNS", "200")
@@ -535,7 +535,7 @@ async def test_bytes_that_are_not_utf8_from_a_real_command_line(
         return await asyncio.to_thread(
             subprocess.run,
             [bytes(HUBJOBS), *args],
-            env=hubjobs_env(settings, tmp_path),
+            env=cli_env(settings, tmp_path, ["list"], {}),
             capture_output=True,
             timeout=60,
             check=False,
