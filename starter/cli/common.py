@@ -131,23 +131,6 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
     return asyncio.run(coro)
 
 
-def _default(
-    flag: uuid.UUID | None, setting: uuid.UUID | None, key: str, what: str, settings: Settings
-) -> uuid.UUID:
-    """A flag, else its setting, else the demo's profile; refused when none names one."""
-    value = flag or setting
-    if value is None:
-        recorded = settings.recorded_profile().get(key)
-        value = uuid.UUID(recorded) if recorded else None
-    if value is None:
-        raise InvalidInput(
-            f"no {what}: pass --{what}, set HUBJOBS_{what.upper()}, or run `hubjobs demo` "
-            "(it writes a profile with its own)",
-            code="invalid_argument",
-        )
-    return value
-
-
 def root_page_of(flag: uuid.UUID | None) -> uuid.UUID:
     """``--root-page``, else the course of the profile ``hubjobs demo`` wrote."""
     recorded_root = recorded(home_now(), PROFILE_FILE).get("root_page_id")
@@ -160,20 +143,11 @@ def root_page_of(flag: uuid.UUID | None) -> uuid.UUID:
     return value
 
 
-def actor_of(actor: uuid.UUID | None, settings: Settings | None = None) -> uuid.UUID:
-    settings = settings or settings_now()
-    return _default(actor, settings.actor, "actor_id", "actor", settings)
+def actor_of(actor: uuid.UUID | None) -> uuid.UUID:
+    """``--actor``, else HUBJOBS_ACTOR, else the demo's profile's (as the job commands)."""
+    from starter.cli.remote import scope_id
 
-
-def scope_of(
-    workspace: uuid.UUID | None, actor: uuid.UUID | None, settings: Settings | None = None
-) -> tuple[uuid.UUID, uuid.UUID]:
-    """The workspace and actor a stack command acts as: flags override HUBJOBS_WORKSPACE /
-    HUBJOBS_ACTOR, which override the profile ``hubjobs demo`` wrote in HUBJOBS_HOME (of
-    ``settings``: by default the command's)."""
-    settings = settings or settings_now()
-    workspace_id = _default(workspace, settings.workspace, "workspace_id", "workspace", settings)
-    return workspace_id, actor_of(actor, settings)
+    return scope_id(actor, "actor", recorded(home_now(), PROFILE_FILE))
 
 
 def api(workspace: uuid.UUID | None, actor: uuid.UUID | None) -> Api:

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -104,21 +105,31 @@ class Target:
             or recorded(home, API_FILE).get("url")
             or DEFAULT_API_URL
         )
-        workspace = (
-            workspace
-            or _uuid_of(_setting("WORKSPACE"), "HUBJOBS_WORKSPACE")
-            or _uuid_of(profile.get("workspace_id"), "the profile's workspace")
+        return cls(
+            url=url.rstrip("/"),
+            token=_token(profile, actor, home),
+            workspace=scope_id(workspace, "workspace", profile),
         )
-        if workspace is None:
-            raise InvalidInput(
-                "no workspace: pass --workspace, set HUBJOBS_WORKSPACE, or run `hubjobs demo` "
-                "(it writes a profile with its own)",
-                code="invalid_argument",
-            )
-        return cls(url=url.rstrip("/"), token=_token(profile, actor, home), workspace=workspace)
 
 
-def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Any) -> str:
+def scope_id(flag: uuid.UUID | None, what: str, profile: Mapping[str, Any]) -> uuid.UUID:
+    """The workspace or actor a command acts as: ``--<what>``, else HUBJOBS_<WHAT>, else
+    the profile's ``<what>_id``; refused when none names one."""
+    value = (
+        flag
+        or _uuid_of(_setting(what.upper()), f"HUBJOBS_{what.upper()}")
+        or _uuid_of(profile.get(f"{what}_id"), f"the profile's {what}")
+    )
+    if value is None:
+        raise InvalidInput(
+            f"no {what}: pass --{what}, set HUBJOBS_{what.upper()}, or run `hubjobs demo` "
+            "(it writes a profile with its own)",
+            code="invalid_argument",
+        )
+    return value
+
+
+def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Path) -> str:
     token = _setting("API_TOKEN") or profile.get("api_token")
     if token:
         subject = subject_of(token)
@@ -128,17 +139,7 @@ def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Any) -> st
                 code="invalid_argument",
             )
         return str(token)
-    actor = (
-        actor
-        or _uuid_of(_setting("ACTOR"), "HUBJOBS_ACTOR")
-        or _uuid_of(profile.get("actor_id"), "the profile's actor")
-    )
-    if actor is None:
-        raise InvalidInput(
-            "no actor: pass --actor, set HUBJOBS_ACTOR, or run `hubjobs demo` "
-            "(it writes a profile with its own)",
-            code="invalid_argument",
-        )
+    actor = scope_id(actor, "actor", profile)
     secret = _setting("API_JWT_SECRET")
     if secret is None and (home / DEV_SECRET_FILE).is_file():
         secret = (home / DEV_SECRET_FILE).read_text().strip()
