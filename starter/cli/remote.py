@@ -105,11 +105,9 @@ class Target:
             or recorded(home, API_FILE).get("url")
             or DEFAULT_API_URL
         )
-        return cls(
-            url=url.rstrip("/"),
-            token=_token(profile, actor, home),
-            workspace=scope_id(workspace, "workspace", profile),
-        )
+        # The workspace first: a command naming neither is told of it before the actor.
+        workspace_id = scope_id(workspace, "workspace", profile)
+        return cls(url=url.rstrip("/"), token=_token(profile, actor, home), workspace=workspace_id)
 
 
 def scope_id(flag: uuid.UUID | None, what: str, profile: Mapping[str, Any]) -> uuid.UUID:
