@@ -36,7 +36,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.limits import ConnectOptions, Purpose
-from hubjobs.kinds import REGISTRY, JobKind
+from hubjobs.kinds import REGISTRY, JobKind, load_kinds
 from hubjobs.observability.activity_logs import LogContextInterceptor
 from hubjobs.observability.logs import setup_logging
 from hubjobs.observability.telemetry import (
@@ -168,6 +168,7 @@ def build_worker(
     ``before_write`` to act as a concurrent editor between a batch's read and write);
     ``workflow_classes`` serves those instead of ``workflows()`` (a test's build of its
     own)."""
+    load_kinds(settings.kind_modules)
     deps = Deps(
         engine=engine,
         settings=settings,

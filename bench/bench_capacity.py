@@ -145,7 +145,9 @@ async def hubjobs_starter(hub: Hub, total: int) -> tuple[Starter, Any]:
     jobs = client.scope(courses[0].workspace_id, courses[0].actor_id)
 
     async def start(n: int) -> str:
-        job = await jobs.start_course_tagging(root_page_id=courses[n].root_page_id, tag="cap")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": courses[n].root_page_id, "tag": "cap"}
+        )
         return str(job.id)
 
     return start, client_cm

@@ -65,8 +65,8 @@ async def warm_up(
     pools' connections)."""
     async with hub.client() as client:
         jobs = [
-            client.scope(c.workspace_id, c.actor_id).start_course_tagging(
-                root_page_id=c.root_page_id, tag="w"
+            client.scope(c.workspace_id, c.actor_id).start(
+                "course_tagging", {"root_page_id": c.root_page_id, "tag": "w"}
             )
             for c in courses
         ]
@@ -251,7 +251,9 @@ async def hubjobs_logged(stack: Stack, hub: Hub, temporal: Any, courses: list[An
         async def run_jobs() -> int:
             for c in courses:
                 jobs = client.scope(c.workspace_id, c.actor_id)
-                job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="s")
+                job = await jobs.start(
+                    "course_tagging", {"root_page_id": c.root_page_id, "tag": "s"}
+                )
                 await temporal.get_workflow_handle(job.workflow_id).result()
             return len(courses)
 
@@ -340,7 +342,9 @@ async def hubjobs_costs(
         await meter.start()
         for c in courses[:count]:
             jobs = client.scope(c.workspace_id, c.actor_id)
-            started.append(await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="c"))
+            started.append(
+                await jobs.start("course_tagging", {"root_page_id": c.root_page_id, "tag": "c"})
+            )
         start_spent, _ = await meter.stop()
     for job in started:
         await temporal.get_workflow_handle(job.workflow_id).terminate("bench: start only")
@@ -350,7 +354,7 @@ async def hubjobs_costs(
         await meter.start()
         for c in courses[count:]:
             jobs = client.scope(c.workspace_id, c.actor_id)
-            job = await jobs.start_course_tagging(root_page_id=c.root_page_id, tag="c")
+            job = await jobs.start("course_tagging", {"root_page_id": c.root_page_id, "tag": "c"})
             await temporal.get_workflow_handle(job.workflow_id).result()
             ids.append(job.workflow_id)
         spent, cpu = await meter.stop()

@@ -146,7 +146,9 @@ async def follow(
     async with hub.client() as hubjobs:
         jobs = hubjobs.scope(courses[0].workspace_id, courses[0].actor_id)
         started = [
-            await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=f"ev-{suffix}")
+            await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": f"ev-{suffix}"}
+            )
             for course in courses[: args.jobs]
         ]
         path = f"/workspaces/{courses[0].workspace_id}/jobs"

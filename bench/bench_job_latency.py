@@ -2,7 +2,7 @@
 durable, on an idle server with a pause between runs, against the floor that does the
 same writes, on the same Temporal server. Runs alternate.
 
-* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call: its row and the
+* hubjobs: ``WorkspaceJobs.start("course_tagging", …)`` (the start call: its row and the
   workflow's start; the snapshot is the first attempt's) run by a ``hubjobs worker`` process;
 * the floor: ``BareDbJob`` (bench/bare_workflows.py, importing only temporalio, in the
   default sandbox) whose one activity does a one-page job's writes in one transaction
@@ -60,7 +60,7 @@ async def hubjobs_once(
 ) -> tuple[float, dict[str, float]]:
     """Seconds from the start call to the final row's commit seen, and where they went."""
     t0, started = time.time(), time.perf_counter()
-    job = await jobs.start_course_tagging(root_page_id=root, tag="latency")
+    job = await jobs.start("course_tagging", {"root_page_id": root, "tag": "latency"})
     returned = time.perf_counter()
     seen = (await watcher.wait([str(job.id)], timeout=120))[str(job.id)]
     job = await jobs.get(job.id)

@@ -80,7 +80,9 @@ async def peak_of(stack: Stack, size_mb: float, megabytes: int) -> dict[str, flo
         for kind in ("backup", "page_export"):
             reset_peak(pid)
             started = time.perf_counter()
-            job = await (jobs.start_backup() if kind == "backup" else jobs.start_page_export())
+            job = await (
+                jobs.start("backup", {}) if kind == "backup" else jobs.start("page_export", {})
+            )
             while job.status not in FINAL:
                 await asyncio.sleep(0.2)
                 job = await jobs.get(job.id)

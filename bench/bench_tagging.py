@@ -3,7 +3,7 @@
 Three contenders, each on an identical course of its own (same demo tree, same
 database, fsync on), in rotating order round after round:
 
-* hubjobs: ``WorkspaceJobs.start_course_tagging`` (the start call; the snapshot is
+* hubjobs: ``WorkspaceJobs.start("course_tagging", …)`` (the start call; the snapshot is
   its first attempt's) until the job's read-model row is final, run by a ``hubjobs
   worker`` process with its default batch and chunk sizes;
 * the floor: the least SQL doing the same durable work, timed from its first
@@ -111,7 +111,7 @@ async def hubjobs_once(
     stop = asyncio.Event()
     sampler = asyncio.create_task(peak_rss(worker_pid, stop))
     t0, started = time.time(), time.perf_counter()
-    job = await jobs.start_course_tagging(root_page_id=root, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": root, "tag": TAG})
     returned = time.time()
     while job.status not in FINAL:
         await asyncio.sleep(poll)

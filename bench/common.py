@@ -492,7 +492,9 @@ async def finished_job(hub: Hub) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
             course = await seed_course(engine, 1)
         async with hub.client() as client:
             jobs = client.scope(course.workspace_id, course.actor_id)
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="bench")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "bench"}
+            )
             job = await jobs.wait(job.id, timeout=60, interval=0.05)
         hub.stack.cache[key] = (course.workspace_id, course.actor_id, job.id)
     found: tuple[uuid.UUID, uuid.UUID, uuid.UUID] = hub.stack.cache[key]

@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     webhook_retry_max_seconds: float = Field(default=3600.0, gt=0, le=86400)
     webhook_deadline_hours: float = Field(default=24.0, gt=0, le=24 * 30)
 
+    # Modules declaring kinds beyond hubjobs' own (a kind another package or the tests
+    # ship): the worker, the API and the client each import them before serving.
+    kind_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
     # A workflow's next task waits this long for the worker that ran its last one (it has
@@ -305,6 +309,7 @@ class Settings(BaseSettings):
         "codec_actors",
         "webhook_allowed_hosts",
         "temporal_sqlite_pragmas",
+        "kind_modules",
         mode="before",
     )
     @classmethod

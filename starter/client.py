@@ -38,9 +38,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import (
@@ -81,17 +82,41 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
     from temporalio.client import Client
 
+    from hubjobs.kinds import Registry
     from hubjobs.kinds.job_rows import CreatedJob
     from hubjobs.readmodel.feeds import JobFeeds
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class JobFile(NamedTuple):
+    """A file a finished job serves: where it is, and its media type."""
+
+    path: Path
+    media_type: str
+
+
 # Item listings: the largest page, and the largest ordinal (job_items.ordinal is int4).
 MAX_ITEMS_PAGE = 1000
 MAX_ORDINAL = 2**31 - 1
 # What a start withdrawn because Temporal did not take it says, on its row.
 NOT_STARTED = "The job was not started: Temporal did not answer in time."
+
+
+def json_payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    """A start's payload as JSON values (a model's fields, or a dict's: a UUID or a
+    datetime as its text), or ``invalid_payload``."""
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="json")
+    if not isinstance(payload, dict):
+        raise InvalidPayload("the payload must be a JSON object")
+    try:
+        raw: dict[str, Any] = to_jsonable_python(payload)
+    except PydanticSerializationError:
+        raise InvalidPayload("the payload must be a JSON object") from None
+    return raw
 
 
 def require_uuid(name: str, value: object, *, optional: bool = False) -> None:
@@ -128,6 +153,13 @@ class HubJobsClient:
     async def connect(cls, settings: Settings | None = None) -> HubJobsClient:
         """A client for ``settings``; it connects to each server on first need."""
         return cls(settings=settings or Settings())
+
+    def kinds(self) -> Registry:
+        """The registered kinds, with those of HUBJOBS_KIND_MODULES loaded."""
+        from hubjobs.kinds import REGISTRY, load_kinds
+
+        load_kinds(self.settings.kind_modules)
+        return REGISTRY
 
     @property
     def engine(self) -> AsyncEngine:
@@ -413,15 +445,12 @@ class WorkspaceJobs:
         ``notify_url``, a signed completion webhook is POSTed there when the job is
         final: refused ``invalid_notify_url`` for a host the deployment does not allow,
         ``webhooks_not_configured`` without a signing secret."""
-        from hubjobs.kinds import REGISTRY
         from hubjobs.webhooks.policy import checked
 
-        kind = REGISTRY.get(kind_name)
+        kind = self.client.kinds().get(kind_name)
         idempotency_key = check_idempotency_key(idempotency_key)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
-        raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        if not isinstance(raw, dict):
-            raise InvalidPayload("the payload must be a JSON object")
+        raw = json_payload(payload)
         notify_url = await checked(self.client.settings, notify_url)
         job_id = uuid.uuid4()
         from hubjobs.kinds.job_rows import JobRow, admit
@@ -478,72 +507,6 @@ class WorkspaceJobs:
             settle.add_done_callback(_retrieved)
             return await asyncio.shield(settle)
 
-    async def start_course_tagging(
-        self,
-        *,
-        root_page_id: uuid.UUID,
-        tag: str,
-        correlation_id: str | None = None,
-        idempotency_key: str | None = None,
-        notify_url: str | None = None,
-    ) -> JobView:
-        from hubjobs.kinds.course_tagging import COURSE_TAGGING
-
-        require_uuid("root_page_id", root_page_id)
-        return await self.start(
-            COURSE_TAGGING.name,
-            {"root_page_id": str(root_page_id), "tag": tag},
-            correlation_id=correlation_id,
-            idempotency_key=idempotency_key,
-            notify_url=notify_url,
-        )
-
-    async def start_backup(
-        self,
-        *,
-        correlation_id: str | None = None,
-        idempotency_key: str | None = None,
-        notify_url: str | None = None,
-    ) -> JobView:
-        from hubjobs.kinds.backup import BACKUP
-
-        return await self.start(
-            BACKUP.name,
-            {},
-            correlation_id=correlation_id,
-            idempotency_key=idempotency_key,
-            notify_url=notify_url,
-        )
-
-    async def start_page_export(
-        self,
-        *,
-        root_page_id: uuid.UUID | None = None,
-        pages_per_file: int | None = None,
-        correlation_id: str | None = None,
-        idempotency_key: str | None = None,
-        notify_url: str | None = None,
-    ) -> JobView:
-        """Exports a course (``root_page_id`` and its subtree) or, without one, the whole
-        workspace as NDJSON files of ``pages_per_file`` pages (the kind's default,
-        1000, when None). The finished job's result is the FHIR bulk-data manifest; its
-        files are read with ``export_file`` (or downloaded through the API)."""
-        from hubjobs.kinds.page_export import PAGE_EXPORT
-
-        require_uuid("root_page_id", root_page_id, optional=True)
-        payload: dict[str, Any] = {
-            "root_page_id": None if root_page_id is None else str(root_page_id)
-        }
-        if pages_per_file is not None:
-            payload["pages_per_file"] = pages_per_file
-        return await self.start(
-            PAGE_EXPORT.name,
-            payload,
-            correlation_id=correlation_id,
-            idempotency_key=idempotency_key,
-            notify_url=notify_url,
-        )
-
     async def retry(self, job_id: uuid.UUID, *, correlation_id: str | None = None) -> JobView:
         """A new job of the same kind and payload over the failed items of a finished
         job, linked to it (``source_job_id``). The start checks are a start's (an
@@ -553,7 +516,6 @@ class WorkspaceJobs:
         no failed item is left. Idempotent per source job: retrying it again returns
         the same retry."""
         from hubjobs.domain.access import require_administrator
-        from hubjobs.kinds import REGISTRY
         from hubjobs.kinds.job_rows import JobRow, admit
         from hubjobs.observability.telemetry import job_span
         from hubjobs.readmodel import store as read_model
@@ -568,7 +530,7 @@ class WorkspaceJobs:
             source = await read_model.get_job(conn, job_id, self.workspace_id)
             if source is None:
                 raise JobNotFound("no such job in this workspace")
-            kind = REGISTRY.find(source.kind)
+            kind = self.client.kinds().find(source.kind)
             if kind is None or not kind.retryable_items:
                 raise InvalidInput("jobs of this kind cannot be retried", code="not_retryable")
             if not source.is_final:
@@ -728,18 +690,19 @@ class WorkspaceJobs:
 
         return await self.client.db(read, purpose=Purpose.READ)
 
-    async def export_file(self, job_id: uuid.UUID, name: str) -> Path:
-        """Where the file ``name`` of a finished export is, if its manifest lists it.
-        Anything else (another kind, an export not finished or not succeeded, a name
-        not in the manifest, a file removed at expiry) is ``job_not_found``, as a
-        job of another workspace is."""
-        from hubjobs.kinds.page_export import export_file
-
+    async def job_file(self, job_id: uuid.UUID, name: str) -> JobFile:
+        """Where the file ``name`` of a finished job is, and its media type, if its
+        result lists it (an export's manifest: ``JobKind.file_of``). Anything else (a
+        kind without files, a job not finished or not succeeded, a name not listed, a
+        file removed at expiry) is ``job_not_found``, as a job of another workspace is."""
         job = await self.get(job_id)
-        path = export_file(self.client.settings, job, name)
+        kind = self.client.kinds().find(job.kind)
+        if kind is None or kind.file_of is None:
+            raise JobNotFound("no such file of a job in this workspace")
+        path = kind.file_of(self.client.settings, job, name)
         if path is None:
             raise JobNotFound("no such file of a job in this workspace")
-        return path
+        return JobFile(path, kind.file_content_type)
 
     # --- cancelling -----------------------------------------------------------------
 

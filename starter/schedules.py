@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_member
 from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
-from hubjobs.kinds import REGISTRY
+from hubjobs.kinds import Registry
 from hubjobs.schedules.definition import (
     MEMO_KEY,
     ScheduleDefinition,
@@ -55,6 +55,8 @@ class Connections(Protocol):
     async def db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T: ...
 
     async def temporal_client(self) -> Client: ...
+
+    def kinds(self) -> Registry: ...
 
 
 KEEP_MAX = 1000
@@ -120,7 +122,7 @@ class WorkspaceSchedules:
         ``unknown_kind``, ``invalid_payload``, ``invalid_schedule``, ``invalid_cron``,
         ``invalid_interval``, ``invalid_time_zone``, ``invalid_keep``, then
         ``workspace_not_found`` / ``actor_not_administrator``."""
-        kind = REGISTRY.get(kind_name)
+        kind = self.client.kinds().get(kind_name)
         when = timing(cron=cron, every=every, time_zone=time_zone)
         keep = check_keep(keep)
         raw = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload

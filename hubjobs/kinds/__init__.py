@@ -1,10 +1,14 @@
-"""The registry of job kinds. Adding a kind: its kind module here, its workflow in
-``workflows/<name>.py``, its activities in ``activities/<name>.py``, and one line below.
-The worker serves exactly the registered kinds (see worker.py)."""
+"""The registry of job kinds. Adding one of hubjobs' own: its kind module here, its
+workflow in ``workflows/<name>.py``, its activities in ``activities/<name>.py``, and one
+line below. A kind shipped elsewhere registers itself in its own module, named in
+HUBJOBS_KIND_MODULES (``load_kinds``). The worker serves exactly the registered kinds
+(see worker.py); the API's routes and schemas, the client's start and the CLI's
+commands come from their declarations."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hubjobs.domain.text import is_kind_name
@@ -48,6 +52,13 @@ class Registry:
         return list(self._kinds)
 
 
+def load_kinds(modules: Iterable[str]) -> None:
+    """Imports the modules that declare kinds beyond hubjobs' own (each registers its
+    kinds as it is imported; importing one again registers nothing twice)."""
+    for name in modules:
+        importlib.import_module(name)
+
+
 REGISTRY = Registry()
 register = REGISTRY.register
 get_kind = REGISTRY.get
@@ -64,5 +75,6 @@ __all__ = [
     "Registry",
     "Result",
     "get_kind",
+    "load_kinds",
     "register",
 ]

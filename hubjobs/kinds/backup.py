@@ -113,4 +113,5 @@ BACKUP = JobKind(
     durable_progress=lambda job: 0,
     # Bulk: behind interactive kinds when workers are busy.
     priority=4,
+    help="Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR).",
 )

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -75,6 +76,11 @@ Prepare = Callable[[AsyncConnection, NewJob, Any], Awaitable[Prepared]]
 BuildResult = Callable[[Any, Counters, dict[str, Any] | None], Result]
 # Removes what an expired job produced (its archive, its files), whatever it ended as.
 Expire = Callable[[JobView, Settings], Awaitable[None]]
+# (the stored result, the API's own base URL or None) -> the result as callers read it.
+ShowResult = Callable[[dict[str, Any], str | None], dict[str, Any]]
+# (settings, a finished job of the kind, a file name) -> where the file is, if the job's
+# result lists it; None for any other name.
+FileOf = Callable[[Settings, JobView, str], "Path | None"]
 
 
 def items_recorded(job: JobView) -> int:
@@ -121,12 +127,44 @@ class JobKind(Generic[P]):
     # One module holding both its workflow and its activities, for a kind that lives
     # outside workflows/ and activities/ (a kind shipped by tests or another package).
     module: str | None = None
+    # The CLI's start command (``hubjobs <command>``: its options are the payload's
+    # fields, read from the API's GET /kinds) and its help line; default: the name with
+    # dashes, and the title.
+    command: str | None = None
+    help: str | None = None
+    # How callers read a success's result (an export's manifest with absolute URLs);
+    # None: as stored.
+    show: ShowResult | None = None
+    # The files a finished job serves (GET …/files/{name}) and their media type.
+    file_of: FileOf | None = None
+    file_content_type: str = "application/octet-stream"
 
     @property
     def workflow_type(self) -> str:
         """The Temporal workflow type, derived from the name (course_tagging ->
         CourseTagging) and written nowhere else."""
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+    @property
+    def command_name(self) -> str:
+        return self.command or self.name.replace("_", "-")
+
+    def described(self) -> dict[str, Any]:
+        """What a client needs to offer the kind's start (GET /kinds): its names, help
+        and the payload's JSON schema."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "command": self.command_name,
+            "help": self.help or self.title,
+            "payload": self.payload.model_json_schema(),
+        }
+
+    def shown(self, result: dict[str, Any] | None, base_url: str | None) -> dict[str, Any] | None:
+        """The stored result as callers read it."""
+        if result is None or self.show is None:
+            return result
+        return self.show(result, base_url)
 
     @property
     def workflow_module(self) -> str:

@@ -37,8 +37,11 @@ ANALYZE_FROM = 10_000
 class CourseTaggingPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    root_page_id: uuid.UUID
-    tag: str = Field(strict=True)
+    root_page_id: uuid.UUID = Field(
+        description="Root page of the course (the CLI's default: its profile's).",
+        json_schema_extra={"x-option": "root-page", "x-profile-default": True},
+    )
+    tag: str = Field(strict=True, description="The tag to add to every page.")
 
     @field_validator("tag")
     @classmethod
@@ -238,4 +241,6 @@ COURSE_TAGGING = JobKind(
     # Interactive: someone waits for their course; ahead of backups and exports.
     priority=2,
     retryable_items=True,
+    command="tag-course",
+    help="Tag every page of a course.",
 )

@@ -44,10 +44,15 @@ FILE_NAME = re.compile(r"pages-[0-9]{4,}\.ndjson")
 class PageExportPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # A course's root page; None exports the whole workspace.
-    root_page_id: uuid.UUID | None = None
+    root_page_id: uuid.UUID | None = Field(
+        default=None,
+        description="Root page of a course; the whole workspace without.",
+        json_schema_extra={"x-option": "root-page"},
+    )
     # Strict: a boolean, a float or a string is refused, never taken for a number.
-    pages_per_file: int = Field(default=1000, ge=1, le=100_000, strict=True)
+    pages_per_file: int = Field(
+        default=1000, ge=1, le=100_000, strict=True, description="Pages a file."
+    )
 
 
 class ExportCursor(BaseModel):
@@ -200,9 +205,11 @@ def build_result(
     )
 
 
-def absolute_manifest(manifest: dict[str, Any], base_url: str) -> dict[str, Any]:
+def absolute_manifest(manifest: dict[str, Any], base_url: str | None) -> dict[str, Any]:
     """The manifest with its URLs (the request's, each file's) absolute under the API's
-    base URL (HUBJOBS_API_BASE_URL); the stored manifest stays relative."""
+    base URL (HUBJOBS_API_BASE_URL) when it has one; the stored manifest stays relative."""
+    if not base_url:
+        return manifest
     base = base_url.rstrip("/")
 
     def absolute(url: str) -> str:
@@ -240,4 +247,10 @@ PAGE_EXPORT = JobKind(
     discard=expire,
     # Bulk, like a backup.
     priority=4,
+    command="export",
+    help="Export a course, or the whole workspace, as NDJSON files of pages; the result "
+    "is a FHIR bulk-data manifest whose files the API serves.",
+    show=absolute_manifest,
+    file_of=lambda settings, job, name: export_file(settings, job, name),
+    file_content_type=CONTENT_TYPE,
 )

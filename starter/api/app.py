@@ -9,8 +9,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
-from starter.api import contract, events, health, items, jobs, schedules
+from starter.api import contract, events, health, items, jobs, kinds, schedules
 from starter.api.codec import CodecCors, codec_router
 from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
@@ -28,6 +29,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(settings: Settings | None = None, client: HubJobsClient | None = None) -> FastAPI:
     settings = settings or Settings()
+    load_kinds(settings.kind_modules)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,6 +63,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         schedules.router,
         health.router,
         contract.router,
+        kinds.router,
     ):
         app.include_router(router)
     if settings.payload_codec:

@@ -1,4 +1,4 @@
-"""A job's items (keyset-paged) and a finished export's files (streamed)."""
+"""A job's items (keyset-paged) and a finished job's files (an export's, streamed)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from hubjobs.errors import (
     JobNotFound,
 )
-from hubjobs.kinds.page_export import CONTENT_TYPE as EXPORT_CONTENT_TYPE
+from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import ItemPage
 from starter.api.auth import Jobs
@@ -51,22 +51,28 @@ async def job_items(
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "A file of a finished export (one page a line), streamed",
-            "content": {EXPORT_CONTENT_TYPE: {"schema": {"type": "string"}}},
+            "description": "A file a finished job's result lists (an export's: one page a "
+            "line), streamed",
+            "content": {
+                kind.file_content_type: {"schema": {"type": "string"}}
+                for kind in REGISTRY
+                if kind.file_of is not None
+            },
         },
         **ERRORS,
     },
-    summary="Download a file listed in an export's manifest",
+    summary="Download a file a job's result lists (an export's manifest)",
 )
 async def job_file(
     jobs: Jobs,
     job_id: uuid.UUID,
     name: Annotated[str, Path(description="A file name from the manifest's output")],
 ) -> StreamingResponse:
-    return await stream_file(await jobs.export_file(job_id, name), name)
+    found = await jobs.job_file(job_id, name)
+    return await stream_file(found.path, name, found.media_type)
 
 
-async def stream_file(path: FilePath, name: str) -> StreamingResponse:
+async def stream_file(path: FilePath, name: str, media_type: str) -> StreamingResponse:
     """The file, streamed a chunk at a time. Opened before the answer starts: removed
     after that (its job expired), it is still read whole; removed before, it is gone
     (404, as a job that is)."""
@@ -85,7 +91,7 @@ async def stream_file(path: FilePath, name: str) -> StreamingResponse:
 
     return StreamingResponse(
         chunks(),
-        media_type=EXPORT_CONTENT_TYPE,
+        media_type=media_type,
         headers={
             "Content-Length": str(size),
             "Content-Disposition": f'attachment; filename="{name}"',

@@ -19,7 +19,7 @@ from hubjobs.domain.text import (
 from hubjobs.errors import (
     JobFailed,
 )
-from hubjobs.kinds.page_export import PAGE_EXPORT, absolute_manifest
+from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import (
@@ -184,12 +184,12 @@ async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Respons
 
 
 def result_shown(request: Request, job: JobView) -> dict[str, Any] | None:
-    """The job's result as callers read it: an export's manifest with absolute URLs
-    when the API knows its own (HUBJOBS_API_BASE_URL)."""
-    base_url = request.app.state.settings.api_base_url
-    if job.kind == PAGE_EXPORT.name and base_url and job.result:
-        return absolute_manifest(job.result, base_url)
-    return job.result
+    """The job's result as callers read it, as its kind shows it (an export's manifest
+    with absolute URLs when the API knows its own, HUBJOBS_API_BASE_URL)."""
+    kind = REGISTRY.find(job.kind)
+    if kind is None:
+        return job.result
+    return kind.shown(job.result, request.app.state.settings.api_base_url)
 
 
 @router.get(

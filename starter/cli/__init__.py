@@ -7,13 +7,14 @@ otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and err
 types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes Python
 decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
 
-The job commands (start, status, list, items, retry, cancel, watch, schedules) are
-clients of the HTTP API (remote.py), as any other service is: they import neither the
+The job commands (each kind's start, status, list, items, retry, cancel, watch,
+schedules) are clients of the HTTP API (remote.py), as any other service is: they import neither the
 Temporal SDK, SQLAlchemy nor psycopg, and start in about the time of importing httpx
 and typer. The stack and operator commands (up, down, worker, api, migrate, restore,
 seed-demo, demo) talk to the servers themselves, importing what they use when they run.
 
-The commands live by audience: jobs (starter/cli/jobs.py), schedules (schedules.py),
+The commands live by audience: jobs (starter/cli/jobs.py; each kind's start, built from
+the API's description of its kinds, kinds.py), schedules (schedules.py),
 the embedded stack and the demo (stack.py), operators' (ops.py); what they print and
 how they fail in output.py and common.py."""
 
@@ -21,22 +22,25 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from hubjobs.domain.text import printable
+from hubjobs.errors import HubJobsError
 from hubjobs.temporal.process import run_and_exit
 from starter.cli import jobs, ops, schedules, stack
-from starter.cli.output import error_line, errors_as_json
+from starter.cli.output import error_line, errors_as_json, exit_code_of
 
-app = typer.Typer(
-    name="hubjobs",
-    help="Durable background jobs for the knowledge hub, on Temporal.",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
-    pretty_exceptions_enable=False,
-)
+APP_OPTIONS: dict[str, Any] = {
+    "name": "hubjobs",
+    "help": "Durable background jobs for the knowledge hub, on Temporal. Each kind's start "
+    "command (tag-course, backup, export, …) comes from the API (`hubjobs up` runs one).",
+    "no_args_is_help": True,
+    "add_completion": True,  # --install-completion / --show-completion for bash, zsh, fish
+    "pretty_exceptions_enable": False,
+}
+app = typer.Typer(**APP_OPTIONS)
 
 
 def _print_version(asked: bool) -> None:
@@ -74,18 +78,56 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     is (typer builds the options of every command an app holds, before it runs any:
     ~20 ms a command line), else the whole app (help, an unknown command, a group such
     as ``schedule``). The one command stays a subcommand, so its usage, help and errors
-    read the same."""
-    for info in app.registered_commands if args else ():
-        if info.callback is None:
-            continue
-        if (info.name or typer.main.get_command_name(info.callback.__name__)) == args[0]:
-            single = typer.Typer(
-                name="hubjobs", add_completion=False, pretty_exceptions_enable=False
-            )
-            single.registered_commands = [info]
-            single.callback()(_group)
-            return single
-    return app
+    read the same. A name no command of hubjobs' own has is a kind's start command,
+    as the API describes its kinds (starter/cli/kinds.py)."""
+    named = args[0] if args and not args[0].startswith("-") else None
+    for info in app.registered_commands if named else ():
+        if info.callback is not None and _name_of(info) == named:
+            return _single(info)
+    if named is not None and named not in _group_names():
+        from starter.cli.kinds import kind_commands
+        from starter.cli.remote import api_url, served_kinds
+
+        for info in kind_commands(served_kinds(api_url())):
+            if info.name == named:
+                return _single(info)
+        return app
+    whole = typer.Typer(**APP_OPTIONS)
+    whole.callback()(_main)
+    # In --help: the stack's commands, the kinds' starts, the other job commands, ops'.
+    after_stack = len(stack.commands.registered_commands)
+    whole.registered_commands = list(app.registered_commands)
+    whole.registered_commands[after_stack:after_stack] = _kinds_if_served()
+    whole.registered_groups = list(app.registered_groups)
+    return whole
+
+
+def _name_of(info: typer.models.CommandInfo) -> str:
+    assert info.callback is not None
+    return info.name or typer.main.get_command_name(info.callback.__name__)
+
+
+def _group_names() -> set[str]:
+    return {group.name for group in app.registered_groups if group.name}
+
+
+def _single(info: typer.models.CommandInfo) -> typer.Typer:
+    single = typer.Typer(name="hubjobs", add_completion=False, pretty_exceptions_enable=False)
+    single.registered_commands = [info]
+    single.callback()(_group)
+    return single
+
+
+def _kinds_if_served() -> list[typer.models.CommandInfo]:
+    """The kinds' commands for the whole app's help, when the API answers; none else
+    (the help then says where they come from)."""
+    from starter.cli.kinds import kind_commands
+    from starter.cli.remote import api_url, served_kinds
+
+    try:
+        return kind_commands(served_kinds(api_url()))
+    except HubJobsError:
+        return []
 
 
 def run_cli(args: Sequence[str] | None = None) -> int:
@@ -96,7 +138,12 @@ def run_cli(args: Sequence[str] | None = None) -> int:
         args = sys.argv[1:]
     errors_as_json("--json" in args)
     try:
-        result = app_for(args)(args=args, prog_name="hubjobs", standalone_mode=False)
+        chosen = app_for(args)
+    except HubJobsError as error:  # the API, asked for the kinds' commands
+        error_line(error.message, error.code)
+        return exit_code_of(error.code)
+    try:
+        result = chosen(args=args, prog_name="hubjobs", standalone_mode=False)
     except typer.TyperException as usage:  # typer's click exceptions
         exit_code = int(getattr(usage, "exit_code", 2))
         if type(usage).__name__ != "NoArgsIsHelpError":  # its help is printed already

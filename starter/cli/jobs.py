@@ -1,5 +1,6 @@
-"""The job commands: start each kind, follow, list, inspect, retry and cancel jobs, each
-a call of the HTTP API (starter/cli/remote.py)."""
+"""The job commands: follow, list, inspect, retry and cancel jobs, each a call of the HTTP
+API (starter/cli/remote.py); the start of a job, which each kind's command
+(starter/cli/kinds.py) calls."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from starter.cli.common import (
     WorkspaceOpt,
     api,
     command,
-    root_page_of,
 )
 from starter.cli.output import (
     Job,
@@ -94,82 +94,6 @@ def start_kind(
         )
 
     return start
-
-
-@commands.command("tag-course")
-@command
-def tag_course(
-    tag: Annotated[str, typer.Option(help="The tag to add to every page.")],
-    root_page: Annotated[
-        uuid.UUID | None,
-        typer.Option(
-            "--root-page", help="Root page of the course (default: the demo's profile's)."
-        ),
-    ] = None,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
-    correlation_id: Annotated[str | None, typer.Option(help="Carried into logs.")] = None,
-    notify_url: NotifyUrlOpt = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Tag every page of a course."""
-    payload = {"root_page_id": str(root_page_of(root_page)), "tag": tag}
-    start = start_kind(
-        "course_tagging",
-        payload,
-        idempotency_key=idempotency_key,
-        correlation_id=correlation_id,
-        notify_url=notify_url,
-    )
-    start_job(workspace, actor, start, wait=wait, as_json=as_json)
-
-
-@commands.command()
-@command
-def backup(
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
-    notify_url: NotifyUrlOpt = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR)."""
-    start = start_kind("backup", {}, idempotency_key=idempotency_key, notify_url=notify_url)
-    start_job(workspace, actor, start, wait=wait, as_json=as_json)
-
-
-@commands.command()
-@command
-def export(
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    root_page: Annotated[
-        uuid.UUID | None,
-        typer.Option("--root-page", help="Root page of a course; the whole workspace without."),
-    ] = None,
-    pages_per_file: Annotated[
-        int | None,
-        typer.Option("--pages-per-file", min=1, max=100_000, help="Pages a file (default 1000)."),
-    ] = None,
-    idempotency_key: Annotated[str | None, typer.Option(help="Same key, same job.")] = None,
-    notify_url: NotifyUrlOpt = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Export a course, or the whole workspace, as NDJSON files of pages; the result is
-    a FHIR bulk-data manifest whose files the API serves."""
-    payload: dict[str, Any] = {}
-    if root_page is not None:
-        payload["root_page_id"] = str(root_page)
-    if pages_per_file is not None:
-        payload["pages_per_file"] = pages_per_file
-    start = start_kind(
-        "page_export", payload, idempotency_key=idempotency_key, notify_url=notify_url
-    )
-    start_job(workspace, actor, start, wait=wait, as_json=as_json)
 
 
 @commands.command()

@@ -99,15 +99,38 @@ class Target:
     def find(cls, workspace: uuid.UUID | None, actor: uuid.UUID | None) -> Target:
         home = home_now()
         profile = recorded(home, PROFILE_FILE)
-        url = (
-            _setting("API_URL")
-            or profile.get("api_url")
-            or recorded(home, API_FILE).get("url")
-            or DEFAULT_API_URL
-        )
         # The workspace first: a command naming neither is told of it before the actor.
         workspace_id = scope_id(workspace, "workspace", profile)
-        return cls(url=url.rstrip("/"), token=_token(profile, actor, home), workspace=workspace_id)
+        return cls(url=api_url(), token=_token(profile, actor, home), workspace=workspace_id)
+
+
+def api_url() -> str:
+    """The API's address (the first of the module's list that names one)."""
+    home = home_now()
+    url = (
+        _setting("API_URL")
+        or recorded(home, PROFILE_FILE).get("api_url")
+        or recorded(home, API_FILE).get("url")
+        or DEFAULT_API_URL
+    )
+    return str(url).rstrip("/")
+
+
+def unreachable(url: str) -> Unavailable:
+    return Unavailable(f"the API at {url} did not answer (is `hubjobs up` running?)")
+
+
+def served_kinds(url: str) -> list[dict[str, Any]]:
+    """The kinds the API serves, each with its command, help and payload schema
+    (GET /kinds: public, so no token is made for it)."""
+    try:
+        response = httpx.get(f"{url}/kinds", timeout=TIMEOUT)
+    except httpx.TransportError:
+        raise unreachable(url) from None
+    if response.status_code >= 400:
+        raise error_of(response)
+    kinds: list[dict[str, Any]] = response.json()["kinds"]
+    return kinds
 
 
 def scope_id(flag: uuid.UUID | None, what: str, profile: Mapping[str, Any]) -> uuid.UUID:
@@ -177,9 +200,7 @@ class Api:
         self.http.close()
 
     def _unreachable(self) -> Unavailable:
-        return Unavailable(
-            f"the API at {self.target.url} did not answer (is `hubjobs up` running?)"
-        )
+        return unreachable(self.target.url)
 
     def call(
         self,

@@ -37,7 +37,7 @@ async def big_course(engine: AsyncEngine) -> DemoCourse:
 
 
 async def _started(jobs: WorkspaceJobs, course: DemoCourse, at_least: int) -> JobView:
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     async for current in jobs.watch(job.id, interval=0.05):
         if current.processed >= at_least:
             return current

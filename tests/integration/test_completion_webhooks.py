@@ -84,8 +84,8 @@ async def test_three_failures_then_one_delivery_signed_with_one_key(
     receiver = Receiver(plan=[500, 500, 500])
     jobs = hub.scope(course.workspace_id, course.actor_id)
     async with receiving(receiver) as url:
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, notify_url=url
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, notify_url=url
         )
         assert job.notify_url == url and job.notify_state == "pending"
         done = await _settled(jobs, job.id)
@@ -131,8 +131,8 @@ async def test_a_redirect_is_not_followed_and_the_delivery_is_refused(
     receiver = Receiver(plan=["redirect"])
     jobs = hub.scope(course.workspace_id, course.actor_id)
     async with receiving(receiver) as url:
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, notify_url=url
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, notify_url=url
         )
         done = await _settled(jobs, job.id)
     assert done.status == "succeeded"
@@ -153,8 +153,8 @@ async def test_a_receiver_that_never_takes_it_is_recorded_failed_at_the_deadline
     jobs = HubJobsClient(temporal, engine, brief).scope(course.workspace_id, course.actor_id)
     receiver = Receiver(plan=[503] * 1000)
     async with receiving(receiver) as url:
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, notify_url=url
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, notify_url=url
         )
         done = await _settled(jobs, job.id)
     assert done.status == "succeeded" and done.notify_state == "failed"
@@ -187,7 +187,9 @@ async def test_a_destination_not_allowed_is_refused_at_the_start_and_leaves_noth
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
     with pytest.raises(HubJobsError) as refused:
-        await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG, notify_url=url)
+        await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, notify_url=url
+        )
     assert refused.value.code == code
     assert "169.254" not in refused.value.message and "Traceback" not in refused.value.message
     assert await _counts(engine) == (0, 0)
@@ -201,7 +203,7 @@ async def test_without_a_secret_a_notify_url_is_refused(
     unsigned = settings.model_copy(update={"webhook_secret": None})
     jobs = HubJobsClient(temporal, engine, unsigned).scope(course.workspace_id, course.actor_id)
     with pytest.raises(HubJobsError) as refused:
-        await jobs.start_backup(notify_url="http://127.0.0.1:9/hook")
+        await jobs.start("backup", {}, notify_url="http://127.0.0.1:9/hook")
     assert refused.value.code == "webhooks_not_configured"
     assert await _counts(engine) == (0, 0)
 
@@ -281,8 +283,8 @@ async def test_a_cancelled_job_still_closes_canceled_and_is_notified(
     receiver = Receiver()
     jobs = hub.scope(course.workspace_id, course.actor_id)
     async with receiving(receiver) as url:
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, notify_url=url
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, notify_url=url
         )
         async for current in jobs.watch(job.id, interval=0.05):
             if current.processed >= 20:

@@ -44,7 +44,9 @@ async def test_every_outcome_of_the_table(
     await edit(engine, p[2], trashed=True)
 
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=f"  {TAG} ")
+    job = await jobs.start(
+        "course_tagging", {"root_page_id": course.root_page_id, "tag": f"  {TAG} "}
+    )
     # The row exists from the moment the start returns; its first attempt takes the
     # snapshot (tests/integration/test_snapshot.py). Taken here as that attempt would,
     # so that the course can change between the snapshot and the work.
@@ -134,11 +136,15 @@ async def test_a_second_run_on_the_same_course_skips_every_page(
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
     first = await jobs.wait(
-        (await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="exam")).id,
+        (
+            await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "exam"})
+        ).id,
         timeout=60,
     )
     second = await jobs.wait(
-        (await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="EXAM")).id,
+        (
+            await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "EXAM"})
+        ).id,
         timeout=60,
     )
     assert first.succeeded == 30

@@ -149,7 +149,7 @@ async def run_b_job(
 ) -> tuple[float, JobView]:
     """Starts B's job and waits for its workflow's end; the seconds from start to end."""
     started = time.monotonic()
-    job = await jobs.start_course_tagging(root_page_id=course[0], tag=tag)
+    job = await jobs.start("course_tagging", {"root_page_id": course[0], "tag": tag})
     await asyncio.wait_for(temporal.get_workflow_handle(job.workflow_id).result(), timeout)
     return time.monotonic() - started, await jobs.get(job.id)
 
@@ -292,7 +292,7 @@ async def test_a_flood_of_one_workspace_does_not_starve_another(
 
         a_started = await asyncio.gather(
             *(
-                a_jobs.start_course_tagging(root_page_id=course[0], tag=tag)
+                a_jobs.start("course_tagging", {"root_page_id": course[0], "tag": tag})
                 for course, tag in zip(a.courses, a_tags, strict=True)
             )
         )

@@ -30,7 +30,9 @@ async def test_a_100000_page_course_keeps_its_history_small(
     course = await seed(engine, PAGES)
     jobs = HubJobsClient(temporal, engine, big).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, big):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="big")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "big"}
+        )
         done = await jobs.wait(job.id, timeout=240)
         # The row is final a step before the run closes: its history is read whole.
         await workflow_closed(temporal, done.workflow_id)
@@ -59,7 +61,9 @@ async def test_small_chunks_continue_as_new_and_end_exact(
     course = await seed(engine, pages)
     jobs = HubJobsClient(temporal, engine, tiny).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, tiny):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="can")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "can"}
+        )
         done = await jobs.wait(job.id, timeout=240)
         # The row is final a step before the run closes: wait for it, worker still up.
         await workflow_closed(temporal, done.workflow_id)

@@ -161,7 +161,9 @@ async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(
         async with worker_module.build_worker(temporal, engine2, slow):
             description = await maintenance.describe()
             assert description.workflow_type == MAINTENANCE_WORKFLOW
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "t"}
+            )
             async for current in jobs.watch(job.id, interval=0.05):
                 if current.processed > 0:
                     break

@@ -56,7 +56,9 @@ async def test_a_read_only_database_is_said_and_refuses_starts_at_once(
         )
         jobs = client.scope(course.workspace_id, course.actor_id)
         with pytest.raises(HubJobsError) as refused:
-            await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="read-only")
+            await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "read-only"}
+            )
         assert refused.value.code == "database_read_only"
         assert "read-only" in refused.value.message and "SQL" not in refused.value.message
         assert await jobs_recorded(engine) == 0
@@ -68,7 +70,9 @@ async def test_a_read_only_database_is_said_and_refuses_starts_at_once(
             return (await check_health(client)).status == "ok"
 
         await until("the health check to say ok again", ok_again, timeout=30)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="writable")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "writable"}
+        )
         assert job.status == "queued" and await jobs_recorded(engine) == 1
     finally:
         read_only(settings.resolved_database_url(), False)

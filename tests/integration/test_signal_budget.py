@@ -42,7 +42,9 @@ async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact
     course = await seed(engine, 300)
     jobs = HubJobsClient(temporal, engine, busy).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, busy):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="budget")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "budget"}
+        )
         handle = temporal.get_workflow_handle(job.workflow_id)
         for _ in range(BAD):
             await handle.signal("no-such-signal")

@@ -101,7 +101,7 @@ async def test_a_one_page_job_is_one_local_activity_and_one_commit(
     one_page = await seed(engine, 1)
     jobs = hub.scope(one_page.workspace_id, one_page.actor_id)
     commits = Commits()
-    job = await jobs.start_course_tagging(root_page_id=one_page.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": one_page.root_page_id, "tag": TAG})
     async with running_worker(temporal, settings, on_engine=commits.watch):
         done = await jobs.wait(job.id, timeout=60)
         handle = temporal.get_workflow_handle(done.workflow_id)
@@ -138,7 +138,7 @@ async def test_a_course_larger_than_a_batch_goes_the_ordinary_way(
 ) -> None:
     course = await seed(engine, 30)
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     smaller = settings.model_copy(update={"tagging_batch_size": 29})
     commits = Commits()
     async with running_worker(temporal, smaller, on_engine=commits.watch):
@@ -166,7 +166,7 @@ async def test_a_cancel_recorded_before_the_work_commits_cancels_it(
     rolls everything back, and the job ends cancelled with no page touched."""
     one_page = await seed(engine, 1)
     jobs = hub.scope(one_page.workspace_id, one_page.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=one_page.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": one_page.root_page_id, "tag": TAG})
     async with engine.connect() as cancel:
         request = await cancel.begin()
         await store.request_cancel(cancel, job.id, one_page.actor_id)
@@ -198,7 +198,7 @@ async def test_a_cancel_arriving_while_the_work_commits_finds_the_job_final(
     the job final, as after any last batch: succeeded, the cancel a no-op."""
     one_page = await seed(engine, 1)
     jobs = hub.scope(one_page.workspace_id, one_page.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=one_page.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": one_page.root_page_id, "tag": TAG})
     cancelling: list[asyncio.Task[Any]] = []
 
     async def cancel_now(conn: AsyncConnection, pages: Any, attempt: int) -> None:
@@ -228,7 +228,7 @@ async def test_cancelled_in_temporal_while_it_runs_the_job_ends_as_temporal_says
     page was tagged exactly when the job succeeded."""
     one_page = await seed(engine, 1)
     jobs = hub.scope(one_page.workspace_id, one_page.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=one_page.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": one_page.root_page_id, "tag": TAG})
     handle = temporal.get_workflow_handle(job.workflow_id)
     async with engine.connect() as holder:
         held = await holder.begin()
@@ -263,7 +263,7 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     the middle of its write), it leaves nothing: no snapshot, no item, no page tagged,
     the row still queued."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     request, environment = local_attempt(job)
 
     async def cut(conn: AsyncConnection, pages: Any, attempt: int) -> None:
@@ -295,7 +295,7 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
     snapshot taken and leaves the job as the other left it (items all pending, the
     row not opened, nothing tagged), for the attempts to do."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     request, environment = local_attempt(job)
     row = await row_of(engine, job.id)
     assert row is not None
@@ -331,7 +331,7 @@ async def test_the_final_statement_refuses_outcomes_short_of_the_snapshot(
     added between the count and the snapshot, an item recorded meanwhile), it writes no
     final row and the attempt rolls back."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     row = await row_of(engine, job.id)
     assert row is not None
     async with engine.connect() as conn:

@@ -48,7 +48,7 @@ async def test_a_start_takes_no_items_and_the_first_attempt_sees_edits_made_sinc
     # No worker polls yet: the job waits between its start and its first attempt, as a
     # busy queue would make it, while someone edits the course.
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     started = await row_of(engine, job.id)
     assert started is not None
     assert (started.status, started.total, started.snapshot_at) == ("queued", 0, None)
@@ -82,7 +82,7 @@ async def test_two_attempts_taking_the_snapshot_at_once_take_it_once(
     starts: the job's snapshot lock puts the second after the first, which then finds
     the items taken (no duplicate ordinals, no items past the total)."""
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     await temporal.get_workflow_handle(job.workflow_id).terminate("the test takes the snapshot")
     row = await row_of(engine, job.id)
     assert row is not None
@@ -132,7 +132,7 @@ async def test_a_course_trashed_before_the_first_attempt_fails_the_job(
     settings: Settings,
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     await edit(engine, course.root_page_id, trashed=True)
     async with running_worker(temporal, settings):
         done = await jobs.wait(job.id, timeout=60)

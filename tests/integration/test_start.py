@@ -101,7 +101,9 @@ async def test_refused_starts_leave_nothing_behind(
     def start(
         workspace: uuid.UUID, actor: uuid.UUID, page: uuid.UUID = root, tag: str = TAG
     ) -> Callable[[], Awaitable[object]]:
-        return lambda: hub.scope(workspace, actor).start_course_tagging(root_page_id=page, tag=tag)
+        return lambda: hub.scope(workspace, actor).start(
+            "course_tagging", {"root_page_id": page, "tag": tag}
+        )
 
     ws, admin = course.workspace_id, course.actor_id
     cases: list[tuple[Callable[[], Awaitable[object]], type[HubJobsError], str]] = [
@@ -137,7 +139,7 @@ async def test_refused_starts_leave_nothing_behind(
         await _assert_refused(engine, temporal, settings, run, error_type, code)
 
     # The same starts, put right, are accepted: the refusals were about what they named.
-    ok = await hub.scope(ws, admin).start_course_tagging(root_page_id=root, tag="x" * 64)
+    ok = await hub.scope(ws, admin).start("course_tagging", {"root_page_id": root, "tag": "x" * 64})
     assert ok.status == "queued" and ok.payload["tag"] == "x" * 64
     assert await _count(engine, "jobs") == 1
     await temporal.get_workflow_handle(ok.workflow_id).terminate("test over")
@@ -149,16 +151,18 @@ async def test_a_reader_cannot_take_over_an_idempotency_key(
     """A start with a key an administrator used is still a start: a reader or an
     outsider is refused, and does not get the existing job back."""
     admin_jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await admin_jobs.start_course_tagging(
-        root_page_id=course.root_page_id, tag=TAG, idempotency_key="key-1"
+    job = await admin_jobs.start(
+        "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}, idempotency_key="key-1"
     )
     reader = await _account(engine, course.workspace_id, role="reader")
     outsider_workspace, _ = await _workspace_with_course(engine, 1)
     outsider = await _account(engine, outsider_workspace)
     for actor, code in ((reader, "actor_not_administrator"), (outsider, "workspace_not_found")):
         with pytest.raises(HubJobsError) as caught:
-            await hub.scope(course.workspace_id, actor).start_course_tagging(
-                root_page_id=course.root_page_id, tag=TAG, idempotency_key="key-1"
+            await hub.scope(course.workspace_id, actor).start(
+                "course_tagging",
+                {"root_page_id": course.root_page_id, "tag": TAG},
+                idempotency_key="key-1",
             )
         assert caught.value.code == code
     assert await _count(engine, "jobs") == 1
@@ -169,21 +173,29 @@ async def test_the_same_idempotency_key_gives_the_same_job(
     hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client, worker: None
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    first = await jobs.start_course_tagging(
-        root_page_id=course.root_page_id, tag=TAG, idempotency_key="sequential"
+    first = await jobs.start(
+        "course_tagging",
+        {"root_page_id": course.root_page_id, "tag": TAG},
+        idempotency_key="sequential",
     )
-    second = await jobs.start_course_tagging(
-        root_page_id=course.root_page_id, tag=TAG, idempotency_key="sequential"
+    second = await jobs.start(
+        "course_tagging",
+        {"root_page_id": course.root_page_id, "tag": TAG},
+        idempotency_key="sequential",
     )
     assert second.id == first.id and second.workflow_id == first.workflow_id
 
     # Two starts at once with one key: one row, one workflow, one run of the job.
     a, b = await asyncio.gather(
-        jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+        jobs.start(
+            "course_tagging",
+            {"root_page_id": course.root_page_id, "tag": "Concurrent"},
+            idempotency_key="together",
         ),
-        jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+        jobs.start(
+            "course_tagging",
+            {"root_page_id": course.root_page_id, "tag": "Concurrent"},
+            idempotency_key="together",
         ),
     )
     assert a.id == b.id
@@ -215,8 +227,10 @@ async def test_the_same_idempotency_key_gives_the_same_job(
     assert revisions == 30
     assert await _workflows_with_id(temporal, a.workflow_id) == 1
     # A start with the key after the job finished still names the finished job.
-    again = await jobs.start_course_tagging(
-        root_page_id=course.root_page_id, tag="Concurrent", idempotency_key="together"
+    again = await jobs.start(
+        "course_tagging",
+        {"root_page_id": course.root_page_id, "tag": "Concurrent"},
+        idempotency_key="together",
     )
     assert again.id == a.id and again.status == "succeeded"
     assert await _workflows_with_id(temporal, a.workflow_id) == 1
@@ -227,7 +241,7 @@ async def test_the_row_is_queued_as_soon_as_the_start_returns(
     hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     async with engine.connect() as conn:
         row = (
             await conn.execute(
@@ -257,13 +271,15 @@ async def test_one_workspace_never_sees_another_workspaces_jobs(
     hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
 ) -> None:
     a = course.workspace_id
-    job = await hub.scope(a, course.actor_id).start_course_tagging(
-        root_page_id=course.root_page_id, tag=TAG
+    job = await hub.scope(a, course.actor_id).start(
+        "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}
     )
     b, b_root = await _workspace_with_course(engine, 2)
     b_reader = await _account(engine, b, role="reader")
     b_admin = await _account(engine, b)
-    b_job = await hub.scope(b, b_admin).start_course_tagging(root_page_id=b_root, tag=TAG)
+    b_job = await hub.scope(b, b_admin).start(
+        "course_tagging", {"root_page_id": b_root, "tag": TAG}
+    )
 
     with pytest.raises(NotFound) as not_found:
         await hub.scope(b, b_reader).get(job.id)
@@ -299,7 +315,7 @@ async def test_cancelling_a_finished_job_changes_nothing(
     hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, worker: None
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     done = await jobs.wait(job.id, timeout=60)
     assert done.status == "succeeded"
 

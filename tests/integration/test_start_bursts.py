@@ -94,7 +94,7 @@ async def test_2000_starts_at_once_from_one_client_all_start_their_workflows(
         began = time.monotonic()
         answers = await asyncio.gather(
             *(
-                jobs.start_course_tagging(root_page_id=course.root_page_id, tag="burst")
+                jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "burst"})
                 for _ in range(BURST)
             ),
             return_exceptions=True,
@@ -142,8 +142,10 @@ async def test_a_burst_temporal_does_not_take_leaves_no_unkeyed_row_queued(
 
     def start(key: str | None) -> asyncio.Future[JobView]:
         return asyncio.ensure_future(
-            jobs.start_course_tagging(
-                root_page_id=course.root_page_id, tag="burst", idempotency_key=key
+            jobs.start(
+                "course_tagging",
+                {"root_page_id": course.root_page_id, "tag": "burst"},
+                idempotency_key=key,
             )
         )
 
@@ -217,7 +219,7 @@ async def test_a_start_whose_caller_gives_up_after_its_row_still_settles_it(
     try:
         proxy.switch(Mode.BLACKHOLE)
         call = asyncio.create_task(
-            jobs.start_course_tagging(root_page_id=course.root_page_id, tag="given up")
+            jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "given up"})
         )
         # Its row written: the start is in Temporal's hands.
         await until("the row", lambda: _rows_if(engine, lambda rows: bool(rows)), timeout=10)

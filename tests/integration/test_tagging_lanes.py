@@ -56,7 +56,9 @@ async def test_lanes_overlap_batches_and_tag_every_page_once(
 
     jobs = HubJobsClient(temporal, engine, tuned).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, tuned, before_write=hold):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="lanes")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "lanes"}
+        )
         done = await wait_until_final(jobs, job.id, timeout=60)
     assert not unfilled, f"with {lanes} lanes, never {lanes} batches at once in {FILL_WITHIN} s"
     assert most == lanes

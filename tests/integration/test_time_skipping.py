@@ -387,8 +387,8 @@ async def test_course_tagging_runs_on_the_time_skipping_server(
 ) -> None:
     hub = HubJobsClient(env.client, engine, settings)
     async with worker_for(env, engine, settings):
-        job = await hub.scope(course.workspace_id, course.actor_id).start_course_tagging(
-            root_page_id=course.root_page_id, tag="Sustainability"
+        job = await hub.scope(course.workspace_id, course.actor_id).start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "Sustainability"}
         )
         # No timers: real time. An outstanding activity holds the server's time-skipping
         # lock, so its heartbeat timeout cannot be skipped past while it works.

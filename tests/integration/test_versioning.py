@@ -160,7 +160,9 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
         # A fresh deployment: its first worker made its build current (as `make run`'s).
         state = await describe(temporal, build_1)
         assert state is not None and state.current_build_id == "1"
-        old = await old_jobs.start_course_tagging(root_page_id=old_course.root_page_id, tag="b1")
+        old = await old_jobs.start(
+            "course_tagging", {"root_page_id": old_course.root_page_id, "tag": "b1"}
+        )
         await asyncio.wait_for(gate.held.wait(), 30)
 
         async with running_worker(temporal, build_2):
@@ -188,8 +190,8 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
             await eventually(set_current, 30, "build 2 set current", every=0.5)
             print(f"\nbuild 2 current after {time.monotonic() - switched:.1f} s")
 
-            new = await new_jobs.start_course_tagging(
-                root_page_id=new_course.root_page_id, tag="b2"
+            new = await new_jobs.start(
+                "course_tagging", {"root_page_id": new_course.root_page_id, "tag": "b2"}
             )
             new_done = await new_jobs.wait(new.id, timeout=60, interval=0.1)
             assert new_done.status == "succeeded" and new_done.succeeded == 20
@@ -302,7 +304,9 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
         running_worker(temporal, build_2),
     ):
         try:
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="wedge")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "wedge"}
+            )
             await asyncio.wait_for(gate.held.wait(), 30)
             handle = temporal.get_workflow_handle(job.workflow_id)
             await handle.signal("cancel")  # bare: build 1's typed handler raises

@@ -124,7 +124,7 @@ def new_database(stack: StackInfo) -> Iterator[Databases]:
 
 
 async def run_backup(jobs: WorkspaceJobs, timeout: float = 60) -> JobView:
-    job = await jobs.start_backup()
+    job = await jobs.start("backup", {})
     assert job.kind == "backup"
     done = await jobs.wait(job.id, timeout=timeout, interval=0.1)
     assert done.status == "succeeded", (done.error_code, done.error_message)
@@ -192,7 +192,9 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
         second = await seed_demo(conn, 40, name="Second hub")
     jobs = backup_hub.scope(course.workspace_id, course.actor_id)
     # More than one revision for some pages: a tagging job on a sub-course, and edits.
-    tagging = await jobs.start_course_tagging(root_page_id=course.page_ids[12], tag="backup")
+    tagging = await jobs.start(
+        "course_tagging", {"root_page_id": course.page_ids[12], "tag": "backup"}
+    )
     tagged = await jobs.wait(tagging.id, timeout=60, interval=0.1)
     assert tagged.status == "succeeded" and tagged.succeeded == 111
     for page in course.page_ids[100:110]:
@@ -408,7 +410,7 @@ async def test_a_running_backup_reports_its_progress_to_its_workflow(
     await add_attachments(engine, folder, course.page_ids, [MB] * 200)
     jobs = HubJobsClient(temporal, engine, reporting).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, reporting):
-        job = await jobs.start_backup()
+        job = await jobs.start("backup", {})
         handle = temporal.get_workflow_handle(job.workflow_id)
         seen = None
         deadline = time.monotonic() + 60
@@ -445,7 +447,7 @@ async def test_a_cancelled_backup_leaves_no_file_at_all(
         course = await seed_demo(conn, 200)
     await add_attachments(engine, folder, course.page_ids, [MB] * 200)
     jobs = backup_hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_backup()
+    job = await jobs.start("backup", {})
     async for current in jobs.watch(job.id, interval=0.05):
         if mb_read(current) > 0:
             break
@@ -504,7 +506,7 @@ async def test_a_cancellation_that_comes_as_the_archive_is_committed_leaves_no_f
     jobs = HubJobsClient(temporal, engine, starter_settings).scope(
         course.workspace_id, course.actor_id
     )
-    job = await jobs.start_backup()
+    job = await jobs.start("backup", {})
     handle = temporal.get_workflow_handle(job.workflow_id)
 
     async def scalar(sql: str) -> Any:
@@ -602,7 +604,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     try:
         first = WorkerProcess("worker-1", env, tmp_path)
         workers.append(first)
-        job = await jobs.start_backup()
+        job = await jobs.start("backup", {})
         final = backups / archive_name(job.id)
         partial = final.with_name(final.name + ".partial")
         deadline = time.monotonic() + 60
@@ -726,7 +728,7 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
         course = await seed_demo(conn, 5)
         actor = await create_account(conn, course.workspace_id, role=role, enabled=enabled)
     with pytest.raises((Forbidden, NotFound)) as refused:
-        await backup_hub.scope(course.workspace_id, actor).start_backup()
+        await backup_hub.scope(course.workspace_id, actor).start("backup", {})
     assert refused.value.code == code
     async with engine.connect() as conn:
         count = (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one()

@@ -131,7 +131,9 @@ async def test_a_reset_run_is_followed_by_the_row(
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     worker = WorkerProcess("worker", env, tmp_path)
     try:
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="reset")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "reset"}
+        )
         if when == "running":
             await wait_until_processed(engine, job.id, 100, worker, 60)
         else:

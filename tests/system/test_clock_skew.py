@@ -93,7 +93,9 @@ async def test_a_worker_hours_off_takes_over_an_outage_and_changes_no_outcome(
     try:
         course = await seed(engine, PAGES)
         jobs = HubJobsClient(temporal, engine, starter).scope(course.workspace_id, course.actor_id)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=f"skew{offset}")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": f"skew{offset}"}
+        )
         await wait_until_processed(engine, job.id, DONE_BEFORE_STOP, a, 60)
         await own_postgres.stop()
         stopped = time.monotonic()
@@ -161,8 +163,10 @@ async def test_a_worker_hours_off_signs_its_webhooks_on_temporals_clock(
     worker = WorkerProcess("worker", env, tmp_path)
     try:
         async with serving(receiver.app()) as base:
-            job = await jobs.start_course_tagging(
-                root_page_id=course.root_page_id, tag="signed", notify_url=f"{base}/hook"
+            job = await jobs.start(
+                "course_tagging",
+                {"root_page_id": course.root_page_id, "tag": "signed"},
+                notify_url=f"{base}/hook",
             )
 
             async def received() -> bool:

@@ -139,7 +139,7 @@ async def tag_a_course(
     """Tags the course and waits for the job, then for its run to close (the row is final
     a step before): the caller, whose worker is still up, reads a whole history."""
     jobs = HubJobsClient(client, engine, settings).scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": tag})
     done = await jobs.wait(job.id, timeout=60, interval=0.1)
     await workflow_closed(client, job.workflow_id)
     return job.workflow_id, done

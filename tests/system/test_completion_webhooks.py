@@ -39,8 +39,10 @@ async def test_a_worker_killed_mid_delivery_still_delivers(
     second: WorkerProcess | None = None
     try:
         async with serving(receiver.app()) as base:
-            job = await jobs.start_course_tagging(
-                root_page_id=course.root_page_id, tag="killed", notify_url=f"{base}/hook"
+            job = await jobs.start(
+                "course_tagging",
+                {"root_page_id": course.root_page_id, "tag": "killed"},
+                notify_url=f"{base}/hook",
             )
 
             async def held() -> bool:

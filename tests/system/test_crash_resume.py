@@ -61,7 +61,7 @@ async def test_a_worker_killed_mid_course_loses_nothing_and_repeats_nothing(
     try:
         first = WorkerProcess("worker-1", env, tmp_path)
         workers.append(first)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
 
         await wait_until_processed(engine, job.id, KILL_AFTER, first, timeout=60)
         assert first.alive(), f"worker-1 died before the kill:\n{first.tail()}"
@@ -130,7 +130,7 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
     workers: list[WorkerProcess] = []
     # Started and snapshotted (as its first attempt would) before the lock, and before
     # any worker runs: each attempt then blocks on its first batch.
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     await snapshot_now(engine, job.id)
     lock_conn = await engine.connect()
     await lock_conn.begin()

@@ -182,7 +182,9 @@ async def disk_run(stack: OwnStack, disk: Path, logs: Path, tag: str) -> AsyncIt
                     base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60
                 ) as api:
                     await wait_started(worker)
-                    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+                    job = await jobs.start(
+                        "course_tagging", {"root_page_id": course.root_page_id, "tag": tag}
+                    )
                     yield DiskRun(
                         stack, disk, settings, client, jobs, course, job, worker, api, tag
                     )

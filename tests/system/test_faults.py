@@ -185,7 +185,9 @@ async def test_killing_the_worker_that_holds_the_attempt_8_times_costs_no_attemp
     slots = [WorkerProcess("worker-a", env, tmp_path), WorkerProcess("worker-b", env, tmp_path)]
     every = list(slots)
     try:
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="kills")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "kills"}
+        )
         killed: set[tuple[str, str]] = set()
         first_kill = killed_at = 0.0
         for n in range(1, KILLS + 1):
@@ -320,7 +322,7 @@ async def outage_run(
         course = await seed(engine, OUTAGE_PAGES)
         jobs = HubJobsClient(temporal, engine, starter).scope(course.workspace_id, course.actor_id)
         process = WorkerProcess(f"worker-{tag}", env, logs)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": tag})
         yield OutageRun(jobs, course, job, process, tag), engine
     except BaseException:
         if process is not None:
@@ -550,7 +552,9 @@ async def test_items_a_database_forgot_behind_the_cursor_are_done_before_success
     )
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, worker_settings):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="forgot")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "forgot"}
+        )
         deadline = time.monotonic() + 30
         while await processed_of(engine, job.id) < 100:
             assert time.monotonic() < deadline, "the job made no progress"
@@ -615,7 +619,9 @@ async def test_a_rolling_restart_of_two_workers_hands_the_job_over_at_no_cost(
     try:
         for w in slots:
             await wait_started(w)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="rolling")
+        job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "rolling"}
+        )
         started = time.monotonic()
         seen: set[tuple[str, str]] = set()
         for n in range(1, ROLLING_RESTARTS + 1):
@@ -731,7 +737,7 @@ async def test_a_backup_whose_worker_is_sigtermed_mid_stream_is_handed_over_whol
     workers = [WorkerProcess("worker-1", env, tmp_path)]
     try:
         first = workers[0]
-        job = await jobs.start_backup()
+        job = await jobs.start("backup", {})
         final = backups / archive_name(job.id)
         partial = final.with_name(final.name + ".partial")
         deadline = time.monotonic() + 60

@@ -94,7 +94,7 @@ async def test_an_export_that_fills_its_disk_fails_no_space_and_leaves_nothing(
                 course.workspace_id, course.actor_id
             )
             started = time.monotonic()
-            job = await jobs.start_page_export(pages_per_file=50)
+            job = await jobs.start("page_export", {"pages_per_file": 50})
             done = await jobs.wait(job.id, timeout=60, interval=0.1)
             took = time.monotonic() - started
             await workflow_closed(temporal, done.workflow_id)
@@ -131,7 +131,7 @@ async def test_a_backup_that_fills_its_disk_fails_no_space_and_leaves_no_partial
                 course.workspace_id, course.actor_id
             )
             started = time.monotonic()
-            job = await jobs.start_backup()
+            job = await jobs.start("backup", {})
             done = await jobs.wait(job.id, timeout=60, interval=0.1)
             took = time.monotonic() - started
             await workflow_closed(temporal, done.workflow_id)
@@ -158,7 +158,7 @@ async def test_an_export_into_a_read_only_folder_fails_storage_unavailable(
             jobs = HubJobsClient(temporal, engine, settings).scope(
                 course.workspace_id, course.actor_id
             )
-            job = await jobs.start_page_export()
+            job = await jobs.start("page_export", {})
             done = await jobs.wait(job.id, timeout=60, interval=0.1)
             await workflow_closed(temporal, done.workflow_id)
         finally:

@@ -89,7 +89,7 @@ async def tagged(
 
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, settings, before_write=before_write):
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
         done = await jobs.wait(job.id, timeout=120)
     assert done.status == "succeeded", (done.error_code, done.error_message)
     assert (done.total, done.succeeded, done.skipped, done.failed) == (
@@ -329,14 +329,14 @@ async def test_retry_is_refused_with_a_clear_code(
 ) -> None:
     jobs = hub.scope(course.workspace_id, course.actor_id)
     # Not finished: no worker runs yet.
-    tagging = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    tagging = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     with pytest.raises(InvalidInput) as running:
         await jobs.retry(tagging.id)
     assert running.value.code == "job_not_finished"
     async with running_worker(temporal, settings):
         done = await jobs.wait(tagging.id, timeout=60)
-        export = await jobs.wait((await jobs.start_page_export()).id, timeout=60)
-        backup = await jobs.start_backup()
+        export = await jobs.wait((await jobs.start("page_export", {})).id, timeout=60)
+        backup = await jobs.start("backup", {})
         for job in (export, backup):
             with pytest.raises(InvalidInput) as kind:
                 await jobs.retry(job.id)

@@ -108,9 +108,9 @@ async def test_a_worker_in_256_mb_backs_up_and_exports_5_mb_pages(
                 reset_peaks(worker.pid, group)
                 started = time.monotonic()
                 if kind == "backup":
-                    job = await jobs.start_backup()
+                    job = await jobs.start("backup", {})
                 else:
-                    job = await jobs.start_page_export()
+                    job = await jobs.start("page_export", {})
                 done = await finished(jobs, job.id, worker, group)
                 await workflow_closed(temporal, done.workflow_id)
                 assert done.status == JobStatus.succeeded, failed_job(done, [worker])

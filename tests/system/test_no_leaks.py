@@ -444,12 +444,12 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
             lambda: jobs.list(),
             lambda: jobs.get(job_id),
             lambda: jobs.cancel(job_id),
-            lambda: jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t"),
-            lambda: jobs.start_backup(),
-            lambda: jobs.start_page_export(),
+            lambda: jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "t"}),
+            lambda: jobs.start("backup", {}),
+            lambda: jobs.start("page_export", {}),
             lambda: jobs.items(job_id),
             lambda: jobs.retry(job_id),
-            lambda: jobs.export_file(job_id, "pages-0001.ndjson"),
+            lambda: jobs.job_file(job_id, "pages-0001.ndjson"),
         ):
             with pytest.raises(HubJobsError) as caught:
                 await call()
@@ -525,7 +525,7 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
     async with engine.begin() as conn:
         reader = await create_account(conn, course.workspace_id, role="reader", name="Rita")
     with pytest.raises(HubJobsError) as not_admin:
-        await hub.scope(course.workspace_id, reader).start_backup()
+        await hub.scope(course.workspace_id, reader).start("backup", {})
     assert (not_admin.value.code, type(not_admin.value).__name__) == (
         "actor_not_administrator",
         "Forbidden",

@@ -221,7 +221,9 @@ async def test_the_metrics_endpoint_agrees_with_the_read_model(
             first = await scrape_until(port, "hubjobs_queue_jobs", RUNNING, 0)
             assert one_value(first, "hubjobs_queue_jobs", status="queued") == idle.queued
 
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": TAG}
+            )
             running = await _running(jobs, job, at_least=20)
             busy = await _queue_state(engine)
             assert busy.running == 1
@@ -364,8 +366,10 @@ async def test_one_trace_runs_from_the_start_to_the_activities(
     # would be done at once by a local activity), the activities this trace follows.
     ordinary = settings.model_copy(update={"tagging_batch_size": 10})
     async with running_worker(client, ordinary):
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, correlation_id=correlation_id
+        job = await jobs.start(
+            "course_tagging",
+            {"root_page_id": course.root_page_id, "tag": TAG},
+            correlation_id=correlation_id,
         )
         done = await jobs.wait(job.id, timeout=60, interval=0.1)
     assert done.status == "succeeded" and done.correlation_id == correlation_id
@@ -439,8 +443,10 @@ async def test_log_lines_are_json_with_the_jobs_ids_and_none_of_its_content(
     jobs = hub.scope(course.workspace_id, course.actor_id)
     correlation_id = f"logs-{uuid.uuid4().hex}"
     async with running_worker(temporal, slow_settings):
-        job = await jobs.start_course_tagging(
-            root_page_id=course.root_page_id, tag=TAG, correlation_id=correlation_id
+        job = await jobs.start(
+            "course_tagging",
+            {"root_page_id": course.root_page_id, "tag": TAG},
+            correlation_id=correlation_id,
         )
         await _running(jobs, job, at_least=20)
         # The actor is demoted mid-course: the tagging activity fails, and the
@@ -522,8 +528,10 @@ async def test_the_temporal_ui_finds_the_job_by_workspace_and_shows_its_summary(
     other = await seed(engine, 30)
     mine = hub.scope(course.workspace_id, course.actor_id)
     theirs = hub.scope(other.workspace_id, other.actor_id)
-    job = await mine.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
-    their_job = await theirs.start_course_tagging(root_page_id=other.root_page_id, tag=TAG)
+    job = await mine.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
+    their_job = await theirs.start(
+        "course_tagging", {"root_page_id": other.root_page_id, "tag": TAG}
+    )
     done = await mine.wait(job.id, timeout=60, interval=0.1)
     assert (await theirs.wait(their_job.id, timeout=60, interval=0.1)).status == "succeeded"
     assert done.status == "succeeded"

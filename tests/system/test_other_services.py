@@ -149,7 +149,9 @@ async def test_a_typescript_service_starts_follows_and_cancels_from_the_contract
 
     # A second job, cancelled by a bare signal from TypeScript.
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    other = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="second")
+    other = await jobs.start(
+        "course_tagging", {"root_page_id": course.root_page_id, "tag": "second"}
+    )
     await running_row(engine, other.id)
     lines = await node(
         typescript_client, "cancel", {"address": address, "workflowId": other.workflow_id}
@@ -224,11 +226,11 @@ async def test_one_batch_signal_cancels_every_running_job_of_a_workspace(
     course, bystander = await seed(engine, 1000), await seed(engine, 1000)
     jobs = hub.scope(course.workspace_id, course.actor_id)
     started = [
-        await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=f"t{n}")
+        await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": f"t{n}"})
         for n in range(3)
     ]
-    other = await hub.scope(bystander.workspace_id, bystander.actor_id).start_course_tagging(
-        root_page_id=bystander.root_page_id, tag="kept"
+    other = await hub.scope(bystander.workspace_id, bystander.actor_id).start(
+        "course_tagging", {"root_page_id": bystander.root_page_id, "tag": "kept"}
     )
     for job in started:
         await running_row(engine, job.id)
@@ -262,7 +264,7 @@ async def test_the_progress_query_follows_the_read_model_within_two_seconds(
     least as much within 2 s (a report a second, without a database round trip)."""
     course = await seed(engine, 1000)
     jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
     handle = temporal.get_workflow_handle(job.workflow_id)
     checked = 0
     while True:

@@ -183,7 +183,9 @@ async def test_a_20000_page_course_is_exported_once_each_as_it_was_at_the_start(
     snapshot = await pages_now(engine, course.page_ids)
 
     started = time.monotonic()
-    job = await jobs.start_page_export(root_page_id=course.root_page_id, pages_per_file=per_file)
+    job = await jobs.start(
+        "page_export", {"root_page_id": course.root_page_id, "pages_per_file": per_file}
+    )
     start_seconds = time.monotonic() - started
     assert (job.total, job.kind, job.snapshot_at) == (0, "page_export", None)
     # The snapshot, as the first attempt takes it; then, before any worker runs: edits, a
@@ -257,7 +259,7 @@ async def test_a_whole_workspace_is_exported_and_nothing_of_another(
     assert set(second) - under_trashed <= set(expected)
     snapshot = await pages_now(engine, expected)
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
-    job = await jobs.start_page_export(pages_per_file=250)
+    job = await jobs.start("page_export", {"pages_per_file": 250})
     await snapshot_now(engine, job.id)  # as the first attempt takes it
     await edit_after_start(engine, second[:20])
     async with running_worker(temporal, settings):
@@ -287,8 +289,8 @@ async def test_a_worker_killed_mid_export_is_finished_by_another_exactly(
     env = hubjobs_env(settings, tmp_path, heartbeat_timeout_seconds=3, work_slice_seconds=30)
     workers: list[WorkerProcess] = []
     try:
-        job = await jobs.start_page_export(
-            root_page_id=course.root_page_id, pages_per_file=per_file
+        job = await jobs.start(
+            "page_export", {"root_page_id": course.root_page_id, "pages_per_file": per_file}
         )
         # The snapshot as the first attempt takes it, then edits, then the first worker.
         await snapshot_now(engine, job.id)
@@ -337,7 +339,9 @@ async def test_a_cancelled_export_leaves_no_file(
     hub = HubJobsClient(temporal, engine, settings)
     jobs = hub.scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, settings):
-        job = await jobs.start_page_export(root_page_id=course.root_page_id, pages_per_file=5)
+        job = await jobs.start(
+            "page_export", {"root_page_id": course.root_page_id, "pages_per_file": 5}
+        )
         deadline = time.monotonic() + 60
         while await processed_of(engine, job.id) < 500:
             assert time.monotonic() < deadline, "the export did not get going"
@@ -350,7 +354,7 @@ async def test_a_cancelled_export_leaves_no_file(
     assert done.processed < pages
     assert not export_folder(settings, job.id).exists()
     with pytest.raises(NotFound) as gone:
-        await jobs.export_file(job.id, written[0])
+        await jobs.job_file(job.id, written[0])
     assert gone.value.code == "job_not_found"
 
 
@@ -360,11 +364,15 @@ async def test_the_retention_sweep_removes_an_expired_exports_files(
     course = await seed(engine, 120)
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, settings):
-        expiring = await jobs.wait((await jobs.start_page_export(pages_per_file=50)).id, timeout=60)
-        kept = await jobs.wait((await jobs.start_page_export(pages_per_file=50)).id, timeout=60)
+        expiring = await jobs.wait(
+            (await jobs.start("page_export", {"pages_per_file": 50})).id, timeout=60
+        )
+        kept = await jobs.wait(
+            (await jobs.start("page_export", {"pages_per_file": 50})).id, timeout=60
+        )
         assert expiring.status == kept.status == "succeeded"
         assert len(folder_names(settings, expiring.id)) == len(folder_names(settings, kept.id)) == 3
-        path = await jobs.export_file(expiring.id, "pages-0001.ndjson")
+        path = (await jobs.job_file(expiring.id, "pages-0001.ndjson")).path
         assert path.is_file()
         async with engine.begin() as conn:
             await conn.execute(
@@ -382,8 +390,8 @@ async def test_the_retention_sweep_removes_an_expired_exports_files(
     assert not export_folder(settings, expiring.id).exists() and not path.exists()
     assert len(folder_names(settings, kept.id)) == 3
     with pytest.raises(NotFound):
-        await jobs.export_file(expiring.id, "pages-0001.ndjson")
-    assert (await jobs.export_file(kept.id, "pages-0003.ndjson")).is_file()
+        await jobs.job_file(expiring.id, "pages-0001.ndjson")
+    assert (await jobs.job_file(kept.id, "pages-0003.ndjson")).path.is_file()
 
 
 # --- 4. through the API ---------------------------------------------------------------------

@@ -141,7 +141,7 @@ async def partition_run(
         b = WorkerProcess("worker-b", b_env, logs)
         workers.append(b)
         await wait_started(b)
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": tag})
         deadline = time.monotonic() + 60
         while True:
             attempt = await running_attempt(temporal, job.workflow_id, TAG_COURSE)

@@ -73,7 +73,7 @@ async def test_an_export_whose_manifest_is_over_the_payload_limit_closes_its_run
                 hub = HubJobsClient(temporal, engine, settings)
                 jobs = hub.scope(course.workspace_id, course.actor_id)
                 started = time.monotonic()
-                job = await jobs.start_page_export(pages_per_file=1)
+                job = await jobs.start("page_export", {"pages_per_file": 1})
                 done = await jobs.wait(job.id, timeout=120, interval=0.2)
                 row_final = time.monotonic() - started
                 # The run closes a workflow task after the row is final (before, never).

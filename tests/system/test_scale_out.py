@@ -442,7 +442,7 @@ async def test_two_hosts_share_a_job_through_the_kill_of_one(
             peers = await asyncio.to_thread(established_peers, w.host)
             assert (w.host.address, f"{network.gateway}:{temporal_port}") in peers, peers
 
-        job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=TAG)
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
         job_started = time.monotonic()
 
         # Kill A while it runs an attempt, once it has done some work and most remains.

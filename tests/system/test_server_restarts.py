@@ -102,7 +102,9 @@ async def tagging_run(stack: OwnStack, logs: Path, tag: str) -> AsyncIterator[Ta
         jobs = client.scope(course.workspace_id, course.actor_id)
         worker = WorkerProcess("worker", env, logs)
         try:
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag=tag)
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": tag}
+            )
             yield TaggingRun(client, jobs, course, job, worker, tag)
         except BaseException:
             print(f"\n--- {worker.name} ({worker.log_path}):\n{worker.tail(60)}")

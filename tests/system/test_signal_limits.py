@@ -155,7 +155,9 @@ async def test_a_bare_cancel_from_the_temporal_cli_ends_a_job_after_20000_bad_si
             jobs = HubJobsClient(temporal, engine, settings).scope(
                 course.workspace_id, course.actor_id
             )
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="flood")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "flood"}
+            )
             await wait_until_processed(engine, job.id, 10, worker, timeout=60)
             began = time.monotonic()
             refused_by_server = await flood(temporal, job.workflow_id, FLOOD)
@@ -234,7 +236,9 @@ async def test_a_job_whose_own_progress_reports_pass_the_runs_limit_finishes_exa
             jobs = HubJobsClient(temporal, engine, starter).scope(
                 course.workspace_id, course.actor_id
             )
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="reports")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "reports"}
+            )
             final = await wait_until_final(jobs, job.id, timeout=300)
             assert final.status == JobStatus.succeeded, failed_job(final, [worker])
             await assert_every_page_tagged_once(engine, final, course.page_ids, "reports")
@@ -264,7 +268,9 @@ async def test_a_cancel_the_run_can_no_longer_take_is_ended_by_the_attempt(
             jobs: WorkspaceJobs = HubJobsClient(temporal, engine, starter).scope(
                 course.workspace_id, course.actor_id
             )
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="full")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "full"}
+            )
             await wait_until_processed(engine, job.id, 10, worker, timeout=60)
             assert await flood(temporal, job.workflow_id, 2 * limit) > 0
 

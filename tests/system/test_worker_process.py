@@ -43,7 +43,9 @@ async def test_sigterm_drains_the_worker_within_a_bound(
             jobs = HubJobsClient(temporal, engine, settings).scope(
                 course.workspace_id, course.actor_id
             )
-            job = await jobs.start_course_tagging(root_page_id=course.root_page_id, tag="t")
+            job = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "t"}
+            )
             async for current in jobs.watch(job.id, interval=0.05):
                 if current.processed > 0:
                     break

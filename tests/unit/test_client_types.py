@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hubjobs.errors import HubJobsError
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 
@@ -29,12 +30,17 @@ def test_a_scope_takes_uuids(workspace: Any, actor: Any, name: str) -> None:
         client().scope(workspace, actor)
 
 
-async def test_a_start_takes_a_uuid_root_page() -> None:
+async def test_a_start_takes_a_kind_and_a_json_object() -> None:
+    """Refused before any server is asked: a kind not registered, a payload that is not
+    a JSON object or holds what JSON cannot carry."""
     jobs = client().scope(WS, ACTOR)
-    with pytest.raises(TypeError, match=r"root_page_id must be a uuid\.UUID, not str"):
-        await jobs.start_course_tagging(root_page_id=str(PAGE), tag="exam")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"root_page_id must be a uuid\.UUID or None, not str"):
-        await jobs.start_page_export(root_page_id=str(PAGE))  # type: ignore[arg-type]
+    with pytest.raises(HubJobsError) as unknown:
+        await jobs.start("no_such_kind", {})
+    assert unknown.value.code == "unknown_kind"
+    for payload in ([PAGE], {"root_page_id": object()}):
+        with pytest.raises(HubJobsError) as refused:
+            await jobs.start("course_tagging", payload)  # type: ignore[arg-type]
+        assert refused.value.code == "invalid_payload"
 
 
 @pytest.mark.parametrize("call", ["get", "cancel", "items", "retry"])
