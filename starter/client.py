@@ -114,8 +114,8 @@ def json_payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
         raise InvalidPayload("the payload must be a JSON object")
     try:
         raw: dict[str, Any] = to_jsonable_python(payload)
-    except PydanticSerializationError:
-        raise InvalidPayload("the payload must be a JSON object") from None
+    except (PydanticSerializationError, UnicodeError):  # a lone surrogate, say
+        raise InvalidPayload("the payload is not JSON") from None
     return raw
 
 

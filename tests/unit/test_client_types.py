@@ -37,7 +37,7 @@ async def test_a_start_takes_a_kind_and_a_json_object() -> None:
     with pytest.raises(HubJobsError) as unknown:
         await jobs.start("no_such_kind", {})
     assert unknown.value.code == "unknown_kind"
-    for payload in ([PAGE], {"root_page_id": object()}):
+    for payload in ([PAGE], {"root_page_id": object()}, {"\ud800": 1}):
         with pytest.raises(HubJobsError) as refused:
             await jobs.start("course_tagging", payload)  # type: ignore[arg-type]
         assert refused.value.code == "invalid_payload"
