@@ -1,8 +1,8 @@
 """The attempt every kind's work activity shares (``KindActivities.attempt``): the job
 opened, the kind's work run in its context, the row finished when the work is done or a
 cancellation was seen, a handover when its slice is over, its worker shuts down, cannot
-reach the database, or its run asked for the job back; and a small job's attempt done
-whole in one transaction (``attempt_at_once``).
+reach the database, or its run asked for the job back; and a small job's attempt, the
+same attempt done whole in one transaction (``attempt_whole``).
 
 A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
 ``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,12 +34,12 @@ from activities.endings import (
     finish,
     outcome_of,
 )
-from activities.opening import open_for_attempt
+from activities.opening import Fits, NotWhole, open_for_attempt, open_in
 from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import JobKind, job_rows
+from hubjobs.kinds import JobKind
 from hubjobs.observability.logs import bind_job
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
@@ -56,30 +56,14 @@ log = logging.getLogger(__name__)
 P = TypeVar("P")
 
 
-class NotAtOnce(Exception):
-    """A small job's local attempt cannot do the job whole: its transaction rolls back,
-    and the workflow's attempts take the job as it is."""
-
-
-@dataclass(frozen=True)
-class WholeWork(Generic[P]):
-    """What a kind whose small jobs can be done in one transaction gives
-    ``attempt_at_once``: ``fits`` (the job, not yet snapshotted, is small enough: a
-    bounded count, no write) and ``work`` (all of it, on the transaction's connection,
-    its last statement ``ctx.finish_whole``; None when it did not finish)."""
-
-    fits: Callable[[AsyncConnection, JobView, P], Awaitable[bool]]
-    work: Callable[[AsyncConnection, WorkContext[P]], Awaitable[store.Finished | None]]
-
-
-def _not_at_once(err: Exception) -> None:
-    """Logs why a small job's local attempt gave the job back: a refusal or an outage
-    as what the attempts will meet and say again; anything else with its traceback, for
-    it would otherwise be seen nowhere (the attempts may well succeed)."""
-    if isinstance(err, HubJobsError | ApplicationError) or is_outage(err):
-        log.info("job not done at once (%s): its attempts take it", type(err).__name__)
+def _not_whole(err: Exception) -> None:
+    """Logs why a small job's whole attempt gave the job back: a refusal or what the
+    database said as what the attempts will meet and say again; anything else with its
+    traceback, for it would otherwise be seen nowhere (the attempts may well succeed)."""
+    if isinstance(err, HubJobsError | ApplicationError | DBAPIError) or is_outage(err):
+        log.info("job not done whole (%s): its attempts take it", type(err).__name__)
     else:
-        log.warning("job not done at once: its attempts take it", exc_info=err)
+        log.warning("job not done whole: its attempts take it", exc_info=err)
 
 
 class KindActivities(Generic[P]):
@@ -190,31 +174,33 @@ class KindActivities(Generic[P]):
         finally:
             outage_clock.reset(outage)
 
-    async def attempt_at_once(self, request: WorkRequest, whole: WholeWork[P]) -> WorkResult:
-        """A small job's first attempt as the workflow's local activity: the row opened,
-        the snapshot taken, the work done and the row finished in ONE transaction (one
-        commit, no activity task, no second workflow task). It does only a job that
-        ``whole`` says fits (counted before anything is written) and that nothing has
-        touched yet (no snapshot, no cancellation request); a job it cannot finish here,
-        for whatever reason (too big, refused, a failure, the database out of reach or
-        slow), it leaves exactly as it found it, its transaction rolled back, and hands
-        back no outcome: the workflow's attempts then do the job as they always did.
-        Run twice (its worker killed after the commit), it finds the row final and
-        returns it."""
+    async def attempt_whole(
+        self,
+        request: WorkRequest,
+        work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
+        fits: Fits,
+    ) -> WorkResult:
+        """A small job's first attempt as the workflow's local activity: the ordinary
+        attempt (its opening, the kind's ``work``, the final row written by the last
+        unit) run whole in ONE transaction (one commit, no activity task, no second
+        workflow task). Only for a job nothing has touched yet that ``fits``; a job it
+        cannot finish so, for whatever reason (too big, refused, a failure, the database
+        out of reach or slow), it leaves as it found it, its transaction rolled back,
+        and hands back no outcome: the workflow's attempts then do the job. Run twice
+        (its worker killed after the commit), it finds the row final and returns it."""
         bind_job(request.job)
         if self.deps.reach.cut_off:
             return WorkResult()  # this worker knows it cannot reach the database
-        info = activity.info()
         try:
             # One unit of work of one batch's size: the batch's deadline bounds it all.
             with deadline(self.deps.settings.db_batch_timeout_seconds):
                 async with self.deps.engine.begin() as conn:
-                    finished = await self._whole(conn, request, info.workflow_id, whole)
-        except NotAtOnce as why:
-            log.debug("job not done at once: %s", why)
+                    finished = await self._whole(conn, request, work, fits)
+        except NotWhole as why:
+            log.debug("job not done whole: %s", why)
             return WorkResult()
         except Exception as err:  # whatever it was, the attempts take the job over
-            _not_at_once(err)
+            _not_whole(err)
             return WorkResult()
         outcome = after_finish(self.deps, finished)
         return WorkResult(outcome=outcome, counters=outcome.counters)
@@ -223,50 +209,35 @@ class KindActivities(Generic[P]):
         self,
         conn: AsyncConnection,
         request: WorkRequest,
-        workflow_id: str | None,
-        whole: WholeWork[P],
+        work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
+        fits: Fits,
     ) -> store.Finished:
-        """``attempt_at_once``'s transaction, in as few statements as it can take: the
-        snapshot lock, the row opened only if nothing touched it (its snapshot marked
-        taken), the size counted, the items inserted, then the kind's work, whose last
-        statement records every outcome with the final row. Raises NotAtOnce (rolling
-        it all back) unless the job was finished, by now or by an earlier run of it."""
-        await store.lock_snapshot(conn, request.job.job_id)
-        opened = await store.open_untouched(
+        info = activity.info()
+        job = await open_in(
             conn,
-            request.job.job_id,
-            run_id=activity.info().workflow_run_id,
-            attempts=request.attempt,
-            attempts_failed=request.attempts_failed,
-            workflow_id=workflow_id,
+            self.deps.settings,
+            request,
+            info.workflow_id,
+            info.workflow_run_id,
+            whole=fits,
         )
-        if opened is None:
-            raise NotAtOnce("no row of this workflow (a direct start creates it)")
-        job, untouched = opened
+        if not isinstance(job, JobView):
+            raise NotWhole("no row of this workflow, or its snapshot refused")
         if job.is_final:
-            run_id = activity.info().workflow_run_id
-            if run_id is not None:
-                await store.follow_run(conn, job.id, run_id=run_id, workflow_id=workflow_id)
             return store.Finished(job, changed=False)
-        if not untouched:
-            raise NotAtOnce("an earlier attempt or a cancellation came first")
-        payload = self.kind.validate(job.payload)
-        if not await whole.fits(conn, job, payload):
-            raise NotAtOnce("larger than one unit of work")
-        snapshot = await job_rows.insert_snapshot(conn, job)
         ctx: WorkContext[P] = WorkContext(
             deps=self.deps,
             kind=self.kind,
             request=request,
             job=job,
-            payload=payload,
-            counters=Counters(total=snapshot.total),
-            snapshot=snapshot,
+            payload=self.kind.validate(job.payload),
+            counters=job.counters,
+            conn=conn,
         )
-        finished = await whole.work(conn, ctx)
-        if finished is None:
-            raise NotAtOnce("the work did not finish in one unit")
-        return finished
+        end = await work(ctx)
+        if not isinstance(end, Done) or ctx.finished is None:
+            raise NotWhole("the work did not finish in one unit")
+        return ctx.finished
 
     async def finish(
         self,

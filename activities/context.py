@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,7 +21,7 @@ from temporalio.service import RPCError
 from activities.deps import Deps
 from activities.endings import job_not_found
 from activities.outages import ride_out_outages, with_outage_retry
-from hubjobs.kinds import JobKind, Prepared, job_rows
+from hubjobs.kinds import JobKind, job_rows
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
@@ -64,9 +64,9 @@ class WorkContext(Generic[P]):
     message: str | None = None
     # Set when the kind's last unit of work finished the row in its own transaction.
     finished: store.Finished | None = None
-    # Set when this attempt took the snapshot in the transaction of its whole work (a
-    # small job's, ``attempt_at_once``): its total and summary land with the final row.
-    snapshot: Prepared | None = None
+    # A small job's attempt done whole (``KindActivities.attempt_whole``): the one
+    # transaction every unit of work runs in, committed only once the job is finished.
+    conn: AsyncConnection | None = None
     _reported: float = field(default_factory=time.monotonic)
     _last_report: JobProgressReport | None = None
     _sending: asyncio.Task[None] | None = None
@@ -92,8 +92,9 @@ class WorkContext(Generic[P]):
                 cursor=self.beat_state.cursor if cursor is None else cursor,
                 progress=self.beat_state.progress if progress is None else progress,
             )
-        activity.heartbeat(self.beat_state.model_dump(mode="json"))
-        self._send_progress()
+        if self.conn is None:  # a whole attempt is a local activity: nothing to tell
+            activity.heartbeat(self.beat_state.model_dump(mode="json"))
+            self._send_progress()
 
     def time_to_pause(self) -> bool:
         """Between two steps: give the slot back now (the time slice is over, the
@@ -114,7 +115,10 @@ class WorkContext(Generic[P]):
         """Runs ``work`` on a connection in autocommit (each statement its own
         transaction), or with ``transaction`` in one. While the database does not answer,
         waits with capped backoff, heartbeating, and runs it again whole: an outage costs
-        the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS."""
+        the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS. In a
+        whole attempt, on its one transaction (which an error ends whole)."""
+        if self.conn is not None:
+            return await work(self.conn)
         return await with_outage_retry(
             self.engine,
             self.settings,
@@ -142,25 +146,6 @@ class WorkContext(Generic[P]):
         if finished is None:
             raise job_not_found()
         return finished
-
-    async def finish_whole(
-        self,
-        conn: AsyncConnection,
-        outcomes: Sequence[store.ItemOutcome],
-        output: dict[str, Any] | None,
-    ) -> store.Finished | None:
-        """Records the outcome of every item of the snapshot this attempt took and
-        finishes the job succeeded, in one statement of the caller's transaction (a small
-        job's whole work: ``attempt_at_once``); None when they are not all of them."""
-        assert self.snapshot is not None, "only the attempt that took the snapshot"
-        return await job_rows.finish_whole(
-            conn,
-            self.job,
-            outcomes,
-            prepared=self.snapshot,
-            output=output,
-            default_retention=self.deps.default_retention,
-        )
 
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
         """Like ``db`` for work holding its own connection (a backup's snapshot): after

@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
 
-from activities.attempt import KindActivities, WholeWork
+from activities.attempt import KindActivities
 from activities.context import WorkContext
 from activities.deps import Deps
 from activities.endings import ActorUnavailable, Done, Paused, Stopped, WorkEnd
@@ -139,47 +139,13 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     @activity.defn
     async def tag_small_course(self, request: WorkRequest) -> WorkResult:
         """A job's first attempt as the workflow's local activity: a course that fits in
-        one batch is snapshotted, tagged and finished in one transaction; any other job
-        (or one this cannot finish) is left untouched for ``tag_course``'s attempts."""
-        return await self.attempt_at_once(
-            request, WholeWork(fits=self.fits_one_batch, work=self.whole_course)
-        )
+        one batch is tagged by the same attempt, done whole in one transaction; any other
+        job (or one this cannot finish) is left untouched for ``tag_course``'s."""
+        return await self.attempt_whole(request, self.work, self.fits_one_batch)
 
-    async def fits_one_batch(
-        self, conn: AsyncConnection, job: JobView, payload: CourseTaggingPayload
-    ) -> bool:
+    async def fits_one_batch(self, conn: AsyncConnection, job: JobView) -> bool:
+        payload = self.kind.validate(job.payload)
         return await fits(conn, job, payload, self.deps.settings.tagging_batch_size)
-
-    async def whole_course(
-        self, conn: AsyncConnection, ctx: WorkContext[CourseTaggingPayload]
-    ) -> Finished | None:
-        """The course's one batch, in the caller's transaction, right after its snapshot:
-        every page tagged or decided, then every outcome recorded with the final row in
-        one statement. A snapshot larger than the batch (pages added since it was
-        counted), a page that fails the batch's one write (``BatchWriteFailed``) or a
-        cancellation request leaves the job to the attempts (None), which tag page by
-        page or end it cancelled."""
-        batch = await self.read_batch(conn, ctx, 0, None)
-        if not batch.actor_ok:
-            raise ActorUnavailable()
-        if batch.cancel_requested or len(batch.items) != ctx.counters.total:
-            return None
-        try:
-            outcomes = await self._tag(conn, ctx, batch.items, careful=False)
-        except BatchWriteFailed:
-            return None
-        finished = await ctx.finish_whole(
-            conn,
-            [
-                ItemOutcome(o, outcomes[o].state, outcomes[o].code, outcomes[o].message)
-                for o in outcomes
-            ],
-            self.done(ctx).output,
-        )
-        if finished is not None:
-            delta = Counter(outcome.state.value for outcome in outcomes.values())
-            self.deps.metrics.items_processed(self.kind.name, dict(delta))
-        return finished
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after

@@ -5,7 +5,7 @@ Temporal, its row created with the checks a start through the client makes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -50,23 +50,7 @@ async def open_for_attempt(
     settings = deps.settings
 
     async def open_row(conn: AsyncConnection) -> JobView | HubJobsError | None:
-        row = await store.get_job(conn, job.job_id)
-        if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
-            return None
-        refused = await snapshot_if_due(conn, row, settings)
-        if refused is not None:
-            return refused
-        opened = await store.open_job(
-            conn,
-            job.job_id,
-            run_id=run_id,
-            attempts=request.attempt,
-            attempts_failed=request.attempts_failed,
-            workflow_id=workflow_id,
-        )
-        if opened is not None and opened.is_final and run_id is not None:
-            await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
-        return opened
+        return await open_in(conn, settings, request, workflow_id, run_id)
 
     async def create_row(
         conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
@@ -115,6 +99,59 @@ async def open_for_attempt(
             raise Refused(refused.message, code=refused.code)
         opened = await open_once()
     assert opened is not None
+    return opened
+
+
+# Whether a job, read but not yet snapshotted, is small enough to be done whole in one
+# transaction (a bounded count, no write).
+Fits = Callable[[AsyncConnection, JobView], Awaitable[bool]]
+
+
+class NotWhole(Exception):
+    """A small job's attempt cannot do the job whole: its transaction rolls back, and
+    the workflow's attempts take the job as it is."""
+
+
+async def open_in(
+    conn: AsyncConnection,
+    settings: Settings,
+    request: WorkRequest,
+    workflow_id: str | None,
+    run_id: str | None,
+    *,
+    whole: Fits | None = None,
+) -> JobView | HubJobsError | None:
+    """The attempt's opening, in the caller's transaction: the row read, its items
+    snapshotted if no attempt took them yet, the row moved to running (a final one as it
+    is, following this run). None when the workflow has no row (a direct start creates
+    it); a refusal of the snapshot is returned. ``whole``: only a job nothing has
+    touched yet (no snapshot, no cancellation request) that fits, else NotWhole."""
+    job = request.job
+    if whole is not None:
+        # Read under the snapshot lock: an attempt (presumed dead) taking the items now
+        # has taken them by then.
+        await store.lock_snapshot(conn, job.job_id)
+    row = await store.get_job(conn, job.job_id)
+    if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
+        return None
+    if whole is not None and not row.is_final:
+        if row.snapshot_at is not None or row.cancel_requested_at is not None:
+            raise NotWhole("an earlier attempt or a cancellation came first")
+        if not await whole(conn, row):
+            raise NotWhole("larger than one unit of work")
+    refused = await snapshot_if_due(conn, row, settings)
+    if refused is not None:
+        return refused
+    opened = await store.open_job(
+        conn,
+        job.job_id,
+        run_id=run_id,
+        attempts=request.attempt,
+        attempts_failed=request.attempts_failed,
+        workflow_id=workflow_id,
+    )
+    if opened is not None and opened.is_final and run_id is not None:
+        await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
     return opened
 
 

@@ -187,7 +187,7 @@ class JobWorkflow:
     kind: ClassVar[JobKind[Any]]
     work: ClassVar[Callable[..., Any]]
     # A kind whose small jobs can be done whole in one transaction names the activity
-    # that does it (a ``KindActivities.attempt_at_once``); it runs first, as a local
+    # that does it (a ``KindActivities.attempt_whole``); it runs first, as a local
     # activity. None: every job starts with an ordinary attempt.
     at_once: ClassVar[Callable[..., Any] | None] = None
 

@@ -18,8 +18,6 @@ counters), ``expires_at`` from the kind's retention.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,7 +28,7 @@ from hubjobs.domain.access import require_administrator
 from hubjobs.errors import HubJobsError, InvalidInput
 from hubjobs.kinds import REGISTRY, NewJob, Prepared
 from hubjobs.readmodel import store
-from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.store import Finished
 from hubjobs.readmodel.views import Counters, JobView
 
@@ -219,38 +217,3 @@ async def finish_job(
         attempts=attempts,
         attempts_failed=attempts_failed,
     )
-
-
-async def finish_whole(
-    conn: AsyncConnection,
-    job: JobView,
-    outcomes: Sequence[store.ItemOutcome],
-    *,
-    prepared: Prepared,
-    output: dict[str, Any] | None,
-    default_retention: timedelta,
-) -> Finished | None:
-    """A small job done in one transaction (its snapshot ``prepared`` in it): the outcome
-    of every item and the final row, succeeded with its kind's result, in one statement.
-    None when the outcomes are not the whole snapshot (the caller rolls back)."""
-    kind = REGISTRY.get(job.kind)
-    counts = Counter(o.state for o in outcomes)
-    counters = Counters(
-        total=prepared.total,
-        processed=len(outcomes),
-        succeeded=counts[ItemState.succeeded],
-        skipped=counts[ItemState.skipped],
-        failed=counts[ItemState.failed],
-    )
-    result = kind.result_of(kind.validate(job.payload), counters, output)
-    final = await store.record_and_finish(
-        conn,
-        job.id,
-        outcomes,
-        total=prepared.total,
-        summary=prepared.summary,
-        retention=kind.retention or default_retention,
-        result=result,
-        result_content_type=kind.result_content_type if result is not None else None,
-    )
-    return None if final is None else Finished(final, changed=True)

@@ -520,46 +520,6 @@ async def follow_run(
     )
 
 
-async def open_untouched(
-    conn: AsyncConnection,
-    job_id: uuid.UUID,
-    *,
-    run_id: str | None,
-    attempts: int,
-    attempts_failed: int,
-    workflow_id: str | None,
-) -> tuple[JobView, bool] | None:
-    """A small job's one-transaction attempt, under the snapshot lock: moves the job to
-    running with its snapshot taken now, only if nothing has touched it yet (no snapshot,
-    no cancellation request). Returns the row and whether it was opened so (the row as
-    it is otherwise); None when the workflow has no row. The snapshot's total and summary
-    are written with the final row (``record_and_finish``), in the same transaction."""
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                WITH opened AS (
-                    UPDATE jobs SET {OPENING}, snapshot_at = now(), updated_at = now()
-                     WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
-                       AND snapshot_at IS NULL AND cancel_requested_at IS NULL
-                 RETURNING {JOB_COLUMNS}
-                )
-                SELECT {JOB_COLUMNS}, true AS opened FROM opened
-                UNION ALL
-                SELECT {JOB_COLUMNS}, false FROM jobs
-                 WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
-                """
-            ).execution_options(**PREPARED),
-            _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
-        )
-    ).first()
-    if row is None:
-        return None
-    values = dict(row._mapping)
-    opened = bool(values.pop("opened"))
-    return JobView.model_validate(values), opened
-
-
 @dataclass(frozen=True)
 class ItemOutcome:
     ordinal: int
@@ -653,56 +613,6 @@ async def record_outcomes(
         recorded=int(row.recorded),
         cancel_requested=bool(row.cancel_requested),
     )
-
-
-async def record_and_finish(
-    conn: AsyncConnection,
-    job_id: uuid.UUID,
-    outcomes: Sequence[ItemOutcome],
-    *,
-    total: int,
-    summary: str,
-    retention: timedelta,
-    result: dict[str, Any] | None,
-    result_content_type: str | None,
-) -> JobView | None:
-    """A small job's whole work in one statement, the last of its one transaction: the
-    outcome of each of its ``total`` items (its snapshot's) recorded, its counters, total
-    and summary set from exactly those, and the row finished succeeded. Only when every
-    one of them was recorded here (each still pending), the row running with no
-    cancellation request; otherwise None, and the caller rolls back (what it recorded
-    with it)."""
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                {RECORDING}, finished AS (
-                    UPDATE jobs j
-                       SET total = c.n, processed = c.n, succeeded = c.n_ok,
-                           skipped = c.n_skip, failed = c.n_bad, summary = :summary,
-                           status = {JobStatus.succeeded.sql}, result = CAST(:result AS jsonb),
-                           result_content_type = :content_type,
-                           finished_at = now(), expires_at = now() + :retention,
-                           updated_at = now()
-                      FROM counted c
-                     WHERE j.id = :job AND c.n = :total
-                       AND j.status = {JobStatus.running.sql} AND j.cancel_requested_at IS NULL
-                 RETURNING {JOB_COLUMNS}, {NOTIFY}
-                )
-                SELECT {JOB_COLUMNS} FROM finished
-                """
-            ),
-            {
-                **_recording(job_id, outcomes, clear_detail=False),
-                "total": total,
-                "summary": summary,
-                "result": None if result is None else _json(result),
-                "content_type": result_content_type,
-                "retention": retention,
-            },
-        )
-    ).first()
-    return None if row is None else _view(row)
 
 
 async def set_progress(

@@ -9,7 +9,6 @@ on the server), which is what PostgreSQL's ``xact_commit`` counts of that worker
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import event, text
@@ -21,7 +20,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import job_rows
 from hubjobs.readmodel import store
-from hubjobs.readmodel.status import ItemState
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import CANCEL_SIGNAL
 from starter.client import HubJobsClient
@@ -321,66 +319,6 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
     assert after.snapshot_at is not None and after.processed == 0
     assert await item_counts(engine, job.id) == {"pending": len(course.page_ids)}
     assert await job_revisions(engine, TAG) == {}
-
-
-async def test_the_final_statement_refuses_outcomes_short_of_the_snapshot(
-    engine: AsyncEngine, course: DemoCourse, hub: HubJobsClient
-) -> None:
-    """The local attempt's last statement records the outcomes and finishes the row only
-    when they are every item of its snapshot, each still pending: short of one (a page
-    added between the count and the snapshot, an item recorded meanwhile), it writes no
-    final row and the attempt rolls back."""
-    jobs = hub.scope(course.workspace_id, course.actor_id)
-    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
-    row = await row_of(engine, job.id)
-    assert row is not None
-    async with engine.connect() as conn:
-        transaction = await conn.begin()
-        await store.lock_snapshot(conn, job.id)
-        opened = await store.open_untouched(
-            conn, job.id, run_id="run", attempts=1, attempts_failed=0, workflow_id=job.workflow_id
-        )
-        assert opened is not None and opened[1] and opened[0].status == "running"
-        snapshot = await job_rows.insert_snapshot(conn, opened[0])
-        assert snapshot.total == len(course.page_ids)
-        some = [
-            store.ItemOutcome(ordinal, ItemState.succeeded) for ordinal in range(1, snapshot.total)
-        ]
-        short = await job_rows.finish_whole(
-            conn, opened[0], some, prepared=snapshot, output=None, default_retention=timedelta(1)
-        )
-        assert short is None
-        await transaction.rollback()
-    async with engine.begin() as conn:
-        again = await store.open_untouched(
-            conn, job.id, run_id="run", attempts=1, attempts_failed=0, workflow_id=job.workflow_id
-        )
-        assert again is not None and again[1]  # the rollback left it untouched
-        snapshot = await job_rows.insert_snapshot(conn, again[0])
-        every = [
-            store.ItemOutcome(ordinal, ItemState.skipped if ordinal % 2 else ItemState.succeeded)
-            for ordinal in range(1, snapshot.total + 1)
-        ]
-        done = await job_rows.finish_whole(
-            conn, again[0], every, prepared=snapshot, output=None, default_retention=timedelta(1)
-        )
-        assert done is not None and done.changed
-    final = await row_of(engine, job.id)
-    assert final is not None and final.status == "succeeded"
-    odd = (snapshot.total + 1) // 2
-    assert (final.total, final.processed) == (snapshot.total, snapshot.total)
-    assert (final.skipped, final.succeeded, final.failed) == (odd, snapshot.total - odd, 0)
-    assert final.result is not None and final.result["skipped"] == odd
-    assert final.summary == snapshot.summary
-    assert await item_counts(engine, job.id) == {
-        "skipped": odd,
-        "succeeded": snapshot.total - odd,
-    }
-    async with engine.begin() as conn:  # a second run finds it final, and opens nothing
-        later = await store.open_untouched(
-            conn, job.id, run_id="run", attempts=1, attempts_failed=0, workflow_id=job.workflow_id
-        )
-    assert later is not None and not later[1] and later[0].status == "succeeded"
 
 
 async def _waiting(engine: AsyncEngine) -> bool | None:
