@@ -80,6 +80,7 @@ def outcome_of(job: JobView) -> JobOutcome:
         result=job.result if kind is None else kind.carried_result(job),
         error_code=job.error_code,
         error_message=job.error_message,
+        notify=job.notify_url is not None,
     )
 
 

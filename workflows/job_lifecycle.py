@@ -605,7 +605,11 @@ class JobWorkflow:
         webhook goes out from a child workflow this run does not wait for (abandoned,
         and never cancelled with it), so that the run closes at once, as it would
         without one; the delivery retries for up to a day on its own."""
-        if job.notify_url is None or outcome.error_code in NOT_NOTIFIED:
+        # An input's notify_url: a direct start's, or a run started before the row alone
+        # held it (their histories replay as they ran).
+        if not (outcome.notify or job.notify_url is not None):
+            return
+        if outcome.error_code in NOT_NOTIFIED:
             return
         if not workflow.patched(COMPLETION_WEBHOOK):
             return

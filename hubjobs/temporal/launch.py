@@ -57,7 +57,6 @@ def job_input(job: JobView, options: JobOptions | None = None) -> JobInput:
         correlation_id=job.correlation_id,
         payload=job.payload,
         options=options or JobOptions(),
-        notify_url=job.notify_url,
     )
 
 

@@ -127,7 +127,8 @@ class JobInput(BaseModel):
     payload: dict[str, Any]
     options: JobOptions = Field(default_factory=JobOptions)
     checkpoint: Checkpoint | None = None
-    # Where the job's completion webhook goes (checked when its row was created).
+    # Where a direct start's completion webhook goes, for its first attempt to check and
+    # record on the row (where it then lives); a client's start has it on the row only.
     notify_url: str | None = Field(None, max_length=URL_MAX_LENGTH)
 
 
@@ -233,6 +234,10 @@ class JobOutcome(BaseModel):
     result: dict[str, Any] | None = None
     error_code: Code | None = None
     error_message: Message | None = None
+    # The row holds a completion webhook to deliver (its notify_url): the run starts
+    # its delivery. The row is where a job's notify_url lives; only a start straight
+    # through Temporal carries one in its input, for the first attempt to record.
+    notify: bool = False
 
 
 class WorkResult(BaseModel):

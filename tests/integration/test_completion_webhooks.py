@@ -119,6 +119,10 @@ async def test_three_failures_then_one_delivery_signed_with_one_key(
     await workflow_closed(temporal, done.workflow_id)
     parent = temporal.get_workflow_handle(done.workflow_id)
     assert (await parent.describe()).status == WorkflowExecutionStatus.COMPLETED
+    # The notify_url lives on the row: the run's input carries none, its outcome says so.
+    started = (await parent.fetch_history()).events[0].workflow_execution_started_event_attributes
+    (run_input,) = await temporal.data_converter.decode(started.input.payloads, [JobInput])
+    assert isinstance(run_input, JobInput) and run_input.notify_url is None
     child = temporal.get_workflow_handle(f"{done.workflow_id}-notify")
     assert (await child.result())["state"] == "delivered"
     await record(parent, "course_tagging_notified")
