@@ -19,6 +19,7 @@ from typing import Any, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticSerializationError, to_json
+from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.errors import InvalidPayload, describe_validation_errors
@@ -138,6 +139,9 @@ class JobKind(Generic[P]):
     # The files a finished job serves (GET …/files/{name}) and their media type.
     file_of: FileOf | None = None
     file_content_type: str = "application/octet-stream"
+    # The kind's own settings, read from the environment under a prefix of its own
+    # (``own_settings``), so that a kind needs no field of the deployment's Settings.
+    settings: type[BaseSettings] | None = None
 
     @property
     def workflow_type(self) -> str:
@@ -159,6 +163,10 @@ class JobKind(Generic[P]):
             "help": self.help or self.title,
             "payload": self.payload.model_json_schema(),
         }
+
+    def own_settings(self) -> BaseSettings | None:
+        """The kind's settings as the environment holds them now."""
+        return None if self.settings is None else self.settings()
 
     def shown(self, result: dict[str, Any] | None, base_url: str | None) -> dict[str, Any] | None:
         """The stored result as callers read it."""

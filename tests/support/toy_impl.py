@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.context import WorkContext
     from activities.endings import Done, WorkEnd
     from hubjobs.temporal.messages import JobOutcome, WorkRequest, WorkResult
-    from tests.support.toy_kind import TOY, EchoPayload
+    from tests.support.toy_kind import TOY, EchoPayload, EchoSettings
 
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
@@ -30,7 +30,9 @@ class EchoActivities(KindActivities[EchoPayload]):
         ATTEMPTS.append((ctx.request.attempt, activity.info().current_attempt_scheduled_time))
         if ctx.request.attempt <= ctx.payload.fail_attempts:
             raise RuntimeError(f"transient failure {ctx.request.attempt}")
-        return Done()
+        own = ctx.kind.own_settings()
+        assert isinstance(own, EchoSettings)
+        return Done({"echo": own.prefix + ctx.payload.message})
 
 
 @kind_workflow(TOY, versioning=JOB_VERSIONING)

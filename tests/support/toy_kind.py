@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.kinds import JobKind, NewJob, Prepared, Result, register
@@ -28,6 +29,15 @@ class EchoResult(Result):
     echo: str
 
 
+class EchoSettings(BaseSettings):
+    """The toy kind's own settings (HUBJOBS_TOY_ECHO_*): none in the shared Settings."""
+
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_TOY_ECHO_")
+
+    # Put before every echo.
+    prefix: str = ""
+
+
 async def prepare(conn: AsyncConnection, job: NewJob, payload: EchoPayload) -> Prepared:
     return Prepared(total=1, summary="Echo a message")
 
@@ -35,7 +45,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: EchoPayload) -> P
 def build_result(
     payload: EchoPayload, counters: Counters, output: dict[str, Any] | None
 ) -> EchoResult:
-    return EchoResult(echo=payload.message)
+    return EchoResult(echo=(output or {}).get("echo", payload.message))
 
 
 async def expire(job: JobView, settings: Settings) -> None:
@@ -55,5 +65,6 @@ TOY = register(
         expire=expire,
         retention=timedelta(hours=24),
         module="tests.support.toy_impl",
+        settings=EchoSettings,
     )
 )

@@ -1,8 +1,8 @@
 """A kind is declared once, and everything a caller uses comes from that declaration: the
 toy kind (tests/support/toy_kind.py and toy_impl.py, named only in
 HUBJOBS_KIND_MODULES) gets a start route with its payload's schema in the OpenAPI
-document, a CLI command with an option a field, and the client's start, with no file
-of the product changed for it."""
+document, a CLI command with an option a field, the client's start, and settings of
+its own (HUBJOBS_TOY_ECHO_PREFIX), with no file of the product changed for it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
@@ -65,7 +66,11 @@ def test_the_toy_kind_touches_no_shared_file() -> None:
 
 
 async def test_a_kind_declared_outside_gets_a_route_a_command_and_a_start(
-    settings: Settings, temporal: Client, engine: AsyncEngine, tmp_path: Path
+    settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     course = await seed(engine, 1)
     toy_settings = settings.model_copy(update={"kind_modules": [MODULE]})
@@ -112,6 +117,8 @@ async def test_a_kind_declared_outside_gets_a_route_a_command_and_a_start(
     )
     assert refused.returncode == 2 and "invalid_argument" in refused.stderr, refused.stderr
 
+    # Its own setting, under its own prefix: the worker (in this process) reads it.
+    monkeypatch.setenv("HUBJOBS_TOY_ECHO_PREFIX", "toy: ")
     async with running_worker(temporal, toy_settings):
         # The CLI's command, through the API.
         done = await run_hubjobs(
@@ -128,7 +135,7 @@ async def test_a_kind_declared_outside_gets_a_route_a_command_and_a_start(
         assert done.returncode == 0, done.stderr
         job = json.loads(done.stdout)
         assert (job["kind"], job["status"]) == ("toy_echo", "succeeded")
-        assert job["result"] == {"echo": "from the CLI"}
+        assert job["result"] == {"echo": "toy: from the CLI"}
 
         # The client's start, in process.
         jobs = HubJobsClient(temporal, engine, toy_settings).scope(
@@ -137,4 +144,4 @@ async def test_a_kind_declared_outside_gets_a_route_a_command_and_a_start(
         started = await jobs.start("toy_echo", {"message": "from the client"})
         finished = await jobs.wait(started.id, timeout=60)
         assert finished.status == "succeeded"
-        assert finished.result == {"echo": "from the client"}
+        assert finished.result == {"echo": "toy: from the client"}
