@@ -372,14 +372,6 @@ class Settings(BaseSettings):
         data: dict[str, str] = json.loads(path.read_text())
         return data
 
-    def recorded_profile(self) -> dict[str, str]:
-        """The profile ``hubjobs demo`` wrote (empty when there is none)."""
-        path = self.home / PROFILE_FILE
-        if not path.exists():
-            return {}
-        data: dict[str, str] = json.loads(path.read_text())
-        return data
-
     def resolved_database_url(self) -> str:
         url = self.database_url or self._stack.get("database_url")
         if not url:

@@ -8,10 +8,11 @@ types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes 
 decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
 
 The job commands (each kind's start, status, list, items, retry, cancel, watch,
-schedules) are clients of the HTTP API (remote.py), as any other service is: they import neither the
-Temporal SDK, SQLAlchemy nor psycopg, and start in about the time of importing httpx
-and typer. The stack and operator commands (up, down, worker, api, migrate, restore,
-seed-demo, demo) talk to the servers themselves, importing what they use when they run.
+schedules) are clients of the HTTP API (remote.py), as any other service is: they
+import neither the Temporal SDK, SQLAlchemy nor psycopg, and start in about the time
+of importing httpx and typer. The stack and operator commands (up, down, worker, api,
+migrate, restore, seed-demo, demo) talk to the servers themselves, importing what
+they use when they run.
 
 The commands live by audience: jobs (starter/cli/jobs.py; each kind's start, built from
 the API's description of its kinds, kinds.py), schedules (schedules.py),
@@ -84,11 +85,10 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     for info in app.registered_commands if named else ():
         if info.callback is not None and _name_of(info) == named:
             return _single(info)
-    if named is not None and named not in _group_names():
-        from starter.cli.kinds import kind_commands
-        from starter.cli.remote import api_url, served_kinds
-
-        for info in kind_commands(served_kinds(api_url())):
+    if named in _group_names() or any(a in ("--version", "--show-completion") for a in args):
+        return app
+    if named is not None:
+        for info in _served_commands():
             if info.name == named:
                 return _single(info)
         return app
@@ -118,14 +118,20 @@ def _single(info: typer.models.CommandInfo) -> typer.Typer:
     return single
 
 
-def _kinds_if_served() -> list[typer.models.CommandInfo]:
-    """The kinds' commands for the whole app's help, when the API answers; none else
-    (the help then says where they come from)."""
+def _served_commands() -> list[typer.models.CommandInfo]:
+    """The start command of each kind the API serves (``unavailable`` when it does not
+    answer)."""
     from starter.cli.kinds import kind_commands
     from starter.cli.remote import api_url, served_kinds
 
+    return kind_commands(served_kinds(api_url()))
+
+
+def _kinds_if_served() -> list[typer.models.CommandInfo]:
+    """The kinds' commands for the whole app's help, when the API answers; none else
+    (the help then says where they come from)."""
     try:
-        return kind_commands(served_kinds(api_url()))
+        return _served_commands()
     except HubJobsError:
         return []
 

@@ -131,18 +131,6 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
     return asyncio.run(coro)
 
 
-def root_page_of(flag: uuid.UUID | None) -> uuid.UUID:
-    """``--root-page``, else the course of the profile ``hubjobs demo`` wrote."""
-    recorded_root = recorded(home_now(), PROFILE_FILE).get("root_page_id")
-    value = flag or (uuid.UUID(recorded_root) if recorded_root else None)
-    if value is None:
-        raise InvalidInput(
-            "no course: pass --root-page, or run `hubjobs demo` (its profile names one)",
-            code="invalid_argument",
-        )
-    return value
-
-
 def actor_of(actor: uuid.UUID | None) -> uuid.UUID:
     """``--actor``, else HUBJOBS_ACTOR, else the demo's profile's (as the job commands)."""
     from starter.cli.remote import scope_id

@@ -33,7 +33,6 @@ COMMON: list[tuple[str, Any, Any]] = [
     ("wait", Annotated[bool, typer.Option("--wait", help="Wait for the job to finish.")], False),
     ("as_json", JsonOpt, False),
 ]
-COMMON_NAMES = {name for name, _, _ in COMMON}
 
 
 def _alternative(schema: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +63,7 @@ def _field_option(field: str, schema: dict[str, Any], required: bool) -> tuple[A
     """The annotation and default of a field's option, and whether its value is JSON."""
     schema = _alternative(schema)
     python_type, bounds = _type_of(schema)
-    flag = "--" + str(schema.get("x-option") or field.replace("_", "-"))
+    flag = flag_of(field, schema)
     help_text = str(schema.get("description") or field.replace("_", " ").capitalize())
     if schema.get("default") is not None:
         help_text += f" (default: {json.dumps(schema['default'])})"
@@ -76,6 +75,11 @@ def _field_option(field: str, schema: dict[str, Any], required: bool) -> tuple[A
         return Annotated[python_type, option], ..., False
     is_json = schema.get("type") not in ("integer", "number", "boolean", "string")
     return Annotated[python_type | None, option], None, is_json
+
+
+def flag_of(field: str, schema: dict[str, Any]) -> str:
+    """A field's option: its ``x-option``, else its name with dashes."""
+    return "--" + str(schema.get("x-option") or field.replace("_", "-"))
 
 
 def _profile_value(field: str, flag: str) -> Any:
@@ -106,7 +110,7 @@ def command_of(kind: dict[str, Any]) -> CommandInfo:
         for name, (field, prop, is_json) in fields.items():
             value = given[name]
             if value is None and prop.get("x-profile-default"):
-                value = _profile_value(field, "--" + str(prop.get("x-option") or field))
+                value = _profile_value(field, flag_of(field, prop))
             if value is None:
                 continue
             payload[field] = _json_value(value, field) if is_json else _plain(value)
