@@ -36,6 +36,18 @@ log = logging.getLogger(__name__)
 # Waiting for the server to register a version a worker just started polling with.
 RETRY_SECONDS = 0.5
 
+# A loaded server answers a deployment change CANCELLED or DEADLINE_EXCEEDED (its own
+# workflow behind the change ran out of time) or UNAVAILABLE: asked again, it takes it.
+TRANSIENT = (
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+)
+# Refusals of a change that pass once the server has registered the build or the
+# deployment is read again.
+NOT_YET = (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED)
+
 
 def worker_version(settings: Settings) -> WorkerDeploymentVersion:
     return WorkerDeploymentVersion(settings.deployment_name, settings.build_id)
@@ -112,13 +124,13 @@ async def take_current(client: Client, settings: Settings, *, timeout: float = 6
     ours = settings.build_id
     deadline = time.monotonic() + timeout
     while True:
-        state = await describe(client, settings)
-        if state is not None:
-            if state.current_build_id == ours or policy == "never":
-                return state.current_build_id
-            if state.current_build_id is not None and policy == "if_unset":
-                return state.current_build_id
-            try:
+        try:
+            state = await describe(client, settings)
+            if state is not None:
+                if state.current_build_id == ours or policy == "never":
+                    return state.current_build_id
+                if state.current_build_id is not None and policy == "if_unset":
+                    return state.current_build_id
                 await set_current(client, settings, ours, state.conflict_token)
                 log.info(
                     "build %s is now the current version of deployment %s",
@@ -126,14 +138,10 @@ async def take_current(client: Client, settings: Settings, *, timeout: float = 6
                     settings.deployment_name,
                 )
                 return ours
-            except RPCError as err:
-                retryable = (
-                    RPCStatusCode.NOT_FOUND,
-                    RPCStatusCode.FAILED_PRECONDITION,
-                    RPCStatusCode.ABORTED,
-                )
-                if err.status not in retryable:
-                    raise
+        except RPCError as err:
+            if err.status not in TRANSIENT + NOT_YET or time.monotonic() > deadline:
+                raise
+            log.debug("worker versioning, asking again: %s", err)
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"the server did not register build {ours} of deployment "
