@@ -268,9 +268,11 @@ class Api:
 
     def events(self, job_id: uuid.UUID | str) -> Iterator[Job]:
         """The job as it changes (its event stream), to its final state; a stream the
-        API cuts is opened again where it left off, for STREAM_RECONNECT_SECONDS."""
+        API cuts is opened again where it left off, for STREAM_RECONNECT_SECONDS. An API
+        that never answered is unavailable at once, as for any other command."""
         last_id: str | None = None
         cut_at: float | None = None
+        answered = False
         while True:
             headers = {} if last_id is None else {"Last-Event-ID": last_id}
             try:
@@ -285,6 +287,7 @@ class Api:
                     if response.status_code >= 400:
                         response.read()
                         raise error_of(response)
+                    answered = True
                     for event, data, event_id in _sse(response.iter_lines()):
                         cut_at = None
                         last_id = event_id or last_id
@@ -296,7 +299,8 @@ class Api:
                         if event == "final":
                             return
             except httpx.TransportError:
-                pass
+                if not answered:
+                    raise self._unreachable() from None
             now = time.monotonic()
             cut_at = cut_at or now
             if now - cut_at > STREAM_RECONNECT_SECONDS:

@@ -507,11 +507,11 @@ async def _shown(
 ) -> None:
     """Navigates and waits for ``ready``. The UI server now and then answers a page's
     first API calls with an internal error (its "500 Uh oh" page) while the dev server
-    warms up; like a user, reload then."""
-    error = page.get_by_role("heading", name="500")
+    warms up; like a user, reload then. (Anchored: a workflow id's heading may hold "500".)"""
+    error = page.get_by_role("heading", name=re.compile(r"^\s*500\b"))
     for attempt in range(3):
         await (navigate() if attempt == 0 else page.reload())
-        await expect(ready.first.or_(error)).to_be_visible(timeout=20_000)
+        await expect(ready.first.or_(error).first).to_be_visible(timeout=20_000)
         if await ready.first.is_visible():
             return
     raise AssertionError(f"the Temporal UI keeps failing: {failed}")
