@@ -139,7 +139,7 @@ async def open_in(
             raise NotWhole("an earlier attempt or a cancellation came first")
         if not await whole(conn, row):
             raise NotWhole("larger than one unit of work")
-    refused = await snapshot_if_due(conn, row, settings)
+    refused = await snapshot_if_due(conn, row, settings, locked=whole is not None)
     if refused is not None:
         return refused
     opened = await store.open_job(
@@ -156,12 +156,13 @@ async def open_in(
 
 
 async def snapshot_if_due(
-    conn: AsyncConnection, job: JobView, settings: Settings
+    conn: AsyncConnection, job: JobView, settings: Settings, *, locked: bool = False
 ) -> HubJobsError | None:
     """In an attempt's opening transaction: the job's snapshot, unless it is final or
     was taken. It reads the whole course, so it runs under the bulk budget (the unit's
     deadline moved on, the server's bounds raised for this transaction), in a savepoint:
-    a refusal (its course gone since the start) is returned, the rest kept."""
+    a refusal (its course gone since the start) is returned, the rest kept. ``locked``:
+    ``job`` was read under the snapshot lock (take_snapshot)."""
     if job.is_final or job.snapshot_at is not None:
         return None
     bound = current_deadline()
@@ -171,7 +172,7 @@ async def snapshot_if_due(
     await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
     try:
         async with conn.begin_nested():
-            await job_rows.take_snapshot(conn, job)
+            await job_rows.take_snapshot(conn, job, locked=locked)
     except HubJobsError as err:
         return err
     return None
