@@ -155,6 +155,10 @@ class Archive:
             log.info("archive %s is not a zip: %r", path, err)
             raise _unreadable(f"{path} is not a readable backup archive") from None
         infos = self._zf.infolist()
+        # zipfile cuts a name at a NUL ("tables/pages.copy\x00.txt" reads as the table):
+        # a name that is not what the archive says it is is damage, not that member.
+        if any(i.filename != i.orig_filename for i in infos):
+            raise _corrupt("the archive holds a member name with a NUL character")
         names = Counter(i.filename for i in infos)
         twice = sorted(name for name, n in names.items() if n > 1)
         if twice:

@@ -188,8 +188,8 @@ class Sandbox:
         if watch_disk is not None:
             assert highest <= watch_disk, f"{highest} bytes written into DIR"
         if code is None:
-            assert success, "an archive that had to be refused was restored"
             try:
+                assert success, "an archive that had to be refused was restored"
                 self._check_restored(intact or archive, before_dir)
             finally:
                 self.reset()  # a failed check must not leave the next try a full database

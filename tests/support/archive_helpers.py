@@ -208,6 +208,7 @@ def build_zip(
         warnings.simplefilter("ignore")  # "Duplicate name": that is the point, at times
         for name, data in members:
             info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.filename = name  # as given: ZipInfo would cut it at a NUL
             info.compress_type = compression
             with zf.open(info, "w", force_zip64=True) as member:
                 member.write(data)
