@@ -12,6 +12,8 @@ from typing import Any
 
 # The code of whatever failed unexpectedly: the detail is in the log, never here.
 INTERNAL_ERROR = "internal_error"
+# A HUBJOBS_* variable or profile entry the CLI could not read: its own, never the API's.
+INVALID_SETTINGS = "invalid_settings"
 
 
 class HubJobsError(Exception):

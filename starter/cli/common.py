@@ -17,13 +17,14 @@ import typer
 
 from hubjobs.errors import (
     INTERNAL_ERROR,
+    INVALID_SETTINGS,
     HubJobsError,
     InvalidInput,
     describe_validation_errors,
 )
 from hubjobs.home import PROFILE_FILE, home_now, recorded
 from hubjobs.observability.logs import handler_for, log_failure
-from starter.cli.output import INVALID_SETTINGS, error_line, errors_as_json, exit_code_of
+from starter.cli.output import error_line, errors_as_json, exit_code_of
 
 if TYPE_CHECKING:
     # Not before a command needs them: a job command loads neither (it calls the API).

@@ -74,9 +74,6 @@ def err() -> Console:
 
 
 CALLER_CODES = frozenset({UnknownKind.code})
-# A HUBJOBS_* variable the command could not read: the CLI's own code, not the API's.
-INVALID_SETTINGS = "invalid_settings"
-
 
 _json_errors = False
 

@@ -27,9 +27,14 @@ from typing import Any
 
 import httpx
 
-from hubjobs.errors import ConfigurationError, HubJobsError, InvalidInput, Unavailable
+from hubjobs.errors import (
+    INVALID_SETTINGS,
+    ConfigurationError,
+    HubJobsError,
+    InvalidInput,
+    Unavailable,
+)
 from hubjobs.home import API_FILE, DEV_SECRET_FILE, PROFILE_FILE, home_now, recorded
-from starter.cli.output import INVALID_SETTINGS
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # A call waits at most the API's own budget (30 s) and a little; connecting is quick or
