@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
@@ -37,7 +36,8 @@ from activities.attempt import KindActivities
 from activities.context import WorkContext
 from activities.deps import Deps
 from activities.endings import ActorUnavailable, Done, Paused, Stopped, WorkEnd
-from hubjobs.db.engine import PREPARED
+from hubjobs.db import direct
+from hubjobs.db.direct import Statement
 from hubjobs.db.errors import refused_for_its_row, sqlstate_of
 from hubjobs.domain.access import ADMINISTRATOR
 from hubjobs.domain.pages import (
@@ -106,7 +106,8 @@ class Batch:
 # the job by its key, its items by (job, state, ordinal) in the order of that index,
 # each page by its key, so no value can turn the plan (0.81 -> 0.28 ms a small job's
 # batch; 100,000 pages tagged at the same rate).
-READ_BATCH = f"""
+READ_BATCH = Statement.of(
+    f"""
     SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
            EXISTS (SELECT 1 FROM workspace_memberships m
                      JOIN user_accounts u ON u.id = m.user_id
@@ -120,7 +121,9 @@ READ_BATCH = f"""
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
      WHERE j.id = :job
      ORDER BY i.ordinal
-"""
+""",
+    prepared=True,
+)
 
 
 class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
@@ -299,20 +302,19 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         after: int,
         upto: int | None,
     ) -> Batch:
-        rows = (
-            await conn.execute(
-                text(READ_BATCH).execution_options(**PREPARED),
-                {
-                    "job": ctx.job.id,
-                    "after": after,
-                    "upto": upto,
-                    "limit": ctx.settings.tagging_batch_size,
-                    "workspace": ctx.job.workspace_id,
-                    "tag": ctx.payload.tag,
-                },
-            )
-        ).all()
-        first = rows[0]
+        rows, _ = await direct.rows(
+            conn,
+            READ_BATCH,
+            {
+                "job": ctx.job.id,
+                "after": after,
+                "upto": upto,
+                "limit": ctx.settings.tagging_batch_size,
+                "workspace": ctx.job.workspace_id,
+                "tag": ctx.payload.tag,
+            },
+        )
+        cancel_requested, actor_ok = rows[0][:2]
         # Unpacked by position (a thousand rows: by name cost a tenth of the worker's CPU);
         # a change to READ_BATCH's columns fails here at once.
         items = [
@@ -320,7 +322,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             for _, _, ordinal, ref, done, available, has_tag, tag_count, version in rows
             if ordinal is not None
         ]
-        return Batch(first.actor_ok, first.cancel_requested, items)
+        return Batch(actor_ok, cancel_requested, items)
 
     async def _tag(
         self,

@@ -130,8 +130,9 @@ async def open_in(
     if whole is not None:
         # Read under the snapshot lock: an attempt (presumed dead) taking the items now
         # has taken them by then.
-        await store.lock_snapshot(conn, job.job_id)
-    row = await store.get_job(conn, job.job_id)
+        row = await store.get_job_locked(conn, job.job_id)
+    else:
+        row = await store.get_job(conn, job.job_id)
     if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
         return None
     if whole is not None and not row.is_final:
@@ -139,7 +140,7 @@ async def open_in(
             raise NotWhole("an earlier attempt or a cancellation came first")
         if not await whole(conn, row):
             raise NotWhole("larger than one unit of work")
-    refused = await snapshot_if_due(conn, row, settings, locked=whole is not None)
+    refused = await snapshot_if_due(conn, row, settings, whole=whole is not None)
     if refused is not None:
         return refused
     opened = await store.open_job(
@@ -156,14 +157,21 @@ async def open_in(
 
 
 async def snapshot_if_due(
-    conn: AsyncConnection, job: JobView, settings: Settings, *, locked: bool = False
+    conn: AsyncConnection, job: JobView, settings: Settings, *, whole: bool = False
 ) -> HubJobsError | None:
     """In an attempt's opening transaction: the job's snapshot, unless it is final or
     was taken. It reads the whole course, so it runs under the bulk budget (the unit's
     deadline moved on, the server's bounds raised for this transaction), in a savepoint:
-    a refusal (its course gone since the start) is returned, the rest kept. ``locked``:
-    ``job`` was read under the snapshot lock (take_snapshot)."""
+    a refusal (its course gone since the start) is returned, the rest kept. ``whole``:
+    ``job`` was read under the snapshot lock (take_snapshot) and fits in one unit of
+    work, whose transaction a refusal rolls back whole: no budget, no savepoint."""
     if job.is_final or job.snapshot_at is not None:
+        return None
+    if whole:
+        try:
+            await job_rows.take_snapshot(conn, job, locked=True)
+        except HubJobsError as err:
+            return err
         return None
     bound = current_deadline()
     if bound is not None:
@@ -172,7 +180,7 @@ async def snapshot_if_due(
     await set_local_budget(conn, bulk.seconds, bulk.lock_seconds)
     try:
         async with conn.begin_nested():
-            await job_rows.take_snapshot(conn, job, locked=locked)
+            await job_rows.take_snapshot(conn, job)
     except HubJobsError as err:
         return err
     return None

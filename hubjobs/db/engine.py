@@ -104,18 +104,22 @@ def async_engine(
     return engine
 
 
+LOCAL_BUDGET = (
+    "SELECT set_config('statement_timeout', %(statement)s, true), "
+    "set_config('lock_timeout', %(lock)s, true), "
+    "set_config('idle_in_transaction_session_timeout', %(statement)s, true)"
+)
+
+
 async def set_local_budget(conn: Any, seconds: float, lock_seconds: float) -> None:
     """The server-side bounds of the rest of ``conn``'s transaction (a SQLAlchemy
     AsyncConnection): for a unit of work that needs more than its connection was opened
     with (a snapshot in an attempt's opening transaction); 0 is none."""
-    from sqlalchemy import text
+    from hubjobs.db import direct
 
-    await conn.execute(
-        text(
-            "SELECT set_config('statement_timeout', :statement, true), "
-            "set_config('lock_timeout', :lock, true), "
-            "set_config('idle_in_transaction_session_timeout', :statement, true)"
-        ),
+    await direct.run(
+        conn,
+        direct.Statement(LOCAL_BUDGET),
         {"statement": f"{int(seconds * 1000)}", "lock": f"{int(lock_seconds * 1000)}"},
     )
 

@@ -17,27 +17,22 @@ if TYPE_CHECKING:  # imported when a check runs: reading a job needs no SQLAlche
     from sqlalchemy.ext.asyncio import AsyncConnection
 
 ADMINISTRATOR = "administrator"
+# In psycopg's form (hubjobs.db.direct), prepared: a row by its key.
+ROLE_OF = (
+    "SELECT m.role FROM workspace_memberships m JOIN user_accounts u ON u.id = m.user_id "
+    "WHERE m.workspace_id = %(workspace)s AND m.user_id = %(actor)s AND u.enabled"
+)
 
 
 async def role_of(
     conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
 ) -> str | None:
     """The actor's role in the workspace, or None when not an enabled member."""
-    from sqlalchemy import text
+    from hubjobs.db import direct
 
-    from hubjobs.db.engine import PREPARED
-
-    row = (
-        await conn.execute(
-            text(
-                "SELECT m.role FROM workspace_memberships m "
-                "JOIN user_accounts u ON u.id = m.user_id "
-                "WHERE m.workspace_id = :workspace AND m.user_id = :actor AND u.enabled"
-            ).execution_options(**PREPARED),
-            {"workspace": workspace_id, "actor": actor_id},
-        )
-    ).first()
-    return None if row is None else str(row.role)
+    params = {"workspace": workspace_id, "actor": actor_id}
+    row = await direct.first(conn, direct.Statement(ROLE_OF, prepared=True), params)
+    return None if row is None else str(row["role"])
 
 
 def workspace_not_found() -> NotFound:

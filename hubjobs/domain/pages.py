@@ -16,8 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db import direct
 from hubjobs.db.arrays import int_array, uuid_array
-from hubjobs.db.engine import PREPARED
+from hubjobs.db.direct import Statement
 from hubjobs.domain.tables import MAX_TAGS_PER_PAGE
 from hubjobs.domain.text import check_free_text
 from hubjobs.errors import HubJobsError, InvalidInput, NotFound
@@ -102,25 +103,23 @@ WORKSPACE = f"""
 """
 
 
+ROOT_PAGE = Statement.of(
+    "SELECT workspace_id, trashed, title FROM pages WHERE id = :id", prepared=True
+)
+
+
 async def course_root(
     conn: AsyncConnection, root_page_id: uuid.UUID, workspace_id: uuid.UUID
 ) -> str:
     """The title of a course's root page, which must be a page of the workspace
     (``page_not_found`` otherwise, as for a page of another one) and out of the trash
     (``page_trashed``)."""
-    root = (
-        await conn.execute(
-            text("SELECT workspace_id, trashed, title FROM pages WHERE id = :id").execution_options(
-                **PREPARED
-            ),
-            {"id": root_page_id},
-        )
-    ).first()
-    if root is None or root.workspace_id != workspace_id:
+    root = await direct.first(conn, ROOT_PAGE, {"id": root_page_id})
+    if root is None or root["workspace_id"] != workspace_id:
         raise NotFound("the root page does not exist in this workspace", code="page_not_found")
-    if root.trashed:
+    if root["trashed"]:
         raise InvalidInput("the root page is in the trash", code="page_trashed")
-    return str(root.title)
+    return str(root["title"])
 
 
 class PageFacts(NamedTuple):
@@ -147,18 +146,16 @@ PAGE_FACTS = (
 )
 
 
-def facts_of(row: Any) -> PageFacts:
-    return PageFacts(row.available, row.has_tag, row.tag_count, row.version)
+PAGES_FACTS = Statement.of(f"SELECT p.id, {PAGE_FACTS} FROM pages p WHERE p.id = ANY(:ids)")
 
 
 async def read_page_facts(
     conn: AsyncConnection, page_ids: Sequence[uuid.UUID], *, workspace_id: uuid.UUID, tag: str
 ) -> dict[uuid.UUID, PageFacts]:
-    rows = await conn.execute(
-        text(f"SELECT p.id, {PAGE_FACTS} FROM pages p WHERE p.id = ANY(:ids)"),
-        {"ids": list(page_ids), "workspace": workspace_id, "tag": tag},
+    found, _ = await direct.rows(
+        conn, PAGES_FACTS, {"ids": list(page_ids), "workspace": workspace_id, "tag": tag}
     )
-    return {row.id: facts_of(row) for row in rows}
+    return {page_id: PageFacts(*facts) for page_id, *facts in found}
 
 
 class TagChange(NamedTuple):
@@ -187,9 +184,24 @@ async def add_tag_if_match(
     right after an import had the planner hash the whole workspace for every batch."""
     if not changes:
         return set()
-    rows = await conn.execute(
-        text(
-            """
+    found, _ = await direct.rows(
+        conn,
+        ADD_TAG_IF_MATCH,
+        {
+            "ids": uuid_array(c.page_id for c in changes),
+            "versions": int_array(c.expected_version for c in changes),
+            "tag": tag,
+            "workspace": workspace_id,
+            "actor": actor_id,
+            "summary": change_summary,
+            "correlation": correlation_id,
+        },
+    )
+    return {page_id for (page_id,) in found}
+
+
+ADD_TAG_IF_MATCH = Statement.of(
+    """
             WITH wanted AS (
                 SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:versions AS bigint[]))
                     AS w(id, version)
@@ -207,19 +219,8 @@ async def add_tag_if_match(
                    (page_id, version, actor_id, change_summary, correlation_id, title, tags)
             SELECT id, version, :actor, :summary, :correlation, title, tags FROM changed
             RETURNING page_id
-            """
-        ),
-        {
-            "ids": uuid_array(c.page_id for c in changes),
-            "versions": int_array(c.expected_version for c in changes),
-            "tag": tag,
-            "workspace": workspace_id,
-            "actor": actor_id,
-            "summary": change_summary,
-            "correlation": correlation_id,
-        },
-    )
-    return {row.page_id for row in rows}
+    """
+)
 
 
 async def update_page(

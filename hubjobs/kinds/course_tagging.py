@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db import direct
+from hubjobs.db.direct import Statement
 from hubjobs.domain.pages import (
     COURSE,
     MAX_TAG_LENGTH,
@@ -157,10 +158,10 @@ FAILED_ITEMS = """
 # items) read no further than the bound, and nothing written. A recursive query under a
 # LIMIT is evaluated only as far as it is read, so a course of a million pages costs no
 # more to count here than one of ``:bound``.
-COURSE_SIZE = f"""{COURSE}
+COURSE_SIZE = Statement.of(f"""{COURSE}
     SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
-"""
-FAILED_SIZE = f"SELECT count(*) FROM ({FAILED_ITEMS} LIMIT :bound) s"
+""")
+FAILED_SIZE = Statement.of(f"SELECT count(*) FROM ({FAILED_ITEMS} LIMIT :bound) s")
 
 
 async def fits(
@@ -178,7 +179,7 @@ async def fits(
     else:
         query = COURSE_SIZE
         params |= {"root": payload.root_page_id}
-    size = (await conn.execute(text(query), params)).scalar_one()
+    ((size,),), _ = await direct.rows(conn, query, params)
     return int(size) <= pages
 
 

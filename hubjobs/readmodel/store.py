@@ -18,10 +18,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hubjobs.db import direct
 from hubjobs.db.arrays import int_array
-from hubjobs.db.engine import PREPARED
+from hubjobs.db.direct import Statement
 from hubjobs.readmodel.changes import notify_column
-from hubjobs.readmodel.reads import JOB_COLUMNS
+from hubjobs.readmodel.reads import JOB_COLUMN_NAMES, JOB_COLUMNS
 from hubjobs.readmodel.status import (
     UNFINISHED_STATUSES,
     ItemState,
@@ -60,11 +61,28 @@ def _view(row: Any) -> JobView:
     return JobView.model_validate(dict(row._mapping))
 
 
+def _job_or_none(row: dict[str, Any] | None) -> JobView | None:
+    return None if row is None else JobView.model_validate(row)
+
+
 def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, default=str)
 
 
 # --- creating -------------------------------------------------------------------------
+
+
+INSERT_JOB = Statement.of(
+    "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
+    "correlation_id, idempotency_key, payload, source_job_id, schedule_id, summary, "
+    "notify_url, notify_state) "
+    "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
+    ":key, CAST(:payload AS jsonb), :source, :schedule, :summary, "
+    "CAST(:notify AS text), CASE WHEN CAST(:notify AS text) IS NULL THEN NULL "
+    f"ELSE {NotifyState.pending.sql} END) "
+    f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}",
+    prepared=True,
+)
 
 
 async def insert_job(
@@ -89,36 +107,26 @@ async def insert_job(
     A concurrent insert with the same key waits on the unique index, then finds it.
     ``workflow_id``: the id Temporal has, for a job started straight through it under an
     id of its starter's choosing (by default ``<kind>-<job id>``)."""
-    row = (
-        await conn.execute(
-            text(
-                "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
-                "correlation_id, idempotency_key, payload, source_job_id, schedule_id, summary, "
-                "notify_url, notify_state) "
-                "VALUES (:id, :workflow_id, :kind, :status, :workspace, :actor, :correlation, "
-                ":key, CAST(:payload AS jsonb), :source, :schedule, :summary, "
-                "CAST(:notify AS text), CASE WHEN CAST(:notify AS text) IS NULL THEN NULL "
-                f"ELSE {NotifyState.pending.sql} END) "
-                f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}"
-            ).execution_options(**PREPARED),
-            {
-                "id": job_id,
-                "workflow_id": workflow_id or workflow_id_for(kind, job_id),
-                "kind": kind,
-                "status": JobStatus.queued,
-                "workspace": workspace_id,
-                "actor": actor_id,
-                "correlation": correlation_id,
-                "key": idempotency_key,
-                "payload": _json(payload),
-                "source": source_job_id,
-                "schedule": schedule_id,
-                "summary": summary,
-                "notify": notify_url,
-            },
-        )
-    ).first()
-    return None if row is None else _view(row)
+    row = await direct.first(
+        conn,
+        INSERT_JOB,
+        {
+            "id": job_id,
+            "workflow_id": workflow_id or workflow_id_for(kind, job_id),
+            "kind": kind,
+            "status": JobStatus.queued.value,
+            "workspace": workspace_id,
+            "actor": actor_id,
+            "correlation": correlation_id,
+            "key": idempotency_key,
+            "payload": _json(payload),
+            "source": source_job_id,
+            "schedule": schedule_id,
+            "summary": summary,
+            "notify": notify_url,
+        },
+    )
+    return _job_or_none(row)
 
 
 async def insert_items(
@@ -127,16 +135,14 @@ async def insert_items(
     """A job's snapshot: ``select`` (a kind's query) yields ``ordinal, ref, label,
     done_at_snapshot, detail`` for each item; one statement, whatever the size, run
     under the snapshot lock and its planner settings (``lock_snapshot``)."""
-    inserted = await conn.execute(
-        text(
-            "WITH inserted AS (INSERT INTO job_items "
-            "(job_id, ordinal, ref, label, done_at_snapshot, detail) "
-            f"SELECT CAST(:job_id AS uuid), s.* FROM ({select}) AS s RETURNING 1) "
-            "SELECT count(*) FROM inserted"
-        ),
-        {**params, "job_id": job_id},
+    statement = Statement.of(
+        "WITH inserted AS (INSERT INTO job_items "
+        "(job_id, ordinal, ref, label, done_at_snapshot, detail) "
+        f"SELECT CAST(:job_id AS uuid), s.* FROM ({select}) AS s RETURNING 1) "
+        "SELECT count(*) FROM inserted"
     )
-    return int(inserted.scalar_one())
+    (count,), *_ = (await direct.rows(conn, statement, {**params, "job_id": job_id}))[0]
+    return int(count)
 
 
 # Set with the snapshot lock, for the rest of its transaction. A snapshot reads a bounded
@@ -147,78 +153,99 @@ async def insert_items(
 SNAPSHOT_PLANNER = "set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
 
 
+LOCK_SNAPSHOT = Statement.of(
+    f"SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text))), {SNAPSHOT_PLANNER}",
+    prepared=True,
+)
+
+
 async def lock_snapshot(conn: AsyncConnection, job_id: uuid.UUID) -> None:
     """Takes the job's snapshot lock, which the caller's transaction then holds: two
     attempts taking the items at once (one presumed dead) do so one after the other. The
     lock is the job's own, not its row's: a cancellation request written meanwhile does
     not wait for a long snapshot. What the caller reads of the row must come in a later
     statement (a statement's view of the rows is fixed before it waits for the lock)."""
-    await conn.execute(
-        text(
-            f"SELECT pg_advisory_xact_lock(:class, hashtext(CAST(:id AS text))), {SNAPSHOT_PLANNER}"
-        ).execution_options(**PREPARED),
-        {"class": SNAPSHOT_LOCK, "id": job_id},
-    )
+    await direct.run(conn, LOCK_SNAPSHOT, {"class": SNAPSHOT_LOCK, "id": job_id})
+
+
+SNAPSHOT_DUE = Statement.of(
+    f"SELECT snapshot_at IS NULL AS due FROM jobs WHERE id = :id AND status IN {UNFINISHED}",
+    prepared=True,
+)
 
 
 async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
     """Whether the unfinished job's items are still to be taken, asked under the job's
     snapshot lock (``lock_snapshot``): the second of two attempts finds them taken."""
-    await lock_snapshot(conn, job_id)
-    due = await conn.execute(
-        text(
-            f"SELECT snapshot_at IS NULL FROM jobs WHERE id = :id AND status IN {UNFINISHED}"
-        ).execution_options(**PREPARED),
-        {"id": job_id},
-    )
-    return bool(due.scalar())
+    _, due = await direct.each(conn, _locked(job_id, SNAPSHOT_DUE, {"id": job_id}))
+    return bool(due and due[0][0])
+
+
+def _locked(
+    job_id: uuid.UUID, statement: Statement, params: dict[str, Any]
+) -> list[tuple[Statement, dict[str, Any]]]:
+    """The job's snapshot lock, then ``statement``: sent together (one round trip), the
+    second reading the rows as they are once the lock is held."""
+    return [(LOCK_SNAPSHOT, {"class": SNAPSHOT_LOCK, "id": job_id}), (statement, params)]
+
+
+SET_SNAPSHOT = Statement.of(
+    "UPDATE jobs SET total = :total, summary = :summary, snapshot_at = now(), "
+    f"updated_at = now() WHERE id = :id AND snapshot_at IS NULL RETURNING {NOTIFY}",
+    prepared=True,
+)
 
 
 async def set_snapshot(
     conn: AsyncConnection, job_id: uuid.UUID, *, total: int, summary: str
 ) -> None:
     """Records that the job's items were taken (``total`` of them), now."""
-    await conn.execute(
-        text(
-            "UPDATE jobs SET total = :total, summary = :summary, snapshot_at = now(), "
-            f"updated_at = now() WHERE id = :id AND snapshot_at IS NULL RETURNING {NOTIFY}"
-        ).execution_options(**PREPARED),
-        {"id": job_id, "total": total, "summary": summary},
-    )
+    await direct.run(conn, SET_SNAPSHOT, {"id": job_id, "total": total, "summary": summary})
 
 
 # --- reading --------------------------------------------------------------------------
+
+
+GET_JOB = Statement.of(
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id "
+    "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)",
+    prepared=True,
+)
+
+
+async def get_job_locked(conn: AsyncConnection, job_id: uuid.UUID) -> JobView | None:
+    """The job, read once its snapshot lock is held (``lock_snapshot``): an attempt
+    taking its items meanwhile has taken them by then."""
+    params = {"id": job_id, "workspace": None}
+    _, found = await direct.each(conn, _locked(job_id, GET_JOB, params))
+    return (
+        JobView.model_validate(dict(zip(JOB_COLUMN_NAMES, found[0], strict=True)))
+        if found
+        else None
+    )
 
 
 async def get_job(
     conn: AsyncConnection, job_id: uuid.UUID, workspace_id: uuid.UUID | None = None
 ) -> JobView | None:
     """The job; with ``workspace_id``, only if it belongs to that workspace."""
-    row = (
-        await conn.execute(
-            text(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id "
-                "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)"
-            ).execution_options(**PREPARED),
-            {"id": job_id, "workspace": workspace_id},
-        )
-    ).first()
-    return None if row is None else _view(row)
+    return _job_or_none(
+        await direct.first(conn, GET_JOB, {"id": job_id, "workspace": workspace_id})
+    )
+
+
+BY_IDEMPOTENCY_KEY = Statement.of(
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
+    "AND kind = :kind AND idempotency_key = :key",
+    prepared=True,
+)
 
 
 async def find_by_idempotency_key(
     conn: AsyncConnection, workspace_id: uuid.UUID, kind: str, key: str
 ) -> JobView | None:
-    row = (
-        await conn.execute(
-            text(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
-                "AND kind = :kind AND idempotency_key = :key"
-            ).execution_options(**PREPARED),
-            {"workspace": workspace_id, "kind": kind, "key": key},
-        )
-    ).first()
-    return None if row is None else _view(row)
+    params = {"workspace": workspace_id, "kind": kind, "key": key}
+    return _job_or_none(await direct.first(conn, BY_IDEMPOTENCY_KEY, params))
 
 
 async def list_items(
@@ -471,6 +498,22 @@ def _opening(
     }
 
 
+OPEN_JOB = Statement.of(
+    f"""
+    WITH opened AS (
+        UPDATE jobs SET {OPENING}, updated_at = now()
+         WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
+     RETURNING {JOB_COLUMNS}, {NOTIFY}
+    )
+    SELECT {JOB_COLUMNS} FROM opened
+    UNION ALL
+    SELECT {JOB_COLUMNS} FROM jobs
+     WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
+    """,
+    prepared=True,
+)
+
+
 async def open_job(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -484,25 +527,8 @@ async def open_job(
     (a finished one as it is): the one read of the row an attempt makes. With
     ``workflow_id``, only the row of that workflow (a direct start that names another
     job's id must not work on that job)."""
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                WITH opened AS (
-                    UPDATE jobs SET {OPENING}, updated_at = now()
-                     WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
-                 RETURNING {JOB_COLUMNS}, {NOTIFY}
-                )
-                SELECT {JOB_COLUMNS} FROM opened
-                UNION ALL
-                SELECT {JOB_COLUMNS} FROM jobs
-                 WHERE id = :id AND {SAME_WORKFLOW} AND NOT EXISTS (SELECT 1 FROM opened)
-                """
-            ).execution_options(**PREPARED),
-            _opening(job_id, run_id, attempts, attempts_failed, workflow_id),
-        )
-    ).first()
-    return None if row is None else _view(row)
+    params = _opening(job_id, run_id, attempts, attempts_failed, workflow_id)
+    return _job_or_none(await direct.first(conn, OPEN_JOB, params))
 
 
 async def follow_run(
@@ -579,6 +605,21 @@ def _recording(
     }
 
 
+RECORD_OUTCOMES = Statement.of(
+    f"""
+    {RECORDING}
+    UPDATE jobs j
+       SET processed = j.processed + c.n, succeeded = j.succeeded + c.n_ok,
+           skipped = j.skipped + c.n_skip, failed = j.failed + c.n_bad,
+           updated_at = now()
+      FROM counted c
+     WHERE j.id = :job
+ RETURNING j.total, j.processed, j.succeeded, j.skipped, j.failed, c.n AS recorded,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested, {NOTIFY_J}
+    """
+)
+
+
 async def record_outcomes(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -590,28 +631,12 @@ async def record_outcomes(
     exactly those, in one statement; an item recorded before (by an attempt presumed
     dead) is left alone and not counted again. ``clear_detail`` drops what the snapshot
     froze for the items, once it is no longer needed."""
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                {RECORDING}
-                UPDATE jobs j
-                   SET processed = j.processed + c.n, succeeded = j.succeeded + c.n_ok,
-                       skipped = j.skipped + c.n_skip, failed = j.failed + c.n_bad,
-                       updated_at = now()
-                  FROM counted c
-                 WHERE j.id = :job
-             RETURNING j.total, j.processed, j.succeeded, j.skipped, j.failed, c.n AS recorded,
-                       j.cancel_requested_at IS NOT NULL AS cancel_requested, {NOTIFY_J}
-                """
-            ),
-            _recording(job_id, outcomes, clear_detail),
-        )
-    ).one()
+    row = await direct.first(conn, RECORD_OUTCOMES, _recording(job_id, outcomes, clear_detail))
+    assert row is not None, "the job's row is there while its items are"
     return Recorded(
-        counters=Counters.of(row),
-        recorded=int(row.recorded),
-        cancel_requested=bool(row.cancel_requested),
+        counters=Counters.model_validate(row),
+        recorded=int(row["recorded"]),
+        cancel_requested=bool(row["cancel_requested"]),
     )
 
 
@@ -644,6 +669,30 @@ class Finished:
     changed: bool
 
 
+FINISH = Statement.of(
+    f"""
+    WITH finished AS (
+        UPDATE jobs SET status = :status, result = CAST(:result AS jsonb),
+               result_content_type = :content_type, error_code = :code,
+               error_message = :message,
+               cancel_requested_at = CASE WHEN :status = {JobStatus.cancelled.sql}
+                   THEN COALESCE(cancel_requested_at, now())
+                   ELSE cancel_requested_at END,
+               finished_at = now(), expires_at = now() + :retention,
+               attempts = GREATEST(attempts, :attempts),
+               attempts_failed = GREATEST(attempts_failed, :failed),
+               stuck_since = NULL, stuck_reason = NULL, updated_at = now()
+         WHERE id = :id AND status IN {UNFINISHED}
+     RETURNING {JOB_COLUMNS}, {NOTIFY}
+    )
+    SELECT {JOB_COLUMNS}, true AS changed FROM finished
+    UNION ALL
+    SELECT {JOB_COLUMNS}, false FROM jobs
+     WHERE id = :id AND NOT EXISTS (SELECT 1 FROM finished)
+    """
+)
+
+
 async def finish(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -659,48 +708,25 @@ async def finish(
 ) -> Finished | None:
     """Moves an unfinished job to its final status, with ``expires_at`` after its
     retention; a finished job stays as it was. None when there is no such job."""
-    row = (
-        await conn.execute(
-            text(
-                f"""
-                WITH finished AS (
-                    UPDATE jobs SET status = :status, result = CAST(:result AS jsonb),
-                           result_content_type = :content_type, error_code = :code,
-                           error_message = :message,
-                           cancel_requested_at = CASE WHEN :status = {JobStatus.cancelled.sql}
-                               THEN COALESCE(cancel_requested_at, now())
-                               ELSE cancel_requested_at END,
-                           finished_at = now(), expires_at = now() + :retention,
-                           attempts = GREATEST(attempts, :attempts),
-                           attempts_failed = GREATEST(attempts_failed, :failed),
-                           stuck_since = NULL, stuck_reason = NULL, updated_at = now()
-                     WHERE id = :id AND status IN {UNFINISHED}
-                 RETURNING {JOB_COLUMNS}, {NOTIFY}
-                )
-                SELECT {JOB_COLUMNS}, true AS changed FROM finished
-                UNION ALL
-                SELECT {JOB_COLUMNS}, false FROM jobs
-                 WHERE id = :id AND NOT EXISTS (SELECT 1 FROM finished)
-                """
-            ),
-            {
-                "id": job_id,
-                "status": status,
-                "result": None if result is None else _json(result),
-                "content_type": result_content_type,
-                "code": error_code,
-                "message": error_message,
-                "retention": retention,
-                "attempts": attempts,
-                "failed": attempts_failed,
-            },
-        )
-    ).first()
+    row = await direct.first(
+        conn,
+        FINISH,
+        {
+            "id": job_id,
+            "status": status.value,
+            "result": None if result is None else _json(result),
+            "content_type": result_content_type,
+            "code": error_code,
+            "message": error_message,
+            "retention": retention,
+            "attempts": attempts,
+            "failed": attempts_failed,
+        },
+    )
     if row is None:
         return None
-    values = dict(row._mapping)
-    changed = bool(values.pop("changed"))
-    return Finished(JobView.model_validate(values), changed)
+    changed = bool(row.pop("changed"))
+    return Finished(JobView.model_validate(row), changed)
 
 
 # --- completion webhooks ----------------------------------------------------------------
