@@ -106,7 +106,7 @@ def retry(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a finished job's failed items again, as a new job of the same kind (the same
-    one each time for the same JOB)."""
+    one each time for the same JOB, unless that one found none left to take)."""
     start_job(workspace, actor, lambda jobs: jobs.retry(job_id), wait=wait, as_json=as_json)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,11 @@ from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
-from hubjobs.readmodel.status import ItemState
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemView, JobView
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient, WorkspaceJobs
+from starter.client import HubJobsClient, WorkspaceJobs, retry_key
 from tests.support.helpers import edit, job_revisions, tags_of
 from tests.support.processes import hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, running_worker, seed
@@ -316,6 +318,59 @@ async def test_retry_tags_the_failed_pages_once_and_is_one_job_per_source(
     with pytest.raises(InvalidInput) as nothing:
         await jobs.retry(retry.id)
     assert nothing.value.code == "nothing_to_retry"
+
+
+async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
+    hub: HubJobsClient,
+    tagged: tuple[Tagged, JobView],
+    engine: AsyncEngine,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    """Every failed page in the trash: the retry is refused (``nothing_to_retry``), not
+    a job of no page that "succeeds" and then answers every later retry of the same
+    job. Before: that empty job, and once the pages were back, the same empty job again,
+    so that they could never be retried. An empty retry left so (its pages trashed
+    between its start and its first attempt) gives its key up likewise."""
+    scenario, source = tagged
+    course = scenario.course
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    failed = [*scenario.conflicts, scenario.trashed]
+    for page in scenario.conflicts:
+        await edit(engine, page, trashed=True)
+    with pytest.raises(InvalidInput) as nothing:
+        await jobs.retry(source.id)
+    assert nothing.value.code == "nothing_to_retry"
+    assert [job.id for job in await jobs.list()] == [source.id]
+
+    # A retry that took no page, as one whose pages were trashed after its start ends.
+    empty = uuid.uuid4()
+    async with engine.begin() as conn:
+        await store.insert_job(
+            conn,
+            job_id=empty,
+            kind="course_tagging",
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="empty-retry",
+            idempotency_key=retry_key(source.id),
+            payload=source.payload,
+            source_job_id=source.id,
+        )
+        await store.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
+        await store.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
+
+    # The pages back: the retry is a new job, which tags them.
+    for page in failed:
+        await edit(engine, page, trashed=False)
+    async with running_worker(temporal, settings):
+        retry = await jobs.retry(source.id)
+        assert retry.id != empty and retry.source_job_id == source.id
+        done = await jobs.wait(retry.id, timeout=60)
+        assert (await jobs.retry(source.id)).id == retry.id
+    assert (done.status, done.total, done.succeeded) == ("succeeded", len(failed), len(failed))
+    for page in failed:
+        assert await tags_of(engine, page) == [TAG]
 
 
 async def test_retry_is_refused_with_a_clear_code(
