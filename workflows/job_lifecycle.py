@@ -45,6 +45,7 @@ from temporalio.common import (
     Priority,
     RawValue,
     RetryPolicy,
+    SearchAttributeUpdate,
     VersioningBehavior,
     WorkflowIDReusePolicy,
 )
@@ -60,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.outages import OUT_OF_REACH
     from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
-    from hubjobs.readmodel.status import JobStatus
+    from hubjobs.readmodel.status import JobStatus, status_label
     from hubjobs.readmodel.views import Counters
     from hubjobs.temporal import search_attributes as sa
     from hubjobs.temporal.failures import (
@@ -144,6 +145,11 @@ COMPLETION_WEBHOOK = "completion-webhook"
 # A run past its job's run_signal_budget continues as new; recorded histories took
 # their signals to the end of the run.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
+# A job's run closes with its failed items in ``JobFailedItems`` and its details led by
+# its status as people read it (``succeeded (10 failed)``): Temporal shows a job that
+# succeeded with failed items as Completed, "Failures 0". Recorded histories closed
+# with ``JobStatus`` alone.
+FAILED_ITEMS_SHOWN = "failed-items-shown"
 # A job failed for its notify_url itself has no webhook to deliver.
 NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 
@@ -635,15 +641,29 @@ class JobWorkflow:
     def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
         self.report(outcome.counters, outcome.error_message or outcome.status)
-        workflow.upsert_search_attributes([sa.JOB_STATUS.value_set(outcome.status)])
+        attributes: list[SearchAttributeUpdate[Any]] = [sa.JOB_STATUS.value_set(outcome.status)]
+        if workflow.patched(FAILED_ITEMS_SHOWN):
+            failed = outcome.counters.failed
+            attributes.append(sa.JOB_FAILED_ITEMS.value_set(failed))
+            counters = outcome.counters
+            workflow.set_current_details(
+                f"**{status_label(outcome.status, failed)}**, {counters.processed} / "
+                f"{counters.total} done: {self._counts(counters)}"
+            )
+        workflow.upsert_search_attributes(attributes)
 
     def report(self, counters: Counters, message: str | None) -> None:
         """Progress for the query and the Temporal UI's current details."""
         self.counters = counters
         self.message = message or counters.describe()
         workflow.set_current_details(
-            f"**{counters.processed} / {counters.total}** done: {counters.succeeded} succeeded, "
-            f"{counters.skipped} skipped, {counters.failed} failed"
+            f"**{counters.processed} / {counters.total}** done: {self._counts(counters)}"
+        )
+
+    @staticmethod
+    def _counts(counters: Counters) -> str:
+        return (
+            f"{counters.succeeded} succeeded, {counters.skipped} skipped, {counters.failed} failed"
         )
 
     def _priority(self, job: JobInput) -> Priority:

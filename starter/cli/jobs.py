@@ -33,6 +33,7 @@ from starter.cli.output import (
     print_job,
     print_json,
     show,
+    status_shown,
 )
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def list_cells(job: Job) -> dict[str, str]:
     return {
         "id": str(job["id"]),
         "kind": job["kind"],
-        "status": job["status"],
+        "status": status_shown(job),
         "done": f"{job['processed']}/{job['total']}",
         "created": created,
         "summary": job.get("summary") or "",

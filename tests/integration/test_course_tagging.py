@@ -7,6 +7,7 @@ import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from hubjobs.devstack.demo_data import DemoCourse, create_workspace
@@ -20,6 +21,7 @@ from tests.support.helpers import (
     items_of,
     job_revisions,
     tags_of,
+    until,
     workflow_closed,
 )
 from tests.support.histories import record
@@ -27,6 +29,8 @@ from tests.support.servers import running_worker
 from workflows.course_tagging import CourseTaggingWorkflow
 
 TAG = "Sustainability"
+# The SDK's built-in query of a run's details (the UI's "Current details").
+METADATA_QUERY = "__temporal_workflow_metadata"
 
 
 async def test_every_outcome_of_the_table(
@@ -81,6 +85,10 @@ async def test_every_outcome_of_the_table(
         handle = temporal.get_workflow_handle(done.workflow_id)
         progress = await handle.query(CourseTaggingWorkflow.progress)
         assert progress.counters.processed == 20 and progress.status == "succeeded"
+        # The run's details lead with what its failed items make of the success (the UI
+        # shows the run Completed, "Failures 0": those count failed activities).
+        metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata)
+        assert metadata.current_details.startswith("**succeeded (3 failed)**, 20 / 20 done")
 
     assert done.status == "succeeded"
     items = await items_of(engine, job.id)
@@ -123,11 +131,19 @@ async def test_every_outcome_of_the_table(
     assert done.started_at is not None and done.finished_at is not None
     assert done.expires_at is not None and done.error_code is None
 
-    # Temporal agrees: completed, with the job's status as a search attribute.
+    # Temporal agrees: completed, with the job's status and failed items as search
+    # attributes, which the UI filters on.
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
     assert description.typed_search_attributes.get(sa.JOB_STATUS) == "succeeded"
+    assert description.typed_search_attributes.get(sa.JOB_FAILED_ITEMS) == 3
     assert description.typed_search_attributes.get(sa.WORKSPACE_ID) == str(course.workspace_id)
+    query = f'JobFailedItems > 0 AND WorkspaceId = "{course.workspace_id}"'
+
+    async def found_by_failed_items() -> bool:
+        return [wf.id async for wf in temporal.list_workflows(query)] == [done.workflow_id]
+
+    await until("the run found by JobFailedItems", found_by_failed_items)
     await record(handle, "course_tagging_outcomes")
 
 

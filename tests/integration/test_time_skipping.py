@@ -29,7 +29,6 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -68,9 +67,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         await environment.client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
                 namespace="default",
-                search_attributes={
-                    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in sa.REGISTERED
-                },
+                search_attributes=sa.registration(),
             )
         )
         yield environment

@@ -54,7 +54,16 @@ from tests.support.stacks import (
 # The tests of `up` bringing a dead server back run without the stack's supervisor, which
 # would have brought it back first (tests/system/test_database_disk.py shows that one).
 UNSUPERVISED = {"HUBJOBS_STACK_SUPERVISOR": "false"}
-SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId", "JobScheduleId")
+KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+SEARCH_ATTRIBUTES = {
+    "JobKind": KEYWORD,
+    "WorkspaceId": KEYWORD,
+    "JobStatus": KEYWORD,
+    "JobActor": KEYWORD,
+    "JobId": KEYWORD,
+    "JobScheduleId": KEYWORD,
+    "JobFailedItems": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
 
 
 def http_status(url: str) -> int:
@@ -118,10 +127,10 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         registered = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace="default")
         )
-        for name in SEARCH_ATTRIBUTES:
-            assert registered.custom_attributes.get(name) == (
-                IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-            ), f"{name} missing from {dict(registered.custom_attributes)}"
+        for name, indexed in SEARCH_ATTRIBUTES.items():
+            assert registered.custom_attributes.get(name) == indexed, (
+                f"{name} missing from {dict(registered.custom_attributes)}"
+            )
 
         # Task-queue fairness on, every task in one partition's order (embedded.py).
         temporal_command = embedded.command_line(pids[1], limit=100_000) or ""

@@ -252,6 +252,35 @@ async def test_items_through_the_api_and_the_cli(
     assert "page_unavailable" in text_view.stdout
 
 
+async def test_a_job_with_failed_items_says_so_wherever_its_status_is_shown(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    tagged: tuple[Tagged, JobView],
+    tmp_path: Path,
+) -> None:
+    """A job that succeeded with 13 of its pages failed: the list and ``status`` show
+    ``succeeded (13 failed)``, the API's resource ``has_failed_items``. Before: a plain
+    ``succeeded``, the failures to be found in a counter (Temporal's side:
+    tests/integration/test_course_tagging.py)."""
+    scenario, job = tagged
+    course = scenario.course
+    scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
+    wide = {"COLUMNS": "200"}
+    for command in (["list"], ["status", str(job.id)]):
+        shown = await run_hubjobs(api_settings, tmp_path, *command, *scope, extra_env=wide)
+        assert shown.returncode == 0, shown.stderr
+        assert "succeeded (13 failed)" in shown.stdout, shown.stdout
+    listed = await http.get(
+        f"/workspaces/{course.workspace_id}/jobs", headers=bearer(course.actor_id, api_settings)
+    )
+    [resource] = listed.json()["jobs"]
+    assert (resource["status"], resource["has_failed_items"], resource["failed"]) == (
+        "succeeded",
+        True,
+        13,
+    )
+
+
 # --- retry ------------------------------------------------------------------------------------
 
 
