@@ -16,6 +16,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient
 from tests.support.helpers import (
+    activity_summaries,
     edit,
     item_counts,
     items_of,
@@ -25,7 +26,7 @@ from tests.support.helpers import (
     workflow_closed,
 )
 from tests.support.histories import record
-from tests.support.servers import running_worker
+from tests.support.servers import running_worker, seed
 from workflows.course_tagging import CourseTaggingWorkflow
 
 TAG = "Sustainability"
@@ -165,6 +166,24 @@ async def test_a_second_run_on_the_same_course_skips_every_page(
     )
     assert first.succeeded == 30
     assert (second.succeeded, second.skipped, second.failed) == (0, 30, 0)
+
+
+async def test_a_healthy_jobs_slices_read_as_slices(
+    hub: HubJobsClient, engine: AsyncEngine, temporal: Client, slow_settings: Settings
+) -> None:
+    """A job whose work takes several time slices, none failing: the UI shows each as a
+    slice of the job, numbered, never as an attempt. Before: "Course tagging, attempt
+    6" beside Temporal's own "Attempt 1 / 1", a healthy job read as one retried."""
+    course = await seed(engine, 300)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    async with running_worker(temporal, slow_settings):
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
+        done = await jobs.wait(job.id, timeout=120)
+        await workflow_closed(temporal, done.workflow_id)
+    assert done.status == "succeeded" and done.attempts_failed == 0
+    summaries = await activity_summaries(temporal.get_workflow_handle(done.workflow_id))
+    assert len(summaries) >= 2, summaries  # 30 batches of 10, paced, in 1 s slices
+    assert summaries == [f"Course tagging, slice {n}" for n in range(1, len(summaries) + 1)]
 
 
 async def _new_workspace(engine: AsyncEngine) -> uuid.UUID:

@@ -50,7 +50,7 @@ from hubjobs.temporal.failures import ERROR_MESSAGES
 from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW
 from hubjobs.temporal.messages import JobOutcome, SweepRequest, SweepResult
 from starter.client import HubJobsClient
-from tests.support.helpers import tags_of
+from tests.support.helpers import activity_summaries, tags_of
 
 DAY_AND_A_BIT = timedelta(hours=24, minutes=1)
 TOLERANCE = 1.0
@@ -204,6 +204,13 @@ async def test_a_flaky_activity_retries_after_2_10_and_30_seconds(
     assert outcome.result == {"echo": "hi"}
     assert [attempt for attempt, _ in toy_impl.ATTEMPTS] == [1, 2, 3, 4]
     assert_gaps(await echo_backoffs(handle), [2, 10, 30])
+    # Each activity a slice of the job, and "attempt" only for those a failure started.
+    assert await activity_summaries(handle) == [
+        "Echo, slice 1",
+        "Echo, slice 2, attempt 2 after a failure",
+        "Echo, slice 3, attempt 3 after 2 failures",
+        "Echo, slice 4, attempt 4 after 3 failures",
+    ]
     done = await row(engine, job.id)
     assert done is not None
     assert done.status == "succeeded"
