@@ -184,6 +184,7 @@ async def test_a_healthy_jobs_slices_read_as_slices(
     summaries = await activity_summaries(temporal.get_workflow_handle(done.workflow_id))
     assert len(summaries) >= 2, summaries  # 30 batches of 10, paced, in 1 s slices
     assert summaries == [f"Course tagging, slice {n}" for n in range(1, len(summaries) + 1)]
+    await record(temporal.get_workflow_handle(done.workflow_id), "course_tagging_slices")
 
 
 async def _new_workspace(engine: AsyncEngine) -> uuid.UUID:
