@@ -92,7 +92,11 @@ def up(
         )
     else:
         out().print(f"PostgreSQL   {info.database_url}")
-        out().print(f"Temporal     {info.temporal_address}")
+        out().print(
+            f"Temporal     {info.temporal_address}  ({temporal_cli_hint(info.temporal_address)})",
+            markup=False,
+            highlight=False,
+        )
         out().print(f"Temporal UI  {info.ui_url}")
         out().print(f"API          {api_url}  (the job commands call it)")
         out().print(f"Metrics      {metrics.note}", markup=False, highlight=False)
@@ -105,6 +109,13 @@ def up(
             markup=False,
             highlight=False,
         )
+
+
+def temporal_cli_hint(address: str) -> str:
+    """How the Temporal CLI (and the SDKs' environment configuration) reaches this stack:
+    the variable it reads. Unset, it tries localhost:7233, where another server (another
+    stack's) may answer, silently."""
+    return f"the temporal CLI: export TEMPORAL_ADDRESS={address}"
 
 
 def write_dev_secret(settings: Settings) -> None:
@@ -254,6 +265,7 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
         "workspace_id": ids["workspace_id"],
         "actor_id": ids["actor_id"],
         "root_page_id": ids["root_page_id"],
+        "temporal_address": settings.resolved_temporal_address(),
         "ui_url": ui
         and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
         "metrics_url": metrics.url,
@@ -281,6 +293,7 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         ("Workspace", steps["workspace_id"]),
         ("Actor", steps["actor_id"]),
         ("Root page", steps["root_page_id"]),
+        ("Temporal", steps["temporal_address"]),
         ("Temporal UI", steps["ui_url"]),
         ("Metrics", steps["metrics"]),
     ]
@@ -289,6 +302,10 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         if value is not None:
             out().print(f"{label:12} {value}", markup=False, highlight=False)
     out().print("\nA worker keeps serving (`hubjobs down` or `make down` stops it).")
+    # The docs' `temporal workflow …` commands read it (docs/other-services.md).
+    out().print(
+        f"For {temporal_cli_hint(steps['temporal_address'])}", markup=False, highlight=False
+    )
     hint = path_hint()
     if hint is not None:
         out().print(hint, markup=False, highlight=False)
