@@ -34,7 +34,7 @@ from activities.endings import (
     finish,
     outcome_of,
 )
-from activities.opening import Fits, NotWhole, open_for_attempt, open_in
+from activities.opening import Fits, NotWhole, open_for_attempt, open_whole
 from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
@@ -213,13 +213,13 @@ class KindActivities(Generic[P]):
         fits: Fits,
     ) -> store.Finished:
         info = activity.info()
-        job = await open_in(
+        job = await open_whole(
             conn,
             self.deps.settings,
             request,
             info.workflow_id,
             info.workflow_run_id,
-            whole=fits,
+            fits=fits,
         )
         if not isinstance(job, JobView):
             raise NotWhole("no row of this workflow, or its snapshot refused")

@@ -1,6 +1,7 @@
-"""Opening a job for an attempt: its row moved to running (its items snapshotted by the
-first attempt, in the same transaction), or, for a job started straight through
-Temporal, its row created with the checks a start through the client makes."""
+"""Opening a job for an attempt: its row moved to running and committed, then its items
+snapshotted by the first attempt (seconds for a large course, the row saying running
+meanwhile), or, for a job started straight through Temporal, its row created with the
+checks a start through the client makes."""
 
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ async def open_for_attempt(
     *,
     on_wait: Callable[[], None],
 ) -> JobView:
-    """Moves the job to running for this attempt, taking its items first when no
-    attempt has yet (hubjobs.kinds.job_rows.take_snapshot), in one transaction: a
-    small job's first attempt commits once before its work. A job started straight
+    """Moves the job to running for this attempt, committed, then takes its items when
+    no attempt has yet (hubjobs.kinds.job_rows.take_snapshot) in a transaction of
+    their own: what a large course's snapshot takes, the job spends running, as its
+    workflow says, and its ``started_at`` is when it started. A job started straight
     through Temporal has no row yet: it is created with the checks a start through
     the client makes, and a refused one gets a failed row and fails at once; a job
     whose snapshot is refused (its course trashed since the start) fails with the
@@ -49,8 +51,16 @@ async def open_for_attempt(
     job = request.job
     settings = deps.settings
 
-    async def open_row(conn: AsyncConnection) -> JobView | HubJobsError | None:
-        return await open_in(conn, settings, request, workflow_id, run_id)
+    async def open_row(conn: AsyncConnection) -> JobView | None:
+        return await open_running(conn, request, workflow_id, run_id)
+
+    async def snapshot_row(conn: AsyncConnection, opened: JobView) -> JobView | HubJobsError:
+        refused = await snapshot_if_due(conn, opened, settings)
+        if refused is not None:
+            return refused
+        taken = await store.get_job(conn, opened.id)
+        assert taken is not None, "an opened row stays while its workflow runs"
+        return taken
 
     async def create_row(
         conn: AsyncConnection, notify_url: str | None, notify_refused: HubJobsError | None
@@ -77,9 +87,18 @@ async def open_for_attempt(
         opened = await with_outage_retry(
             deps.engine, settings, open_row, transaction=True, on_wait=on_wait
         )
-        if isinstance(opened, HubJobsError):
-            raise Refused(opened.message, code=opened.code)
-        return opened
+        if opened is None or opened.is_final or opened.snapshot_at is not None:
+            return opened
+        taken = await with_outage_retry(
+            deps.engine,
+            settings,
+            lambda conn: snapshot_row(conn, opened),
+            transaction=True,
+            on_wait=on_wait,
+        )
+        if isinstance(taken, HubJobsError):
+            raise Refused(taken.message, code=taken.code)
+        return taken
 
     async with beating(on_wait):
         opened = await open_once()
@@ -112,37 +131,13 @@ class NotWhole(Exception):
     the workflow's attempts take the job as it is."""
 
 
-async def open_in(
-    conn: AsyncConnection,
-    settings: Settings,
-    request: WorkRequest,
-    workflow_id: str | None,
-    run_id: str | None,
-    *,
-    whole: Fits | None = None,
-) -> JobView | HubJobsError | None:
-    """The attempt's opening, in the caller's transaction: the row read, its items
-    snapshotted if no attempt took them yet, the row moved to running (a final one as it
-    is, following this run). None when the workflow has no row (a direct start creates
-    it); a refusal of the snapshot is returned. ``whole``: only a job nothing has
-    touched yet (no snapshot, no cancellation request) that fits, else NotWhole."""
+async def open_running(
+    conn: AsyncConnection, request: WorkRequest, workflow_id: str | None, run_id: str | None
+) -> JobView | None:
+    """An ordinary attempt's opening, in the caller's transaction: the row moved to
+    running (a final one as it is, following this run). None when the workflow has no
+    row (a direct start creates it)."""
     job = request.job
-    if whole is not None:
-        # Read under the snapshot lock: an attempt (presumed dead) taking the items now
-        # has taken them by then.
-        row = await store.get_job_locked(conn, job.job_id)
-    else:
-        row = await store.get_job(conn, job.job_id)
-    if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
-        return None
-    if whole is not None and not row.is_final:
-        if row.snapshot_at is not None or row.cancel_requested_at is not None:
-            raise NotWhole("an earlier attempt or a cancellation came first")
-        if not await whole(conn, row):
-            raise NotWhole("larger than one unit of work")
-    refused = await snapshot_if_due(conn, row, settings, whole=whole is not None)
-    if refused is not None:
-        return refused
     opened = await store.open_job(
         conn,
         job.job_id,
@@ -154,6 +149,37 @@ async def open_in(
     if opened is not None and opened.is_final and run_id is not None:
         await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
     return opened
+
+
+async def open_whole(
+    conn: AsyncConnection,
+    settings: Settings,
+    request: WorkRequest,
+    workflow_id: str | None,
+    run_id: str | None,
+    *,
+    fits: Fits,
+) -> JobView | HubJobsError | None:
+    """A small job's opening, done whole in the caller's one transaction: the row read,
+    its items snapshotted, the row moved to running (a final one as it is, following
+    this run). None when the workflow has no row; a refusal of the snapshot is
+    returned. Only for a job nothing has touched yet (no snapshot, no cancellation
+    request) that ``fits``, else NotWhole."""
+    job = request.job
+    # Read under the snapshot lock: an attempt (presumed dead) taking the items now has
+    # taken them by then.
+    row = await store.get_job_locked(conn, job.job_id)
+    if row is None or (workflow_id is not None and row.workflow_id != workflow_id):
+        return None
+    if not row.is_final:
+        if row.snapshot_at is not None or row.cancel_requested_at is not None:
+            raise NotWhole("an earlier attempt or a cancellation came first")
+        if not await fits(conn, row):
+            raise NotWhole("larger than one unit of work")
+    refused = await snapshot_if_due(conn, row, settings, whole=True)
+    if refused is not None:
+        return refused
+    return await open_running(conn, request, workflow_id, run_id)
 
 
 async def snapshot_if_due(

@@ -513,10 +513,11 @@ class WorkspaceJobs:
         enabled administrator; the kind keeps only the items still there, e.g. pages
         not trashed since). Refused as ``not_retryable`` for a kind whose items cannot
         be retried, ``job_not_finished`` while the job runs, ``nothing_to_retry`` when
-        no failed item is left. Idempotent per source job: retrying it again returns
-        the same retry."""
+        no failed item is left (out of the trash). Idempotent per source job: retrying
+        it again returns the same retry, unless that one took no item (its pages were
+        trashed by the time it ran): the next retry is then a new job."""
         from hubjobs.domain.access import require_administrator
-        from hubjobs.kinds.job_rows import JobRow, admit
+        from hubjobs.kinds.job_rows import JobRow, admit, release_empty_retry
         from hubjobs.observability.telemetry import job_span
         from hubjobs.readmodel import store as read_model
 
@@ -537,19 +538,18 @@ class WorkspaceJobs:
                 raise InvalidInput(
                     "the job has not finished; retry it once it has", code="job_not_finished"
                 )
-            return await admit(
-                conn,
-                JobRow(
-                    job_id=new_id,
-                    kind=kind.name,
-                    workspace_id=self.workspace_id,
-                    actor_id=self.actor_id,
-                    correlation_id=correlation_id,
-                    payload=source.payload,
-                    idempotency_key=retry_key(source.id),
-                    source_job_id=source.id,
-                ),
+            row = JobRow(
+                job_id=new_id,
+                kind=kind.name,
+                workspace_id=self.workspace_id,
+                actor_id=self.actor_id,
+                correlation_id=correlation_id,
+                payload=source.payload,
+                idempotency_key=retry_key(source.id),
+                source_job_id=source.id,
             )
+            await release_empty_retry(conn, row)
+            return await admit(conn, row)
 
         with job_span(
             "hubjobs.retry",

@@ -32,6 +32,7 @@ from hubjobs.schedules.definition import (
     ScheduleView,
     is_schedule_id,
     new_schedule_id,
+    paused_note,
     schedule_of,
     search_attributes_of,
     view_of,
@@ -187,9 +188,10 @@ class WorkspaceSchedules:
     # --- changing -------------------------------------------------------------------------
 
     async def pause(self, schedule_id: str) -> ScheduleView:
-        """No firing until unpaused (a run under way goes on)."""
-        handle, _ = await self._administered(schedule_id)
-        note = f"paused by {self.actor_id}"
+        """No firing until unpaused (a run under way goes on); its note says what it does
+        still, and who paused it."""
+        handle, described = await self._administered(schedule_id)
+        note = paused_note(described.view, self.actor_id)
         await self._call(handle, "pausing", lambda: handle.pause(note=note))
         return await self._describe(schedule_id)
 

@@ -45,6 +45,7 @@ from temporalio.common import (
     Priority,
     RawValue,
     RetryPolicy,
+    SearchAttributeUpdate,
     VersioningBehavior,
     WorkflowIDReusePolicy,
 )
@@ -60,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.outages import OUT_OF_REACH
     from hubjobs.domain.text import is_key
     from hubjobs.kinds import JobKind
-    from hubjobs.readmodel.status import JobStatus
+    from hubjobs.readmodel.status import JobStatus, status_label
     from hubjobs.readmodel.views import Counters
     from hubjobs.temporal import search_attributes as sa
     from hubjobs.temporal.failures import (
@@ -144,6 +145,16 @@ COMPLETION_WEBHOOK = "completion-webhook"
 # A run past its job's run_signal_budget continues as new; recorded histories took
 # their signals to the end of the run.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
+# A job's run closes with its failed items in ``JobFailedItems`` and its details led by
+# its status as people read it (``succeeded (10 failed)``): Temporal shows a job that
+# succeeded with failed items as Completed, "Failures 0". Recorded histories closed
+# with ``JobStatus`` alone.
+FAILED_ITEMS_SHOWN = "failed-items-shown"
+# Each activity of a job's work is named a slice in the UI ("Course tagging, slice 6"),
+# and "attempt" only one a failure started ("slice 7, attempt 2 after a failure"): a
+# healthy job's slices read as retries before ("Attempt 1 / 1 • Course tagging,
+# attempt 6"). Recorded histories named every one an attempt.
+SLICES_NAMED = "slices-named-slices"
 # A job failed for its notify_url itself has no webhook to deliver.
 NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 
@@ -207,6 +218,8 @@ class JobWorkflow:
         self.signals = 0
         self.outage_since: datetime | None = None
         self.handovers = 0
+        # Attempts that failed since the last that did not: what the next one retries.
+        self.failures_in_row = 0
         self.running: workflow.ActivityHandle[WorkResult] | None = None
 
     # --- signals and query ------------------------------------------------------
@@ -368,16 +381,18 @@ class JobWorkflow:
                     # Asked to hand the job over (the run is full), the attempt does so at
                     # its next step, and its result says where it got.
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                    summary=f"{self.kind.title}, attempt {self.attempts}",
+                    summary=self._attempt_summary(),
                     priority=self._priority(job),
                 )
             try:
                 result = await self._attempt_result()
             except ActivityError as err:
                 self.running = None
+                self.failures_in_row += 1
                 await self._after_failure(err, job)
                 continue
             self.running = None
+            self.failures_in_row = 0
             if result.outcome is not None:
                 return result.outcome
             # Handed over: carry on in a new attempt, at no cost.
@@ -393,6 +408,18 @@ class JobWorkflow:
                 self.report(result.counters, result.message)
             if workflow.info().is_continue_as_new_suggested() or self._run_full():
                 await self._continue_as_new(job)
+
+    def _attempt_summary(self) -> str:
+        """What the UI shows of an attempt: the slice it is, and, when a failure started
+        it, which try after how many failures."""
+        if not workflow.patched(SLICES_NAMED):
+            return f"{self.kind.title}, attempt {self.attempts}"
+        summary = f"{self.kind.title}, slice {self.attempts}"
+        failures = self.failures_in_row
+        if failures:
+            after = "a failure" if failures == 1 else f"{failures} failures"
+            summary += f", attempt {failures + 1} after {after}"
+        return summary
 
     async def _attempt_result(self) -> WorkResult:
         """The running attempt's result. Shielded: cancelled from Temporal, the attempt
@@ -635,15 +662,29 @@ class JobWorkflow:
     def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
         self.report(outcome.counters, outcome.error_message or outcome.status)
-        workflow.upsert_search_attributes([sa.JOB_STATUS.value_set(outcome.status)])
+        attributes: list[SearchAttributeUpdate[Any]] = [sa.JOB_STATUS.value_set(outcome.status)]
+        if workflow.patched(FAILED_ITEMS_SHOWN):
+            failed = outcome.counters.failed
+            attributes.append(sa.JOB_FAILED_ITEMS.value_set(failed))
+            counters = outcome.counters
+            workflow.set_current_details(
+                f"**{status_label(outcome.status, failed)}**, {counters.processed} / "
+                f"{counters.total} done: {self._counts(counters)}"
+            )
+        workflow.upsert_search_attributes(attributes)
 
     def report(self, counters: Counters, message: str | None) -> None:
         """Progress for the query and the Temporal UI's current details."""
         self.counters = counters
         self.message = message or counters.describe()
         workflow.set_current_details(
-            f"**{counters.processed} / {counters.total}** done: {counters.succeeded} succeeded, "
-            f"{counters.skipped} skipped, {counters.failed} failed"
+            f"**{counters.processed} / {counters.total}** done: {self._counts(counters)}"
+        )
+
+    @staticmethod
+    def _counts(counters: Counters) -> str:
+        return (
+            f"{counters.succeeded} succeeded, {counters.skipped} skipped, {counters.failed} failed"
         )
 
     def _priority(self, job: JobInput) -> Priority:

@@ -183,13 +183,32 @@ async def fits(
     return int(size) <= pages
 
 
+async def _failed_pages_left(
+    conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload
+) -> bool:
+    """Whether a retry's snapshot would take a page: some failed page of its source is
+    still in the workspace, out of the trash (read no further than the first)."""
+    params = {
+        "workspace": job.workspace_id,
+        "tag": payload.tag,
+        "source": job.source_job_id,
+        "bound": 1,
+    }
+    ((size,),), _ = await direct.rows(conn, FAILED_SIZE, params)
+    return bool(size)
+
+
 async def check(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> str:
     """The start's checks, by key: the course's root is a page of the workspace out of
-    the trash (a retry: some failed page of its source is left); the summary."""
+    the trash (a retry: some failed page of its source is left, out of the trash); the
+    summary."""
     if job.source_job_id is not None:
-        if not await store.any_failed_item(conn, job.source_job_id):
+        # The pages the retry's snapshot would take, not the failed items alone: one
+        # whose pages are all in the trash would run empty and "succeed".
+        if not await _failed_pages_left(conn, job, payload):
             raise InvalidInput(
-                "no failed page of that job is left to retry", code="nothing_to_retry"
+                "no failed page of that job is left to retry (in the trash, or gone)",
+                code="nothing_to_retry",
             )
         return f"Retry tagging the failed pages with {payload.tag}"
     title = await course_root(conn, payload.root_page_id, job.workspace_id)

@@ -90,6 +90,25 @@ async def admit(
     raise refusal
 
 
+async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
+    """Before a retry's ``admit``: a finished earlier retry under the same key that took
+    no item (its source's failed pages were in the trash when it ran) is not the
+    source's retry, and gives the key up, so that this start makes a new job over the
+    pages back since. One still to take its items is returned as ever."""
+    if row.idempotency_key is None or row.source_job_id is None:
+        return
+    earlier = await store.find_by_idempotency_key(
+        conn, row.workspace_id, row.kind, row.idempotency_key
+    )
+    if (
+        earlier is not None
+        and earlier.is_final
+        and earlier.snapshot_at is not None
+        and earlier.total == 0
+    ):
+        await store.release_idempotency_key(conn, earlier.id)
+
+
 async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
     kind = REGISTRY.get(row.kind)
     model = kind.validate(row.payload)

@@ -47,6 +47,14 @@ FINAL_STATUSES = frozenset(status for status, moves in JOB_MOVES.items() if not 
 UNFINISHED_STATUSES = frozenset(status for status, moves in JOB_MOVES.items() if moves)
 
 
+def status_label(status: str, failed_items: int) -> str:
+    """A job's status as people read it, with its failed items when it has any
+    (``succeeded (10 failed)``): a job that succeeded with items failed is no plain
+    success. The list, ``status``, the API's ``has_failed_items`` and the run's details
+    and ``JobFailedItems`` in Temporal say the same."""
+    return f"{status} ({failed_items} failed)" if failed_items > 0 else str(status)
+
+
 class ItemState(SqlLiteral):
     pending = "pending"
     succeeded = "succeeded"

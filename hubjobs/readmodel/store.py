@@ -129,6 +129,15 @@ async def insert_job(
     return _job_or_none(row)
 
 
+async def release_idempotency_key(conn: AsyncConnection, job_id: uuid.UUID) -> None:
+    """The job no longer answers to its idempotency key: a start with that key makes a
+    new job (a retry that took nothing is not its source's retry)."""
+    await conn.execute(
+        text("UPDATE jobs SET idempotency_key = NULL, updated_at = now() WHERE id = :id"),
+        {"id": job_id},
+    )
+
+
 async def insert_items(
     conn: AsyncConnection, job_id: uuid.UUID, select: str, params: dict[str, Any]
 ) -> int:
@@ -278,15 +287,6 @@ async def list_items(
 # A job's items are read by the database's named functions (migration 0009), which a
 # kind's own statements call: job_pending_items(job, after, up_to, at_most) and
 # job_failed_items(job).
-
-
-async def any_failed_item(conn: AsyncConnection, source_job_id: uuid.UUID) -> bool:
-    """Whether the job has a failed item (a retry's start check, by index)."""
-    found = await conn.execute(
-        text("SELECT EXISTS (SELECT 1 FROM job_failed_items(:source))"),
-        {"source": source_job_id},
-    )
-    return bool(found.scalar())
 
 
 async def analyze_items(conn: AsyncConnection) -> None:

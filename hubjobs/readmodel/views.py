@@ -101,6 +101,11 @@ class JobView(BaseModel):
         return self.status.is_final
 
     @property
+    def has_failed_items(self) -> bool:
+        """Some item failed: a job that succeeded so is not a plain success."""
+        return self.failed > 0
+
+    @property
     def progress(self) -> str:
         """The latest progress message, or one made from the counters."""
         return self.progress_message or self.counters.describe()

@@ -123,7 +123,8 @@ class ScheduleRun(BaseModel):
 
 class ScheduleView(ScheduleDefinition):
     """A schedule as callers see it: its definition, whether it is paused, its next
-    firings and its recent ones (each with the id of the job it created)."""
+    firings (none while paused) and its recent ones (each with the id of the job it
+    created)."""
 
     paused: bool
     note: str | None = None
@@ -172,6 +173,18 @@ def workspace_query(workspace_id: uuid.UUID) -> str:
     return f'{sa.WORKSPACE_ID.name} = "{workspace_id}"'
 
 
+def paused_note(definition: ScheduleDefinition, actor_id: uuid.UUID) -> str:
+    """A paused schedule's note: what it does still, and who paused it (the UI shows
+    the note; unpausing puts back ``describe()``)."""
+    return f"{definition.describe()}; paused by {actor_id}"
+
+
+def _next_runs(paused: bool, times: Sequence[datetime]) -> list[datetime]:
+    """Temporal keeps a paused schedule's next action times, which then go by unfired:
+    a paused schedule has no upcoming run."""
+    return [] if paused else list(times)
+
+
 def _runs(actions: Sequence[ScheduleActionResult]) -> list[ScheduleRun]:
     runs = []
     for action in actions:
@@ -198,7 +211,7 @@ async def view_of(description: ScheduleDescription) -> ScheduleView | None:
         **definition.model_dump(),
         paused=description.schedule.state.paused,
         note=description.schedule.state.note,
-        next_runs=list(description.info.next_action_times),
+        next_runs=_next_runs(description.schedule.state.paused, description.info.next_action_times),
         recent_runs=_runs(description.info.recent_actions),
     )
 
@@ -213,6 +226,6 @@ async def view_of_listed(entry: ScheduleListDescription) -> ScheduleView | None:
         **definition.model_dump(),
         paused=entry.schedule.state.paused,
         note=entry.schedule.state.note,
-        next_runs=list(entry.info.next_action_times),
+        next_runs=_next_runs(entry.schedule.state.paused, entry.info.next_action_times),
         recent_runs=_runs(entry.info.recent_actions),
     )

@@ -1,9 +1,12 @@
 """Typed search attributes: how a run is found in the Temporal UI
-(``WorkspaceId = "..." AND JobKind = "course_tagging"``). Registered on the dev
-server by ``hubjobs up`` and on a cluster by docker-compose."""
+(``WorkspaceId = "..." AND JobKind = "course_tagging"``, ``JobFailedItems > 0``).
+Registered on the dev server by ``hubjobs up`` and on a cluster by docker-compose; a
+workflow that sets one not registered fails its task, so a new one is registered
+before the workers that set it are deployed."""
 
 from __future__ import annotations
 
+from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.common import SearchAttributeKey
 
 JOB_KIND = SearchAttributeKey.for_keyword("JobKind")
@@ -15,5 +18,24 @@ JOB_ID = SearchAttributeKey.for_keyword("JobId")
 # lists every run of one schedule (Temporal's own TemporalScheduledById marks only the
 # firings, not the jobs they start as child workflows).
 JOB_SCHEDULE_ID = SearchAttributeKey.for_keyword("JobScheduleId")
+# A finished job's failed items: a job that "succeeded" with some of them failed is
+# found by ``JobFailedItems > 0`` (its run closes Completed all the same).
+JOB_FAILED_ITEMS = SearchAttributeKey.for_int("JobFailedItems")
 
-REGISTERED = (JOB_KIND, WORKSPACE_ID, JOB_STATUS, JOB_ACTOR, JOB_ID, JOB_SCHEDULE_ID)
+REGISTERED = (
+    JOB_KIND,
+    WORKSPACE_ID,
+    JOB_STATUS,
+    JOB_ACTOR,
+    JOB_ID,
+    JOB_SCHEDULE_ID,
+    JOB_FAILED_ITEMS,
+)
+
+
+def registration() -> dict[str, IndexedValueType.ValueType]:
+    """Each registered attribute's name and type, as the operator service's
+    ``AddSearchAttributes`` takes them (a namespace of a test server of one's own)."""
+    return {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type.value) for key in REGISTERED
+    }

@@ -23,16 +23,28 @@ class JobResourceFields(BaseModel):
     def of(cls, job: JobView) -> JobResourceFields:
         data = job.model_dump(mode="json")
         return cls.model_validate(
-            {**{k: data[k] for k in API_JOB_FIELDS}, "status_url": status_url(job)}
+            {
+                **{k: data[k] for k in API_JOB_FIELDS},
+                "has_failed_items": job.has_failed_items,
+                "status_url": status_url(job),
+            }
         )
 
 
 # A job as the API shows it: the fields API_JOB_FIELDS names, typed as JobView types
-# them (the one declaration), and the URL its status is read at.
+# them (the one declaration), whether some item failed, and the URL its status is read
+# at.
 JobResource = create_model(
     "JobResource",
     __base__=JobResourceFields,
     **{name: (JobView.model_fields[name].annotation, ...) for name in API_JOB_FIELDS},  # type: ignore[call-overload]
+    has_failed_items=(
+        bool,
+        Field(
+            description="Some item failed (`failed` of them): a job `succeeded` so is no "
+            "plain success; `…/items?state=failed` lists them, `…/retry` runs them again"
+        ),
+    ),
     status_url=(str, ...),
 )
 

@@ -33,6 +33,7 @@ from starter.cli.output import (
     print_job,
     print_json,
     show,
+    status_shown,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def retry(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a finished job's failed items again, as a new job of the same kind (the same
-    one each time for the same JOB)."""
+    one each time for the same JOB, unless that one found none left to take)."""
     start_job(workspace, actor, lambda jobs: jobs.retry(job_id), wait=wait, as_json=as_json)
 
 
@@ -151,7 +152,7 @@ def list_cells(job: Job) -> dict[str, str]:
     return {
         "id": str(job["id"]),
         "kind": job["kind"],
-        "status": job["status"],
+        "status": status_shown(job),
         "done": f"{job['processed']}/{job['total']}",
         "created": created,
         "summary": job.get("summary") or "",

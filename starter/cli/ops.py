@@ -46,29 +46,56 @@ def migrate(as_json: JsonOpt = False) -> None:
 
 @commands.command()
 @command
-def api() -> None:
-    """Serve the HTTP API (HUBJOBS_API_HOST, HUBJOBS_API_PORT) until interrupted."""
+def api(
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", min=1, max=65535, help="The port to serve on (default: HUBJOBS_API_PORT)."
+        ),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="The address to serve on (default: HUBJOBS_API_HOST)."),
+    ] = None,
+) -> None:
+    """Serve the HTTP API until interrupted. A port another process holds is refused
+    (port_taken, naming its holder)."""
     import uvicorn
 
+    from hubjobs.errors import Unavailable
     from hubjobs.observability.logs import setup_logging
     from starter.api import create_app
+    from starter.api.listen import listening_socket
     from starter.api.receive_deadline import receive_deadline
 
     settings = settings_now()
+    # Bound first: a taken port is this command's one line of error, before the app is
+    # built and the log set up.
+    sock = listening_socket(host or settings.api_host, port or settings.api_port)
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.api_host,
-        port=settings.api_port,
-        log_config=None,
-        # The app writes its own access line (the route's template, not the path and
-        # query as sent: those are the caller's text).
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        # HTTP/1.1 with a deadline on receiving each request; no WebSocket routes.
-        http=receive_deadline(settings.api_receive_timeout_seconds),
-        ws="none",
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            log_config=None,
+            # The app writes its own access line (the route's template, not the path
+            # and query as sent: those are the caller's text).
+            access_log=False,
+            timeout_graceful_shutdown=10,
+            # HTTP/1.1 with a deadline on receiving each request; no WebSocket routes.
+            http=receive_deadline(settings.api_receive_timeout_seconds),
+            ws="none",
+        )
     )
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # interrupted: stopped, as asked
+        pass
+    except SystemExit:  # uvicorn's own exit, when its startup failed (logged above)
+        pass
+    finally:
+        sock.close()
+    if not server.started:
+        raise Unavailable("the API did not start; its log above says why")
 
 
 @commands.command()

@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 from hubjobs.errors import (
     UnknownKind,
 )
-from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus
+from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus, status_label
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -121,14 +121,22 @@ def show(shown: str | RenderableType) -> None:
         out().print(shown)
 
 
+def status_shown(job: Job) -> str:
+    """A job's status with its failed items, if any: ``succeeded (10 failed)``."""
+    return status_label(job["status"], int(job.get("failed") or 0))
+
+
 def job_shown(job: Job, as_json: bool) -> str | Table:
-    """A job as a command shows it: JSON, or a table of its fields."""
+    """A job as a command shows it: JSON, or a table of its fields (its status with its
+    failed items)."""
     if as_json:
         return json_text(job_json(job))
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
     for key, value in job_json(job).items():
+        if key == "status":
+            value = status_shown(job)
         if value is not None:
             table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     return table
@@ -172,7 +180,7 @@ def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
                 task,
                 total=current["total"] or None,
                 completed=current["processed"],
-                description=f"{current['kind']} ({current['status']})",
+                description=f"{current['kind']} ({status_shown(current)})",
             )
             job = current
     if job.get("progress_message"):

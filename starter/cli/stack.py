@@ -61,7 +61,6 @@ def up(
         sqlite_pragmas=s.temporal_sqlite_pragmas,
     )
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
-    metrics_url = metrics_url_of(s)
     write_dev_secret(s)
     write_dev_webhook_secret(s)
     if s.stack_supervisor:
@@ -70,10 +69,16 @@ def up(
         start_supervisor(s.home)
     # The job commands' way in (starter/cli/remote.py), and the UI's codec endpoint.
     api_url = start_api(s.home, s.api_host, port)
-    if worker:
-        from hubjobs.devstack.background_worker import start_worker
+    from hubjobs.devstack.background_worker import (
+        METRICS_START_SECONDS,
+        start_worker,
+        worker_metrics,
+    )
 
-        start_worker(s.home)
+    if worker:
+        start_worker(s.home, s.metrics_port)
+    # What is true of them: served only once the worker holds their port.
+    metrics = worker_metrics(s.home, s.metrics_host, wait=METRICS_START_SECONDS if worker else 0)
     if as_json:
         print_json(
             {
@@ -81,16 +86,20 @@ def up(
                 "temporal_address": info.temporal_address,
                 "ui_url": info.ui_url,
                 "api_url": api_url,
-                "metrics_url": metrics_url,
+                "metrics_url": metrics.url,
                 "ui_codec_endpoint": codec,
             }
         )
     else:
         out().print(f"PostgreSQL   {info.database_url}")
-        out().print(f"Temporal     {info.temporal_address}")
+        out().print(
+            f"Temporal     {info.temporal_address}  ({temporal_cli_hint(info.temporal_address)})",
+            markup=False,
+            highlight=False,
+        )
         out().print(f"Temporal UI  {info.ui_url}")
         out().print(f"API          {api_url}  (the job commands call it)")
-        out().print(f"Metrics      {metrics_url}  (served by a running worker)")
+        out().print(f"Metrics      {metrics.note}", markup=False, highlight=False)
         if codec:
             out().print(f"UI codec     {codec}  (served by the API)")
     if codec != wanted_codec:
@@ -100,6 +109,13 @@ def up(
             markup=False,
             highlight=False,
         )
+
+
+def temporal_cli_hint(address: str) -> str:
+    """How the Temporal CLI (and the SDKs' environment configuration) reaches this stack:
+    the variable it reads. Unset, it tries localhost:7233, where another server (another
+    stack's) may answer, silently."""
+    return f"the temporal CLI: export TEMPORAL_ADDRESS={address}"
 
 
 def write_dev_secret(settings: Settings) -> None:
@@ -125,13 +141,6 @@ def write_dev_webhook_secret(settings: Settings) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
         out.write(secrets.token_urlsafe(32) + "\n")
-
-
-def metrics_url_of(settings: Settings) -> str | None:
-    """The worker's metrics endpoint (None when HUBJOBS_METRICS_PORT=0 turns it off)."""
-    if not settings.metrics_port:
-        return None
-    return f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
 
 
 def codec_endpoint(settings: Settings, port: int) -> str:
@@ -247,16 +256,20 @@ def _unless_worker_exits(home: Path, pid: int, work: Callable[[], R]) -> R:
 def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, Any]:
     """What the demo leaves running and the commands to try next."""
     from hubjobs.devstack import embedded
+    from hubjobs.devstack.background_worker import METRICS_START_SECONDS, worker_metrics
 
     stack = embedded.read_stack(settings.home)
     ui = stack.ui_url if stack else None
+    metrics = worker_metrics(settings.home, settings.metrics_host, wait=METRICS_START_SECONDS)
     return {
         "workspace_id": ids["workspace_id"],
         "actor_id": ids["actor_id"],
         "root_page_id": ids["root_page_id"],
+        "temporal_address": settings.resolved_temporal_address(),
         "ui_url": ui
         and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
-        "metrics_url": metrics_url_of(settings),
+        "metrics_url": metrics.url,
+        "metrics": metrics.note,
         "next": [
             "hubjobs list",
             f"hubjobs tag-course --root-page {ids['root_page_id']} --tag week-2 --wait",
@@ -280,14 +293,19 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         ("Workspace", steps["workspace_id"]),
         ("Actor", steps["actor_id"]),
         ("Root page", steps["root_page_id"]),
+        ("Temporal", steps["temporal_address"]),
         ("Temporal UI", steps["ui_url"]),
-        ("Metrics", steps["metrics_url"]),
+        ("Metrics", steps["metrics"]),
     ]
     out().print()
     for label, value in rows:
         if value is not None:
             out().print(f"{label:12} {value}", markup=False, highlight=False)
     out().print("\nA worker keeps serving (`hubjobs down` or `make down` stops it).")
+    # The docs' `temporal workflow …` commands read it (docs/other-services.md).
+    out().print(
+        f"For {temporal_cli_hint(steps['temporal_address'])}", markup=False, highlight=False
+    )
     hint = path_hint()
     if hint is not None:
         out().print(hint, markup=False, highlight=False)
@@ -313,7 +331,7 @@ def demo(
     settings = settings_now()
     ids = run(_seed(pages))
     write_profile(settings, ids)
-    pid = start_worker(settings.home)
+    pid = start_worker(settings.home, settings.metrics_port)
 
     from hubjobs.devstack.background_api import api_port, start_api
     from starter.cli.remote import Api, Target

@@ -7,6 +7,7 @@ import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from hubjobs.devstack.demo_data import DemoCourse, create_workspace
@@ -15,18 +16,22 @@ from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient
 from tests.support.helpers import (
+    activity_summaries,
     edit,
     item_counts,
     items_of,
     job_revisions,
     tags_of,
+    until,
     workflow_closed,
 )
 from tests.support.histories import record
-from tests.support.servers import running_worker
+from tests.support.servers import running_worker, seed
 from workflows.course_tagging import CourseTaggingWorkflow
 
 TAG = "Sustainability"
+# The SDK's built-in query of a run's details (the UI's "Current details").
+METADATA_QUERY = "__temporal_workflow_metadata"
 
 
 async def test_every_outcome_of_the_table(
@@ -81,6 +86,10 @@ async def test_every_outcome_of_the_table(
         handle = temporal.get_workflow_handle(done.workflow_id)
         progress = await handle.query(CourseTaggingWorkflow.progress)
         assert progress.counters.processed == 20 and progress.status == "succeeded"
+        # The run's details lead with what its failed items make of the success (the UI
+        # shows the run Completed, "Failures 0": those count failed activities).
+        metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata)
+        assert metadata.current_details.startswith("**succeeded (3 failed)**, 20 / 20 done")
 
     assert done.status == "succeeded"
     items = await items_of(engine, job.id)
@@ -123,11 +132,19 @@ async def test_every_outcome_of_the_table(
     assert done.started_at is not None and done.finished_at is not None
     assert done.expires_at is not None and done.error_code is None
 
-    # Temporal agrees: completed, with the job's status as a search attribute.
+    # Temporal agrees: completed, with the job's status and failed items as search
+    # attributes, which the UI filters on.
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
     assert description.typed_search_attributes.get(sa.JOB_STATUS) == "succeeded"
+    assert description.typed_search_attributes.get(sa.JOB_FAILED_ITEMS) == 3
     assert description.typed_search_attributes.get(sa.WORKSPACE_ID) == str(course.workspace_id)
+    query = f'JobFailedItems > 0 AND WorkspaceId = "{course.workspace_id}"'
+
+    async def found_by_failed_items() -> bool:
+        return [wf.id async for wf in temporal.list_workflows(query)] == [done.workflow_id]
+
+    await until("the run found by JobFailedItems", found_by_failed_items)
     await record(handle, "course_tagging_outcomes")
 
 
@@ -149,6 +166,25 @@ async def test_a_second_run_on_the_same_course_skips_every_page(
     )
     assert first.succeeded == 30
     assert (second.succeeded, second.skipped, second.failed) == (0, 30, 0)
+
+
+async def test_a_healthy_jobs_slices_read_as_slices(
+    hub: HubJobsClient, engine: AsyncEngine, temporal: Client, slow_settings: Settings
+) -> None:
+    """A job whose work takes several time slices, none failing: the UI shows each as a
+    slice of the job, numbered, never as an attempt. Before: "Course tagging, attempt
+    6" beside Temporal's own "Attempt 1 / 1", a healthy job read as one retried."""
+    course = await seed(engine, 300)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    async with running_worker(temporal, slow_settings):
+        job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
+        done = await jobs.wait(job.id, timeout=120)
+        await workflow_closed(temporal, done.workflow_id)
+    assert done.status == "succeeded" and done.attempts_failed == 0
+    summaries = await activity_summaries(temporal.get_workflow_handle(done.workflow_id))
+    assert len(summaries) >= 2, summaries  # 30 batches of 10, paced, in 1 s slices
+    assert summaries == [f"Course tagging, slice {n}" for n in range(1, len(summaries) + 1)]
+    await record(temporal.get_workflow_handle(done.workflow_id), "course_tagging_slices")
 
 
 async def _new_workspace(engine: AsyncEngine) -> uuid.UUID:

@@ -12,6 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.course_tagging import READ_BATCH
+from hubjobs.db import direct
+from hubjobs.db.direct import Statement
 from hubjobs.kinds.course_tagging import FAILED_ITEMS
 from tests.support.helpers import create_tagging_job
 from tests.support.servers import seed
@@ -25,11 +27,15 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def explain(
-    engine: AsyncEngine, statement: str, params: dict[str, object]
+    engine: AsyncEngine, statement: str | Statement, params: dict[str, object]
 ) -> list[dict[str, Any]]:
     async with engine.connect() as conn:
-        found = await conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement}"), params)
-        document = found.scalar_one()
+        if isinstance(statement, Statement):  # already in psycopg's form
+            explained = Statement(f"EXPLAIN (FORMAT JSON) {statement.sql}")
+            (((document,),), _) = await direct.rows(conn, explained, params)
+        else:
+            found = await conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement}"), params)
+            document = found.scalar_one()
     plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
     return plan_nodes(plan)
 

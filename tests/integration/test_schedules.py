@@ -93,6 +93,33 @@ async def cleanup(temporal: Client) -> AsyncIterator[list[str]]:
                 raise
 
 
+async def test_a_paused_schedule_lists_no_upcoming_run_and_keeps_its_note(
+    hub: HubJobsClient, course: DemoCourse, cleanup: list[str]
+) -> None:
+    """Paused, a schedule has no upcoming run (``get`` and ``list``) and its note still
+    says what it does, and who paused it; unpaused, both as before. Before: its next
+    runs still listed (the UI's upcoming runs going by in the past) and its note
+    replaced by "paused by …"."""
+    schedules = hub.schedules(course.workspace_id, course.actor_id)
+    created = await schedules.create("backup", cron="0 3 * * *", keep=7)
+    cleanup.append(created.id)
+    what = "backup cron 0 3 * * * (UTC), keeping the newest 7"
+    assert (created.note, created.paused) == (what, False) and created.next_runs
+
+    paused = await schedules.pause(created.id)
+    assert paused.paused and paused.next_runs == []
+    assert paused.note == f"{what}; paused by {course.actor_id}"
+
+    async def listed_paused() -> bool:
+        [listed] = await schedules.list()
+        return listed.paused and listed.next_runs == [] and listed.note == paused.note
+
+    await until("the paused schedule listed so", listed_paused)
+
+    unpaused = await schedules.unpause(created.id)
+    assert (unpaused.paused, unpaused.note) == (False, what) and unpaused.next_runs
+
+
 async def test_an_interval_schedule_fires_jobs_that_pause_unpause_and_delete_govern(
     hub: HubJobsClient,
     engine: AsyncEngine,

@@ -1,15 +1,18 @@
 """The snapshot is the job's first durable step (issue 22): a start inserts the row and
 nothing else, whatever the course's size; the job's first attempt takes the items in
-the transaction that opens it. "Had the tag at snapshot" then means: at
-``jobs.snapshot_at``, the first attempt's moment, not the start call's. Edits between
-the start and the first attempt are seen; two attempts taking the snapshot at once take
-it once; a course trashed in between refuses the job as the start would have."""
+the transaction after the one that opens it (the row says running meanwhile). "Had the
+tag at snapshot" then means: at ``jobs.snapshot_at``, the first attempt's moment, not
+the start call's. Edits between the start and the first attempt are seen; two attempts
+taking the snapshot at once take it once; a course trashed in between refuses the job
+as the start would have."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
+import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -17,10 +20,12 @@ from temporalio.client import Client
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds import job_rows
 from hubjobs.readmodel import store
+from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import PROGRESS_QUERY
 from starter.client import HubJobsClient
 from tests.support.helpers import edit, items_of, row_of, until
-from tests.support.servers import running_worker
+from tests.support.servers import bearer, running_worker
 
 TAG = "Week-1"
 
@@ -65,7 +70,7 @@ async def test_a_start_takes_no_items_and_the_first_attempt_sees_edits_made_sinc
         done = await jobs.wait(job.id, timeout=60)
     assert done.status == "succeeded"
     assert done.snapshot_at is not None and done.started_at is not None
-    assert done.created_at < done.snapshot_at <= done.started_at
+    assert done.created_at < done.started_at <= done.snapshot_at
     items = await items_of(engine, job.id)
     # The course as the first attempt found it: 30 pages, one trashed, one added.
     assert done.total == len(items) == 30
@@ -140,3 +145,66 @@ async def test_a_course_trashed_before_the_first_attempt_fails_the_job(
     assert await items_of(engine, job.id) == {}
     async with engine.connect() as conn:
         assert not await store.snapshot_due(conn, job.id)  # final: never taken again
+
+
+async def _waiting_on_an_advisory_lock(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        waiting = await conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+            )
+        )
+        return bool(waiting.scalar_one())
+
+
+async def test_a_job_taking_its_snapshot_says_running_everywhere(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    course: DemoCourse,
+    temporal: Client,
+    settings: Settings,
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+) -> None:
+    """A large course's snapshot takes seconds (here its attempt waits on the job's
+    snapshot lock, which the test holds): meanwhile the row says running, as the
+    workflow's progress query does, through the client, the API and a listing by
+    status, and its ``started_at`` is when the attempt opened it, before the snapshot.
+    Before: queued until the snapshot committed, then started_at backdated to then."""
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
+    holder = await engine.connect()
+    try:
+        await holder.begin()
+        await store.lock_snapshot(holder, job.id)
+        async with running_worker(temporal, settings):
+
+            async def opened_and_waiting() -> bool:
+                row = await row_of(engine, job.id)
+                running = row is not None and row.status == JobStatus.running
+                return running and await _waiting_on_an_advisory_lock(engine)
+
+            await until("the attempt taking the snapshot, its row running", opened_and_waiting)
+            seen = await jobs.get(job.id)
+            assert (seen.status, seen.snapshot_at, seen.total) == (JobStatus.running, None, 0)
+            assert seen.started_at is not None
+            listed = await jobs.list(status=JobStatus.running)
+            assert [j.id for j in listed] == [job.id]
+            answer = await http.get(
+                f"/workspaces/{course.workspace_id}/jobs/{job.id}",
+                headers=bearer(course.actor_id, api_settings),
+            )
+            assert answer.status_code == 202 and answer.json()["status"] == "running"
+            progress: dict[str, Any] = await temporal.get_workflow_handle(job.workflow_id).query(
+                PROGRESS_QUERY
+            )
+            assert progress["status"] == "running"
+
+            await holder.rollback()
+            done = await jobs.wait(job.id, timeout=60)
+    finally:
+        await holder.close()
+    assert (done.status, done.total) == ("succeeded", 30)
+    assert done.started_at == seen.started_at
+    assert done.snapshot_at is not None and done.started_at < done.snapshot_at

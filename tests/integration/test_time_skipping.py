@@ -29,7 +29,6 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -51,7 +50,7 @@ from hubjobs.temporal.failures import ERROR_MESSAGES
 from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW
 from hubjobs.temporal.messages import JobOutcome, SweepRequest, SweepResult
 from starter.client import HubJobsClient
-from tests.support.helpers import tags_of
+from tests.support.helpers import activity_summaries, tags_of
 
 DAY_AND_A_BIT = timedelta(hours=24, minutes=1)
 TOLERANCE = 1.0
@@ -68,9 +67,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         await environment.client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
                 namespace="default",
-                search_attributes={
-                    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in sa.REGISTERED
-                },
+                search_attributes=sa.registration(),
             )
         )
         yield environment
@@ -207,6 +204,13 @@ async def test_a_flaky_activity_retries_after_2_10_and_30_seconds(
     assert outcome.result == {"echo": "hi"}
     assert [attempt for attempt, _ in toy_impl.ATTEMPTS] == [1, 2, 3, 4]
     assert_gaps(await echo_backoffs(handle), [2, 10, 30])
+    # Each activity a slice of the job, and "attempt" only for those a failure started.
+    assert await activity_summaries(handle) == [
+        "Echo, slice 1",
+        "Echo, slice 2, attempt 2 after a failure",
+        "Echo, slice 3, attempt 3 after 2 failures",
+        "Echo, slice 4, attempt 4 after 3 failures",
+    ]
     done = await row(engine, job.id)
     assert done is not None
     assert done.status == "succeeded"

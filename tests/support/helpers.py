@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import subprocess
 import time
 import uuid
@@ -432,3 +433,13 @@ async def running_row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
         return job if job is not None and job.processed > 0 and not job.is_final else None
 
     return await until(f"job {job_id} under way", under_way)
+
+
+async def activity_summaries(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The summary of each activity the run scheduled, in order: what the Temporal UI
+    shows beside each (a summary is a JSON string in its user metadata)."""
+    summaries: list[str] = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            summaries.append(json.loads(event.user_metadata.summary.data))
+    return summaries

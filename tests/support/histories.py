@@ -24,7 +24,9 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # v5: a small course-tagging job is done at once by a local activity
 # (``small-job-at-once``).
 # v6: a run past its job's signal budget continues as new (``run-signal-budget``).
-GENERATION = "v6"
+# v7: a run closes with its failed items (``failed-items-shown``), and names each work
+# activity a slice (``slices-named-slices``).
+GENERATION = "v7"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

@@ -1,6 +1,6 @@
 """The HTTP API on the real servers: every status code of the asynchronous request
-pattern, authentication, isolation across workspaces, and schemathesis against the
-OpenAPI document of a real `hubjobs api` process."""
+pattern, authentication, isolation across workspaces, schemathesis against the
+OpenAPI document of a real `hubjobs api` process, and that process's port."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.codec_keys import codec_env
+from tests.support.processes import hubjobs_env
 from tests.support.servers import API_SECRET, bearer, running_worker, seed
+from tests.support.stacks import HUBJOBS, ForeignListener, hubjobs
 
 
 @pytest.fixture
@@ -412,3 +414,42 @@ async def test_the_temporal_contract_is_served_as_checked_in(http: httpx.AsyncCl
     assert missing.json()["error"]["code"] == "contract_file_not_found"
     climbing = await http.get("/contract/..%2F..%2Fhubjobs%2Fsettings.py")
     assert climbing.status_code == 404 and "pydantic" not in climbing.text
+
+
+def test_hubjobs_api_takes_its_port_and_refuses_a_taken_one_as_the_cli_does(
+    api_settings: Settings, tmp_path: Path
+) -> None:
+    """`hubjobs api` on a port another program holds, by `--port` or HUBJOBS_API_PORT:
+    one line, `port_taken` naming the holder, exit 1; `--port` on a free one serves
+    there. Before: no `--port`, and a taken port ended in uvicorn's text and exit 3."""
+    env = hubjobs_env(api_settings, tmp_path, api_jwt_secret=API_SECRET)
+    foreign = ForeignListener(choose_port(0))
+    held = {"HUBJOBS_API_PORT": str(foreign.port)}
+    try:
+        for args, with_env in (
+            (["api", "--port", str(foreign.port)], env),
+            (["api"], env | held),
+        ):
+            refused = hubjobs(with_env, *args, timeout=60)
+            assert (refused.returncode, refused.stdout) == (1, ""), refused
+            [line] = refused.stderr.strip().splitlines()
+            assert line.startswith(
+                f"error: the API's port {foreign.port} is held by pid {foreign.pid} ("
+            ), line
+            assert line.endswith("[port_taken]"), line
+
+        free = choose_port(0)
+        api = subprocess.Popen(
+            [HUBJOBS, "api", "--port", str(free)],
+            env=env | held,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(free, 60, "the API")
+            assert httpx.get(f"http://127.0.0.1:{free}/health", timeout=10).status_code == 200
+        finally:
+            api.terminate()
+            api.wait(timeout=30)
+    finally:
+        foreign.stop()

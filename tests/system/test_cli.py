@@ -15,7 +15,7 @@ from tests.support.cli_errors import refusal_code
 from tests.support.processes import hubjobs_json, run_hubjobs
 
 # What the CLI prints of a job: the API's record (its resource, and its result).
-JOB_KEYS = {*API_JOB_FIELDS, "status_url"}
+JOB_KEYS = {*API_JOB_FIELDS, "has_failed_items", "status_url"}
 
 
 def _scope(workspace: object, actor: object) -> list[str]:

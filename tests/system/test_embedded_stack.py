@@ -11,7 +11,8 @@ of its own (tests/support/stacks.py):
   port and its holder, and starts nothing anywhere else;
 - two first ``up``s at once in two fresh homes, preferring the same free ports: both
   come up, each on ports of its own (before, both chose the same port and the loser
-  failed ``unavailable``).
+  failed ``unavailable``);
+- the background worker's metrics on a free port, printed only once it serves them.
 """
 
 from __future__ import annotations
@@ -54,7 +55,16 @@ from tests.support.stacks import (
 # The tests of `up` bringing a dead server back run without the stack's supervisor, which
 # would have brought it back first (tests/system/test_database_disk.py shows that one).
 UNSUPERVISED = {"HUBJOBS_STACK_SUPERVISOR": "false"}
-SEARCH_ATTRIBUTES = ("JobKind", "WorkspaceId", "JobStatus", "JobActor", "JobId", "JobScheduleId")
+KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+SEARCH_ATTRIBUTES = {
+    "JobKind": KEYWORD,
+    "WorkspaceId": KEYWORD,
+    "JobStatus": KEYWORD,
+    "JobActor": KEYWORD,
+    "JobId": KEYWORD,
+    "JobScheduleId": KEYWORD,
+    "JobFailedItems": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
 
 
 def http_status(url: str) -> int:
@@ -118,10 +128,10 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         registered = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace="default")
         )
-        for name in SEARCH_ATTRIBUTES:
-            assert registered.custom_attributes.get(name) == (
-                IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-            ), f"{name} missing from {dict(registered.custom_attributes)}"
+        for name, indexed in SEARCH_ATTRIBUTES.items():
+            assert registered.custom_attributes.get(name) == indexed, (
+                f"{name} missing from {dict(registered.custom_attributes)}"
+            )
 
         # Task-queue fairness on, every task in one partition's order (embedded.py).
         temporal_command = embedded.command_line(pids[1], limit=100_000) or ""
@@ -331,3 +341,28 @@ def test_two_first_ups_at_once_each_take_ports_of_their_own() -> None:
         for env in envs:
             hubjobs(env, "down")
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_the_workers_metrics_take_a_free_port_and_are_printed_as_they_are() -> None:
+    """Another program holds the preferred metrics port (HUBJOBS_METRICS_PORT): `up`
+    with no worker running says nothing serves the metrics; `up --worker` gives the
+    worker a free port and prints it once the worker holds it, and it answers. Before:
+    the taken port printed as served, nothing answering there (only the worker's log
+    said otherwise)."""
+    foreign = ForeignListener(embedded.choose_port(0))
+    extra = {"HUBJOBS_METRICS_PORT": str(foreign.port), "HUBJOBS_MAINTENANCE": "false"}
+    try:
+        with own_stack(extra_env=extra) as own:
+            assert own.info["metrics_url"] is None, own.info
+            text = hubjobs(own.env, "up")
+            assert text.returncode == 0, text.stderr
+            assert "Metrics      not served: no background worker runs" in text.stdout
+
+            served, _ = timed_json(own.env, "up", "--worker")
+            url = served["metrics_url"]
+            assert url is not None and f":{foreign.port}/" not in url, served
+            assert http_status(url) == 200
+            text = hubjobs(own.env, "up")
+            assert f"Metrics      {url}  (served by the background worker)" in text.stdout
+    finally:
+        foreign.stop()

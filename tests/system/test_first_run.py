@@ -1,8 +1,9 @@
 """What a newcomer types after ``make run`` (``hubjobs up`` then ``hubjobs demo``), as
 real subprocesses on a stack of the test's own:
 
-- the demo prints its workspace, actor and root page, the UI link, the metrics URL and
-  the next commands; it leaves a background worker serving and a profile behind, so
+- the demo prints its workspace, actor and root page, the Temporal address (as the
+  ``temporal`` CLI reads it: TEMPORAL_ADDRESS), the UI link, the metrics URL it
+  serves and the next commands; it leaves a background worker serving and a profile behind, so
   ``hubjobs list`` needs no flags, the next job runs (it does not sit queued), the
   metrics URL answers, and the worker makes the CLI's starts, cancels and reads (the
   command loading neither the SDK nor SQLAlchemy nor psycopg); ``hubjobs down`` stops
@@ -116,7 +117,9 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             profile["workspace_id"],
             profile["actor_id"],
             profile["root_page_id"],
-            metrics_url,
+            f"{metrics_url}  (served by the background worker)",
+            f"Temporal     {stack.temporal_address}\n",
+            f"For the temporal CLI: export TEMPORAL_ADDRESS={stack.temporal_address}\n",
             f"{stack.info['ui_url']}/namespaces/default/workflows/course_tagging-",
             "hubjobs list",
             f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
@@ -130,6 +133,21 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         assert listed.returncode == 0, listed.stderr
         (demo_job,), _ = await asyncio.to_thread(timed_json, env, "list")
         assert demo_job["id"] in listed.stdout and demo_job["status"] == "succeeded"
+
+        # The Temporal CLI, given the address as the closing lines say (the stack is not
+        # on 7233, where another server may answer), finds the demo's run.
+        cli_env = {k: v for k, v in env.items() if not k.startswith("TEMPORAL_")}
+        describe = ["workflow", "describe", "--output", "json", "-w", demo_job["workflow_id"]]
+        described = await asyncio.to_thread(
+            subprocess.run,
+            [embedded.venv_binary("temporal"), *describe],
+            env=cli_env | {"TEMPORAL_ADDRESS": stack.temporal_address},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert described.returncode == 0, described.stderr
+        assert demo_job["workflow_id"] in described.stdout
 
         # From a folder below the stack's, HUBJOBS_HOME unset: the nearest .hubjobs/ up
         # the tree, as git finds its repository (before: none found, `hubjobs up` advised).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,11 @@ from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
-from hubjobs.readmodel.status import ItemState
+from hubjobs.readmodel import store
+from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemView, JobView
 from hubjobs.settings import Settings
-from starter.client import HubJobsClient, WorkspaceJobs
+from starter.client import HubJobsClient, WorkspaceJobs, retry_key
 from tests.support.helpers import edit, job_revisions, tags_of
 from tests.support.processes import hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, running_worker, seed
@@ -250,6 +252,35 @@ async def test_items_through_the_api_and_the_cli(
     assert "page_unavailable" in text_view.stdout
 
 
+async def test_a_job_with_failed_items_says_so_wherever_its_status_is_shown(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    tagged: tuple[Tagged, JobView],
+    tmp_path: Path,
+) -> None:
+    """A job that succeeded with 13 of its pages failed: the list and ``status`` show
+    ``succeeded (13 failed)``, the API's resource ``has_failed_items``. Before: a plain
+    ``succeeded``, the failures to be found in a counter (Temporal's side:
+    tests/integration/test_course_tagging.py)."""
+    scenario, job = tagged
+    course = scenario.course
+    scope = ["--workspace", str(course.workspace_id), "--actor", str(course.actor_id)]
+    wide = {"COLUMNS": "200"}
+    for command in (["list"], ["status", str(job.id)]):
+        shown = await run_hubjobs(api_settings, tmp_path, *command, *scope, extra_env=wide)
+        assert shown.returncode == 0, shown.stderr
+        assert "succeeded (13 failed)" in shown.stdout, shown.stdout
+    listed = await http.get(
+        f"/workspaces/{course.workspace_id}/jobs", headers=bearer(course.actor_id, api_settings)
+    )
+    [resource] = listed.json()["jobs"]
+    assert (resource["status"], resource["has_failed_items"], resource["failed"]) == (
+        "succeeded",
+        True,
+        13,
+    )
+
+
 # --- retry ------------------------------------------------------------------------------------
 
 
@@ -316,6 +347,59 @@ async def test_retry_tags_the_failed_pages_once_and_is_one_job_per_source(
     with pytest.raises(InvalidInput) as nothing:
         await jobs.retry(retry.id)
     assert nothing.value.code == "nothing_to_retry"
+
+
+async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
+    hub: HubJobsClient,
+    tagged: tuple[Tagged, JobView],
+    engine: AsyncEngine,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    """Every failed page in the trash: the retry is refused (``nothing_to_retry``), not
+    a job of no page that "succeeds" and then answers every later retry of the same
+    job. Before: that empty job, and once the pages were back, the same empty job again,
+    so that they could never be retried. An empty retry left so (its pages trashed
+    between its start and its first attempt) gives its key up likewise."""
+    scenario, source = tagged
+    course = scenario.course
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    failed = [*scenario.conflicts, scenario.trashed]
+    for page in scenario.conflicts:
+        await edit(engine, page, trashed=True)
+    with pytest.raises(InvalidInput) as nothing:
+        await jobs.retry(source.id)
+    assert nothing.value.code == "nothing_to_retry"
+    assert [job.id for job in await jobs.list()] == [source.id]
+
+    # A retry that took no page, as one whose pages were trashed after its start ends.
+    empty = uuid.uuid4()
+    async with engine.begin() as conn:
+        await store.insert_job(
+            conn,
+            job_id=empty,
+            kind="course_tagging",
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id="empty-retry",
+            idempotency_key=retry_key(source.id),
+            payload=source.payload,
+            source_job_id=source.id,
+        )
+        await store.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
+        await store.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
+
+    # The pages back: the retry is a new job, which tags them.
+    for page in failed:
+        await edit(engine, page, trashed=False)
+    async with running_worker(temporal, settings):
+        retry = await jobs.retry(source.id)
+        assert retry.id != empty and retry.source_job_id == source.id
+        done = await jobs.wait(retry.id, timeout=60)
+        assert (await jobs.retry(source.id)).id == retry.id
+    assert (done.status, done.total, done.succeeded) == ("succeeded", len(failed), len(failed))
+    for page in failed:
+        assert await tags_of(engine, page) == [TAG]
 
 
 async def test_retry_is_refused_with_a_clear_code(

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RawValue
@@ -111,9 +111,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         await environment.client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
                 namespace="default",
-                search_attributes={
-                    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in sa.REGISTERED
-                },
+                search_attributes=sa.registration(),
             )
         )
         worker = Worker(

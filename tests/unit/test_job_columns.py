@@ -26,4 +26,4 @@ def test_what_the_table_keeps_to_itself_is_said() -> None:
 
 def test_the_api_shows_fields_of_the_view() -> None:
     assert set(API_JOB_FIELDS) <= set(JobView.model_fields)
-    assert set(JobResource.model_fields) == {*API_JOB_FIELDS, "status_url"}
+    assert set(JobResource.model_fields) == {*API_JOB_FIELDS, "has_failed_items", "status_url"}
