@@ -37,6 +37,7 @@ import bench_peers
 import bench_readmodel
 import bench_restore
 import bench_retention
+import bench_sandbox
 import bench_tagging
 from common import FILE, MEMORY, Stack
 from harness import (
@@ -59,6 +60,7 @@ MODULES: list[ModuleType] = [
     bench_job_latency,
     bench_burst,
     bench_costs,
+    bench_sandbox,
     bench_cli,
     bench_api,
     bench_peers,
@@ -78,6 +80,7 @@ QUICK: dict[str, str] = {
     "job_latency": "--runs 10 --warmup 2",
     "burst": "--jobs 100 --rounds 1 --starts 500",
     "costs": "--jobs 5 --big-jobs 1",
+    "sandbox": "--runs 50 --rounds 1",
     "cli": "--runs 3",
     "api": "--requests 100 --rounds 1",
     "peers": "--runs 5 --warmup 1 --bursts 200",
