@@ -793,6 +793,7 @@ def _up(
             record=home / STACK_FILE,
         )
 
+    _register_search_attributes(f"{temporal.ip}:{ports.temporal}")
     info = StackInfo(
         database_url=database_url,
         temporal_address=f"{temporal.ip}:{ports.temporal}",
@@ -803,6 +804,36 @@ def _up(
     )
     write_stack(home, info)
     return info
+
+
+def _register_search_attributes(address: str, timeout: float = 30.0) -> None:
+    """The search attributes this build sets, on the dev server whatever store it was
+    started on (its flags register them only in a new one); tried again while the
+    server is still starting."""
+    import asyncio
+    import concurrent.futures
+
+    from temporalio.client import Client
+
+    from hubjobs.temporal.search_attributes import register_missing
+
+    async def register() -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client = await Client.connect(address)
+                added = await register_missing(client)
+                if added:
+                    log.info("registered search attributes %s", ", ".join(added))
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    # Its own thread and loop: ``up`` may be called from a running event loop.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, register()).result()
 
 
 def _start_on_free_port(

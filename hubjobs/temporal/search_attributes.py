@@ -6,8 +6,17 @@ before the workers that set it are deployed."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.common import SearchAttributeKey
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 JOB_KIND = SearchAttributeKey.for_keyword("JobKind")
 WORKSPACE_ID = SearchAttributeKey.for_keyword("WorkspaceId")
@@ -39,3 +48,23 @@ def registration() -> dict[str, IndexedValueType.ValueType]:
     return {
         key.name: IndexedValueType.ValueType(key.indexed_value_type.value) for key in REGISTERED
     }
+
+
+async def register_missing(client: Client, namespace: str = "default") -> list[str]:
+    """Registers each attribute the namespace lacks and returns their names. A dev server
+    started again on its SQLite store keeps the attributes it was first started with,
+    whatever ``--search-attribute`` says now: an attribute added by a later build would
+    fail every run that sets it."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    missing = {
+        name: value_type
+        for name, value_type in registration().items()
+        if name not in listed.custom_attributes
+    }
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
+        )
+    return sorted(missing)

@@ -12,7 +12,9 @@ of its own (tests/support/stacks.py):
 - two first ``up``s at once in two fresh homes, preferring the same free ports: both
   come up, each on ports of its own (before, both chose the same port and the loser
   failed ``unavailable``);
-- the background worker's metrics on a free port, printed only once it serves them.
+- the background worker's metrics on a free port, printed only once it serves them;
+- a dev server whose store lacks a search attribute this build sets (started by an older
+  build: its flags register attributes only in a new store) gets it from the next ``up``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from urllib.parse import urlsplit
 import psycopg
 from alembic.script import ScriptDirectory
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import (
+    ListSearchAttributesRequest,
+    RemoveSearchAttributesRequest,
+)
 from temporalio.client import Client
 
 from hubjobs.db.migrate import alembic_config
@@ -366,3 +371,33 @@ def test_the_workers_metrics_take_a_free_port_and_are_printed_as_they_are() -> N
             assert f"Metrics      {url}  (served by the background worker)" in text.stdout
     finally:
         foreign.stop()
+
+
+async def registered_attributes(address: str) -> dict[str, int]:
+    client = await Client.connect(address)
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="default")
+    )
+    return dict(listed.custom_attributes)
+
+
+def test_up_registers_a_search_attribute_the_servers_store_lacks() -> None:
+    """Before, a dev server started again on a store an older build made kept that
+    build's attributes: every run of the new build failed its task setting
+    ``JobFailedItems`` (``BadSearchAttributes``), with nothing in `up`'s output."""
+    with own_stack(extra_env=UNSUPERVISED) as own:
+
+        async def remove() -> None:
+            client = await Client.connect(own.temporal_address)
+            await client.operator_service.remove_search_attributes(
+                RemoveSearchAttributesRequest(
+                    search_attributes=["JobFailedItems"], namespace="default"
+                )
+            )
+
+        asyncio.run(remove())
+        assert "JobFailedItems" not in asyncio.run(registered_attributes(own.temporal_address))
+        assert own.up() == own.info
+        registered = asyncio.run(registered_attributes(own.temporal_address))
+        for name, indexed in SEARCH_ATTRIBUTES.items():
+            assert registered.get(name) == indexed, f"{name} missing from {registered}"
