@@ -45,7 +45,6 @@ from temporalio.common import (
     Priority,
     RawValue,
     RetryPolicy,
-    SearchAttributeUpdate,
     VersioningBehavior,
     WorkflowIDReusePolicy,
 )
@@ -145,16 +144,10 @@ COMPLETION_WEBHOOK = "completion-webhook"
 # A run past its job's run_signal_budget continues as new; recorded histories took
 # their signals to the end of the run.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
-# A job's run closes with its failed items in ``JobFailedItems`` and its details led by
-# its status as people read it (``succeeded (10 failed)``): Temporal shows a job that
-# succeeded with failed items as Completed, "Failures 0". Recorded histories closed
-# with ``JobStatus`` alone.
-FAILED_ITEMS_SHOWN = "failed-items-shown"
-# Each activity of a job's work is named a slice in the UI ("Course tagging, slice 6"),
-# and "attempt" only one a failure started ("slice 7, attempt 2 after a failure"): a
-# healthy job's slices read as retries before ("Attempt 1 / 1 • Course tagging,
-# attempt 6"). Recorded histories named every one an attempt.
-SLICES_NAMED = "slices-named-slices"
+# A run closes with its failed items in ``JobFailedItems`` and its details led by its
+# status as people read it (``succeeded (10 failed)``), and names each work activity a
+# slice: no patch (two events and a visibility write a run), for Temporal compares
+# neither a search attribute upsert's values nor an activity's summary on replay.
 # A job failed for its notify_url itself has no webhook to deliver.
 NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 
@@ -412,8 +405,6 @@ class JobWorkflow:
     def _attempt_summary(self) -> str:
         """What the UI shows of an attempt: the slice it is, and, when a failure started
         it, which try after how many failures."""
-        if not workflow.patched(SLICES_NAMED):
-            return f"{self.kind.title}, attempt {self.attempts}"
         summary = f"{self.kind.title}, slice {self.attempts}"
         failures = self.failures_in_row
         if failures:
@@ -662,16 +653,17 @@ class JobWorkflow:
     def _close(self, outcome: JobOutcome) -> None:
         self.status = outcome.status
         self.report(outcome.counters, outcome.error_message or outcome.status)
-        attributes: list[SearchAttributeUpdate[Any]] = [sa.JOB_STATUS.value_set(outcome.status)]
-        if workflow.patched(FAILED_ITEMS_SHOWN):
-            failed = outcome.counters.failed
-            attributes.append(sa.JOB_FAILED_ITEMS.value_set(failed))
-            counters = outcome.counters
-            workflow.set_current_details(
-                f"**{status_label(outcome.status, failed)}**, {counters.processed} / "
-                f"{counters.total} done: {self._counts(counters)}"
-            )
-        workflow.upsert_search_attributes(attributes)
+        counters = outcome.counters
+        workflow.set_current_details(
+            f"**{status_label(outcome.status, counters.failed)}**, {counters.processed} / "
+            f"{counters.total} done: {self._counts(counters)}"
+        )
+        workflow.upsert_search_attributes(
+            [
+                sa.JOB_STATUS.value_set(outcome.status),
+                sa.JOB_FAILED_ITEMS.value_set(counters.failed),
+            ]
+        )
 
     def report(self, counters: Counters, message: str | None) -> None:
         """Progress for the query and the Temporal UI's current details."""

@@ -24,8 +24,8 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # v5: a small course-tagging job is done at once by a local activity
 # (``small-job-at-once``).
 # v6: a run past its job's signal budget continues as new (``run-signal-budget``).
-# v7: a run closes with its failed items (``failed-items-shown``), and names each work
-# activity a slice (``slices-named-slices``).
+# v7: a run closes with its failed items in ``JobFailedItems``, and names each work
+# activity a slice (no patch: Temporal compares neither on replay).
 GENERATION = "v7"
 
 
