@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -89,12 +89,23 @@ def ratio_of(a: float | None, b: float | None) -> float | None:
 
 @dataclass
 class Outcome:
-    """What a benchmark hands back: its lines for the table, and data for its plot."""
+    """What a benchmark hands back: its lines for the table, and data for its plot. The
+    runner adds its time and ``load``, the 1-minute load average at its start and end."""
 
     figures: list[Figure]
     series: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    load: tuple[float, float] | None = None
+
+
+def load_now() -> float:
+    """The machine's 1-minute load average: on a shared machine, what a figure ran beside."""
+    return os.getloadavg()[0]
+
+
+def load_range(load: Sequence[float] | None) -> str:
+    return "-" if not load else f"{load[0]:.1f}–{load[1]:.1f}"
 
 
 def fmt(value: float | None) -> str:
@@ -112,9 +123,12 @@ def fmt(value: float | None) -> str:
     return f"{value:.3f}"
 
 
-def table(figures: Sequence[Figure]) -> str:
-    """The one table: figure, hubjobs, baseline/floor, ratio, target."""
-    header = ("figure", "hubjobs", "baseline / floor", "ratio", "target", "")
+def table(
+    figures: Sequence[Figure], loads: Mapping[str, tuple[float, float] | None] | None = None
+) -> str:
+    """The one table: figure, hubjobs, baseline/floor, ratio, target, and the load
+    average over its benchmark (``loads``, by benchmark name)."""
+    header = ("figure", "hubjobs", "baseline / floor", "ratio", "target", "load", "")
     rows = [header]
     for f in figures:
         unit = f" {f.unit}" if f.unit else ""
@@ -127,6 +141,7 @@ def table(figures: Sequence[Figure]) -> str:
                 base,
                 "-" if f.ratio is None else f"{f.ratio:.2f}×",
                 "-" if f.target is None else str(f.target),
+                load_range((loads or {}).get(f.bench)),
                 verdict,
             )
         )
@@ -134,7 +149,7 @@ def table(figures: Sequence[Figure]) -> str:
     lines = []
     for n, row in enumerate(rows):
         cells = [
-            row[i].ljust(widths[i]) if i in (0, 2, 5) else row[i].rjust(widths[i])
+            row[i].ljust(widths[i]) if i in (0, 2, 6) else row[i].rjust(widths[i])
             for i in range(len(row))
         ]
         lines.append("  ".join(cells).rstrip())
@@ -150,6 +165,7 @@ def write_json(path: Path, outcomes: dict[str, Outcome], extra: dict[str, Any]) 
         "benchmarks": {
             name: {
                 "seconds": o.seconds,
+                "load": o.load,
                 "figures": [f.as_dict() for f in o.figures],
                 "notes": o.notes,
                 "series": o.series,
