@@ -158,7 +158,13 @@ def table(
     return "\n".join(lines)
 
 
-def write_json(path: Path, outcomes: dict[str, Outcome], extra: dict[str, Any]) -> None:
+def write_json(
+    path: Path,
+    outcomes: dict[str, Outcome],
+    extra: dict[str, Any],
+    plots: Mapping[str, Path] | None = None,
+) -> None:
+    """Every figure, note, series and plot's file name (beside ``path``) by benchmark."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         **extra,
@@ -166,6 +172,7 @@ def write_json(path: Path, outcomes: dict[str, Outcome], extra: dict[str, Any]) 
             name: {
                 "seconds": o.seconds,
                 "load": o.load,
+                "plot": (plots or {}).get(name, Path()).name or None,
                 "figures": [f.as_dict() for f in o.figures],
                 "notes": o.notes,
                 "series": o.series,

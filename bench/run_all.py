@@ -201,9 +201,10 @@ def main() -> int:
             "load_average_at_end": load_at_end,
             "temporal_store": [args.temporal_store, *stack.sqlite_pragmas],
         },
+        written,
     )
     print()
-    for path in [*written, RESULTS / "results.json"]:
+    for path in [*written.values(), RESULTS / "results.json"]:
         print(f"wrote {path}")
     missed = [f for f in figures if f.met is False]
     print(f"{len(figures) - len(missed)} of {len(figures)} figures meet their target or have none")

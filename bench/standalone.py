@@ -48,9 +48,9 @@ def main_for(module: ModuleType) -> None:
         for note in outcome.notes:
             print(f"  note: {note}")
         written = render({module.NAME: outcome}, RESULTS)
-        for path in written:
+        for path in written.values():
             print(f"plot: {path}")
-        write_json(RESULTS / f"{module.NAME}.json", {module.NAME: outcome}, {})
+        write_json(RESULTS / f"{module.NAME}.json", {module.NAME: outcome}, {}, written)
     except BaseException as err:  # report, then leave as a failure
         import traceback
 
