@@ -15,6 +15,7 @@ import asyncio
 import json
 import math
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -106,6 +107,25 @@ def load_now() -> float:
 
 def load_range(load: Sequence[float] | None) -> str:
     return "-" if not load else f"{load[0]:.1f}–{load[1]:.1f}"
+
+
+def machine() -> str:
+    """This machine as the benchmarks page states it: cores, memory, system."""
+    with open("/proc/meminfo") as meminfo:
+        kib = int(meminfo.readline().split()[1])  # MemTotal comes first
+    return (
+        f"{os.cpu_count()} cores, {kib / 2**20:.0f} GiB, {platform.system()} {platform.machine()}"
+    )
+
+
+def revision() -> str:
+    """The checkout's commit, ``+`` when it has uncommitted changes: what was measured."""
+    git = ["git", "-C", str(BENCH.parent)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") or "unknown"
 
 
 def fmt(value: float | None) -> str:

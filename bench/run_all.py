@@ -49,7 +49,9 @@ from harness import (
     fmt,
     load_now,
     load_range,
+    machine,
     parser_for,
+    revision,
     say,
     table,
     write_json,
@@ -200,6 +202,8 @@ def main() -> int:
             "load_average_at_start": load_at_start,
             "load_average_at_end": load_at_end,
             "temporal_store": [args.temporal_store, *stack.sqlite_pragmas],
+            "machine": machine(),
+            "commit": revision(),
         },
         written,
     )
