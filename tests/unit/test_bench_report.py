@@ -1,16 +1,19 @@
 """bench/report.py's pure parts: a py-spy profile's shares (what the benchmarks page's
-CPU section shows)."""
+CPU section shows) and the README's table written between its markers only."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
+
 # bench/ is a folder of scripts, each importing its neighbours by their bare names; last
 # on the path, so that none of them shadows a module of the other tests.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
 import cpu_profile
+import report
 
 ENTRY = "<module> (hubjobs:10);run (asyncio/runners.py:118);Handle._run (asyncio/events.py:80)"
 RAW = "\n".join(
@@ -65,3 +68,13 @@ def test_one_profile_alone_leaves_the_other_column_empty() -> None:
     text = cpu_profile.section(("before.raw", cpu_profile.parse(RAW)), None)
     assert "| psycopg | 50.0 % | - |" in text
     assert cpu_profile.section(None, None) == ""
+
+
+def test_the_readme_changes_between_its_markers_only() -> None:
+    readme = f"# hubjobs\n\nprose\n\n{report.BEGIN}\nold table\n{report.END}\n\nmore prose\n"
+    table = f"{report.BEGIN}\nnew table\n{report.END}"
+    assert report.spliced(readme, table) == (
+        f"# hubjobs\n\nprose\n\n{report.BEGIN}\nnew table\n{report.END}\n\nmore prose\n"
+    )
+    with pytest.raises(SystemExit):
+        report.spliced("# hubjobs, no markers\n", table)
