@@ -11,7 +11,8 @@ those of ``python bench/bench_<name>.py --help``). Benchmarks share servers and 
 where they can: the hub of the job benchmarks, the filled hub of backup and restore,
 the million-row read model of readmodel and retention. One that fails is reported in
 the table and the others still run. The table goes to stdout; the plots and a JSON
-of every figure to bench/results/.
+of every figure to bench/results/, from which bench/report.py (`make bench` runs it
+next) writes docs/benchmarks.md and the README's table.
 """
 
 from __future__ import annotations
