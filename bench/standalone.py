@@ -10,7 +10,17 @@ from types import ModuleType
 from typing import Protocol
 
 from common import Stack
-from harness import RESULTS, Clock, Outcome, exit_now, parser_for, pg_settings, table, write_json
+from harness import (
+    RESULTS,
+    Clock,
+    Outcome,
+    exit_now,
+    load_now,
+    parser_for,
+    pg_settings,
+    table,
+    write_json,
+)
 
 
 class BenchModule(Protocol):
@@ -30,16 +40,17 @@ def main_for(module: ModuleType) -> None:
     code = 0
     try:
         with Stack(pg_settings=pg_settings(args.pg_setting)) as stack:
-            clock = Clock()
+            clock, load_at_start = Clock(), load_now()
             outcome: Outcome = asyncio.run(module.run(stack, args))
             outcome.seconds = clock.elapsed
-        print(table(outcome.figures))
+            outcome.load = (load_at_start, load_now())
+        print(table(outcome.figures, {module.NAME: outcome.load}))
         for note in outcome.notes:
             print(f"  note: {note}")
         written = render({module.NAME: outcome}, RESULTS)
-        for path in written:
+        for path in written.values():
             print(f"plot: {path}")
-        write_json(RESULTS / f"{module.NAME}.json", {module.NAME: outcome}, {})
+        write_json(RESULTS / f"{module.NAME}.json", {module.NAME: outcome}, {}, written)
     except BaseException as err:  # report, then leave as a failure
         import traceback
 

@@ -92,7 +92,7 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
     the snapshot is not checked again), the snapshot's record, the opening, the root's
     facts and the batch's read are prepared; the count and the snapshot (the course's
     walk), the write and the outcomes (arrays of the batch) never are, whatever the
-    size: their generic plan is the trap of docs/benchmarks.md."""
+    size: their generic plan is the trap hubjobs/db/engine.py describes."""
     engine = async_engine(settings.resolved_database_url(), pool_size=1)
     try:
         async with engine.connect() as conn:
