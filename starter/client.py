@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -84,7 +84,9 @@ if TYPE_CHECKING:
 
     from hubjobs.kinds import Registry
     from hubjobs.kinds.job_rows import CreatedJob
+    from hubjobs.readmodel.changes import JobChanges
     from hubjobs.readmodel.feeds import JobFeeds
+    from hubjobs.readmodel.workspace_feeds import WorkspaceChange, WorkspaceFeeds
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,9 @@ class HubJobsClient:
         self._temporal = temporal
         self._engine = engine
         self._reads: ReadPool | None = None
+        self._changes: JobChanges | None = None
         self._feeds: JobFeeds | None = None
+        self._workspace_feeds: WorkspaceFeeds | None = None
         self._turns: Turns | None = None
         self._starts = Turns(self.settings.starts_in_flight)
         self._connecting = asyncio.Lock()
@@ -212,19 +216,46 @@ class HubJobsClient:
         return self._reads
 
     @property
-    def feeds(self) -> JobFeeds:
-        """The process's job feeds: one listening connection for the read model's change
-        notifications, one read per change of a followed job (made on first use)."""
-        if self._feeds is None:
+    def changes(self) -> JobChanges:
+        """The process's one listening connection for the read model's change
+        notifications (made on first use; it connects while someone follows)."""
+        if self._changes is None:
             from hubjobs.readmodel.changes import JobChanges
+
+            self._changes = JobChanges(self.reads.url)
+        return self._changes
+
+    @property
+    def feeds(self) -> JobFeeds:
+        """The process's job feeds: one read per change of a followed job (made on
+        first use)."""
+        if self._feeds is None:
             from hubjobs.readmodel.feeds import JobFeeds
 
-            self._feeds = JobFeeds(JobChanges(self.reads.url), self._job_by_id)
+            self._feeds = JobFeeds(self.changes, self._job_by_id)
         return self._feeds
+
+    @property
+    def workspace_feeds(self) -> WorkspaceFeeds:
+        """The process's workspace feeds: one read per batch of changes, whatever the
+        workspaces followed (made on first use)."""
+        if self._workspace_feeds is None:
+            from hubjobs.readmodel.workspace_feeds import WorkspaceFeeds
+
+            self._workspace_feeds = WorkspaceFeeds(self.changes, self._jobs_of_workspaces)
+        return self._workspace_feeds
 
     async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
         async def read(conn: Connection) -> JobView | None:
             return await reads.job_by_id(conn, job_id)
+
+        return await self.read(read)
+
+    async def _jobs_of_workspaces(
+        self, workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
+    ) -> list[JobView]:
+        async def read(conn: Connection) -> list[JobView]:
+            return await reads.jobs_of_workspaces(conn, workspace_ids, job_ids)
 
         return await self.read(read)
 
@@ -247,8 +278,12 @@ class HubJobsClient:
         return self._temporal
 
     async def close(self) -> None:
+        if self._workspace_feeds is not None:
+            await self._workspace_feeds.close()
         if self._feeds is not None:
             await self._feeds.close()
+        if self._changes is not None:
+            await self._changes.close()
         if self._reads is not None:
             await self._reads.close()
         if self._engine is not None:
@@ -754,6 +789,17 @@ class WorkspaceJobs:
                     )
                 )
         return await self.get(job_id)
+
+    # --- following ------------------------------------------------------------------
+
+    async def changes(self) -> AsyncGenerator[WorkspaceChange]:
+        """The workspace's changes until the caller stops (``client.workspace_feeds``):
+        first a ``reset`` (read the list now), then each job that changed, the newest
+        row of each, a few times a second at most; a ``reset`` again whenever changes may
+        have been missed. Authorised once, as a list is."""
+        await self.list(limit=1)
+        async for change in self.client.workspace_feeds.follow(self.workspace_id):
+            yield change
 
     # --- waiting ------------------------------------------------------------------------
 

@@ -11,7 +11,16 @@ from fastapi.routing import APIRoute
 
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
-from starter.api import contract, events, health, items, jobs, kinds, schedules
+from starter.api import (
+    contract,
+    events,
+    health,
+    items,
+    jobs,
+    kinds,
+    list_events,
+    schedules,
+)
 from starter.api.codec import CodecCors, codec_router
 from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
@@ -56,7 +65,10 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     app.state.verifier = TokenVerifier(settings)
     if client is not None:
         app.state.client = client
+    # The workspace-wide stream first: its path (…/jobs/events) would otherwise match a
+    # job's (…/jobs/{job_id}).
     for router in (
+        list_events.router,
         jobs.router,
         events.router,
         items.router,
