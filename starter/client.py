@@ -93,6 +93,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class CancelOutcome(NamedTuple):
+    """One job of a bulk cancel: the job as it is after (None when it failed), or the
+    error its own cancel would have met."""
+
+    job_id: uuid.UUID
+    job: JobView | None
+    error: HubJobsError | None
+
+
+# A bulk cancel: the most jobs at once, and how many signals go to Temporal at a time.
+MAX_BULK_CANCEL = 1000
+BULK_CANCEL_SIGNALS = 16
+
+
 class JobFile(NamedTuple):
     """A file a finished job serves: where it is, and its media type."""
 
@@ -763,6 +777,102 @@ class WorkspaceJobs:
         job = await self.client.db(record)
         if job.is_final:
             return job
+        await self._signal_cancel(job, reason)
+        return await self.get(job_id)
+
+    async def cancel_many(
+        self, job_ids: Sequence[uuid.UUID], *, reason: str | None = None
+    ) -> Sequence[CancelOutcome]:
+        """``cancel`` for each job, authorised once and recorded in one transaction, then
+        signalled ``BULK_CANCEL_SIGNALS`` at a time (at most ``MAX_BULK_CANCEL``). One
+        outcome per id, in order: the job as it is then, or the error its own ``cancel``
+        would have met (``job_not_found`` for an id the workspace does not have)."""
+        for job_id in job_ids:
+            require_uuid("job_id", job_id)
+        if len(job_ids) > MAX_BULK_CANCEL:
+            raise InvalidInput(f"at most {MAX_BULK_CANCEL} jobs at once", code="invalid_limit")
+        reason = check_reason(reason)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.readmodel import store as read_model
+
+        wanted = list(dict.fromkeys(job_ids))
+
+        async def record(conn: AsyncConnection) -> list[JobView]:
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            return await read_model.request_cancels(
+                conn, self.workspace_id, wanted, self.actor_id, reason
+            )
+
+        found = {job.id: job for job in await self.client.db(record)}
+        failed: dict[uuid.UUID, HubJobsError] = {}
+        gate = asyncio.Semaphore(BULK_CANCEL_SIGNALS)
+
+        async def signal(job: JobView) -> None:
+            async with gate:
+                try:
+                    await self._signal_cancel(job, reason)
+                except HubJobsError as err:
+                    failed[job.id] = err
+
+        async with asyncio.TaskGroup() as group:
+            for job in found.values():
+                if not job.is_final:
+                    group.create_task(signal(job))
+        now = {job.id: job for job in await self._jobs_now(list(found))}
+        missing = JobNotFound("no such job in this workspace")
+        return [
+            CancelOutcome(
+                job_id,
+                None if job_id in failed else now.get(job_id),
+                failed.get(job_id) or (None if job_id in now else missing),
+            )
+            for job_id in job_ids
+        ]
+
+    async def cancel_matching(
+        self,
+        *,
+        status: JobStatus | None = None,
+        kind: str | None = None,
+        schedule_id: str | None = None,
+        reason: str | None = None,
+    ) -> tuple[Sequence[CancelOutcome], bool]:
+        """``cancel_many`` over the workspace's unfinished jobs with the status, kind and
+        schedule given (newest first, ``MAX_BULK_CANCEL`` at most); and whether more
+        remained (call again for them)."""
+        if kind is not None and not is_kind_name(kind):
+            raise UnknownKind()
+        if schedule_id is not None:
+            from starter.schedules import check_schedule_id
+
+            check_schedule_id(schedule_id)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.readmodel import store as read_model
+
+        async def select(conn: AsyncConnection) -> list[uuid.UUID]:
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            return await read_model.unfinished_of_workspace(
+                conn,
+                self.workspace_id,
+                status=status,
+                kind=kind,
+                schedule_id=schedule_id,
+                limit=MAX_BULK_CANCEL + 1,
+            )
+
+        ids = await self.client.db(select, purpose=Purpose.READ)
+        outcomes = await self.cancel_many(ids[:MAX_BULK_CANCEL], reason=reason)
+        return outcomes, len(ids) > MAX_BULK_CANCEL
+
+    async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
+        async def read(conn: Connection) -> Sequence[JobView]:
+            return await reads.jobs_of_workspaces(conn, [self.workspace_id], job_ids)
+
+        return await self.client.read(read) if job_ids else []
+
+    async def _signal_cancel(self, job: JobView, reason: str | None) -> None:
+        """Signals the cancellation recorded on ``job`` (unfinished when read) to its
+        workflow; ``Unavailable`` when Temporal did not take it."""
         from temporalio.service import RPCError, RPCStatusCode
 
         from hubjobs.kinds.job_rows import finish_job
@@ -775,7 +885,7 @@ class WorkspaceJobs:
         except RPCError as err:
             if err.status == RPCStatusCode.INVALID_ARGUMENT:
                 log.warning("cancel of %s left to its attempt: %s", job.workflow_id, err.message)
-                return await self.get(job_id)
+                return
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err.status.name)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None
@@ -788,7 +898,6 @@ class WorkspaceJobs:
                         conn, job, status=JobStatus.cancelled, default_retention=retention
                     )
                 )
-        return await self.get(job_id)
 
     # --- following ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
 from starter.api import (
+    bulk_cancel,
     contract,
     events,
     health,
@@ -65,10 +66,11 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     app.state.verifier = TokenVerifier(settings)
     if client is not None:
         app.state.client = client
-    # The workspace-wide stream first: its path (…/jobs/events) would otherwise match a
-    # job's (…/jobs/{job_id}).
+    # The workspace-wide routes first: their paths (…/jobs/events, …/jobs/cancel) would
+    # otherwise match a job's (…/jobs/{job_id}) or a kind's start (…/jobs/{kind}).
     for router in (
         list_events.router,
+        bulk_cancel.router,
         jobs.router,
         events.router,
         items.router,
