@@ -27,6 +27,7 @@ from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
 from starter.api.kind_schemas import install_kind_schemas
+from starter.api.operator_page import install_page
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient
 
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
     install_docs(app)
+    install_page(app, settings)
     install_kind_schemas(app)
     app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)
