@@ -112,6 +112,7 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         demo = await asyncio.to_thread(hubjobs, env, "demo", "--pages", "30", timeout=300)
         assert demo.returncode == 0, demo.stdout + demo.stderr
         profile = json.loads((stack.home / "profile.json").read_text())
+        api_url = json.loads((stack.home / "api.json").read_text())["url"]
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         for value in (
             profile["workspace_id"],
@@ -121,6 +122,8 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             f"Temporal     {stack.temporal_address}\n",
             f"For the temporal CLI: export TEMPORAL_ADDRESS={stack.temporal_address}\n",
             f"{stack.info['ui_url']}/namespaces/default/workflows/course_tagging-",
+            # The operator page beside the Temporal UI, at the demo's job.
+            f"Jobs page    {api_url}/operator/#/w/{profile['workspace_id']}/jobs/",
             "hubjobs list",
             f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
         ):
