@@ -9,9 +9,12 @@ cookie. Each test keeps screenshots (under its tmp folder and test-artifacts/)."
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from playwright.async_api import Browser, Page, Request, async_playwright, expec
 from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
@@ -48,6 +52,7 @@ HOSTILE_TITLE = "<img src=x onerror=alert(1)>"
 HOSTILE_PAGE = '"><script>alert(2)</script>'
 HOSTILE_REASON = "</span><svg onload=alert(3)>"
 UI = "http://temporal-ui.invalid:8233"
+UUID_TAIL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @pytest.fixture
@@ -491,3 +496,139 @@ async def test_a_phones_width_keyboard_and_labels(
         )
         assert fit == {"wide": True, "unnamed": 0}, view
         await shot(tab, tmp_path, f"phone-{view.split('/')[0]}{'-job' if '/' in view else ''}")
+
+
+# --- its cost on the API ---------------------------------------------------------------
+
+
+class Counting:
+    """The API with its requests counted by what they ask for, and its open streams."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.requests: Counter[str] = Counter()
+        self.streams = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        asked = "page" if path.startswith("/operator") else path.rsplit("/", 1)[-1]
+        asked = "job" if UUID_TAIL.fullmatch(asked) else asked
+        self.requests[f"{scope['method']} {asked}"] += 1
+        stream = path.endswith("/events")
+        self.streams += stream
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.streams -= stream
+
+
+PAGES_OPEN = 50
+
+
+async def test_fifty_open_job_pages_cost_one_stream_each_not_a_request_a_second(
+    settings: Settings, temporal: Client, engine: AsyncEngine, browser: Browser, tmp_path: Path
+) -> None:
+    """Fifty people each with a running job's page open (a browser context each: one
+    browser keeps six connections to a host, for all its tabs): while the jobs run, the
+    API gets no request but the fifty streams; each page reads the job and its items
+    once more when its job ends. Polling each page once a second would have been fifty
+    requests a second."""
+    quick = settings.model_copy(
+        update={
+            "api_jwt_secret": SecretStr(API_SECRET),
+            "tagging_batch_size": 10,
+            "tagging_batch_pause_seconds": 0.2,
+        }
+    )
+    courses = [await seed(engine, 60) for _ in range(PAGES_OPEN)]
+    hub = HubJobsClient(temporal, engine, quick)
+    counted = Counting(create_app(quick, client=hub))
+    started = [
+        await hub.scope(c.workspace_id, c.actor_id).start(
+            "course_tagging", {"root_page_id": c.root_page_id, "tag": "cost"}
+        )
+        for c in courses
+    ]
+    tabs: list[Tab] = []
+    async with serving(counted) as base:
+        for course, job in zip(courses, started, strict=True):
+            tab = await open_tab(browser)
+            token = mint(course.actor_id, quick)
+            await tab.page.context.add_init_script(
+                f"sessionStorage.setItem('hubjobs.token', '{token}');"
+            )
+            await tab.page.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs/{job.id}")
+            tabs.append(tab)
+        await until("every page's stream", lambda: asyncio.sleep(0, counted.streams == PAGES_OPEN))
+        opened = Counter(counted.requests)
+        began = time.monotonic()
+        async with running_worker(temporal, quick):
+            for tab in tabs:
+                await expect(tab.page.locator("#job-status [data-status]")).to_have_text(
+                    "succeeded", timeout=180_000
+                )
+        window = time.monotonic() - began
+        await shot(tabs[0], tmp_path, "cost-one-of-fifty")
+        during = Counter(counted.requests)
+        during.subtract(opened)
+        for tab in tabs:
+            await tab.page.context.close()
+    await hub.close()
+    figures = {
+        "pages": PAGES_OPEN,
+        "window_seconds": round(window, 1),
+        "opening_requests": sum(opened.values()),
+        "opening": dict(opened),
+        "requests_while_running": sum(during.values()),
+        "while_running": {k: v for k, v in during.items() if v},
+        "polling_once_a_second_would_be": round(PAGES_OPEN * window),
+    }
+    print(f"\n50 open job pages: {json.dumps(figures)}")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "cost-of-fifty-pages.json").write_text(json.dumps(figures, indent=2) + "\n")
+    # Opening: the page's files and config, then the job, its items and its stream.
+    assert opened["GET events"] == PAGES_OPEN
+    assert opened["GET record"] == opened["GET items"] == PAGES_OPEN
+    # While the jobs ran: no stream opened again, no poll; at each end, the job and its
+    # items read once more.
+    assert during["GET events"] == 0
+    assert during["GET record"] == during["GET items"] == PAGES_OPEN
+    assert sum(during.values()) == 2 * PAGES_OPEN
+
+
+async def test_a_hidden_tab_holds_no_stream(
+    page_settings: Settings, temporal: Client, engine: AsyncEngine, browser: Browser
+) -> None:
+    """One browser keeps six connections to a host for all its tabs: a tab put in the
+    background closes its stream, and opens it again (missing nothing) when shown."""
+    course = await seed(engine, 400)
+    hub = HubJobsClient(temporal, engine, page_settings)
+    counted = Counting(create_app(page_settings, client=hub))
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": "t"})
+    async with serving(counted) as base:
+        tab = await open_tab(browser)
+        await sign_in(tab, base, course, page_settings)
+        page = tab.page
+        await page.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs/{job.id}")
+        await until("the job's stream", lambda: asyncio.sleep(0, counted.streams == 1))
+        await page.evaluate(VISIBILITY, "hidden")
+        await until("no stream", lambda: asyncio.sleep(0, counted.streams == 0))
+        async with running_worker(temporal, page_settings):
+            await jobs.wait(job.id, timeout=120, interval=0.1)
+            status = page.locator("#job-status [data-status]")
+            await expect(status).to_have_text("queued")  # nothing came while hidden
+            await page.evaluate(VISIBILITY, "visible")
+            await expect(status).to_have_text("succeeded")
+        await expect(page.locator("#count-succeeded")).to_have_text("400")
+    await hub.close()
+
+
+# Sets the tab's visibility as a browser does when it is put behind another.
+VISIBILITY = """(state) => {
+    Object.defineProperty(document, "visibilityState", { value: state, configurable: true });
+    document.dispatchEvent(new Event("visibilitychange"));
+}"""

@@ -172,15 +172,37 @@ async function* events(path, { signal, lastEventId }) {
 
 // Follows a stream until the view changes: opened again after a cut (with the last
 // event's id when ``resumable``), waiting longer each time, at most 10 s; a refusal
-// (404) ends it, told to ``onRefused``.
+// (404) ends it, told to ``onRefused``. A hidden tab holds no stream (a browser keeps six
+// connections to a host over HTTP/1.1, for all its tabs): closed when the tab is hidden,
+// opened again when it is shown.
 function follow(path, onEvent, { resumable = false, onRefused = () => {} } = {}) {
-  const controller = new AbortController();
+  let stopped = false;
+  let current = null;
+  let shown = null;
+  const hidden = () => document.visibilityState === "hidden";
+  const onVisibility = () => {
+    if (hidden() && current) current.abort();
+    if (!hidden() && shown) shown();
+  };
+  document.addEventListener("visibilitychange", onVisibility);
+  leaving.push(() => {
+    stopped = true;
+    if (current) current.abort();
+    if (shown) shown();
+    document.removeEventListener("visibilitychange", onVisibility);
+  });
   (async () => {
     let lastId = null;
     let pause = 500;
-    while (!controller.signal.aborted) {
+    while (!stopped) {
+      if (hidden()) {
+        await new Promise((resolve) => { shown = resolve; });
+        shown = null;
+        continue;
+      }
+      current = new AbortController();
       try {
-        const options = { signal: controller.signal, lastEventId: resumable ? lastId : null };
+        const options = { signal: current.signal, lastEventId: resumable ? lastId : null };
         for await (const event of events(path, options)) {
           pause = 500;
           if (event.id) lastId = event.id;
@@ -188,17 +210,17 @@ function follow(path, onEvent, { resumable = false, onRefused = () => {} } = {})
           else if (onEvent(event) === "done") return;
         }
       } catch (error) {
-        if (controller.signal.aborted || error.status === 401) return;
+        if (stopped || error.status === 401) return;
         if (error.status === 404) {
           onRefused(error);
           return;
         }
+        if (current.signal.aborted) continue; // hidden: wait to be shown
       }
       await new Promise((resolve) => setTimeout(resolve, pause));
       pause = Math.min(pause * 2, 10000);
     }
   })();
-  leaving.push(() => controller.abort());
 }
 
 async function download(path, name) {
