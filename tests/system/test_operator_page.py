@@ -122,10 +122,10 @@ async def sign_in(tab: Tab, base: str, course: DemoCourse, settings: Settings) -
     await expect(page.get_by_role("heading", name="Jobs", exact=True)).to_be_visible()
 
 
-async def shot(tab: Tab, tmp_path: Path, name: str) -> None:
+async def shot(tab: Tab, tmp_path: Path, name: str, *, full_page: bool = True) -> None:
     """A screenshot kept as the test's artifact: in its tmp folder and test-artifacts/."""
     path = tmp_path / f"{name}.png"
-    await tab.page.screenshot(path=str(path), full_page=True)
+    await tab.page.screenshot(path=str(path), full_page=full_page)
     data = path.read_bytes()
     assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ async def test_a_jobs_page_lists_its_failed_pages_and_retry_from_it_fixes_them(
         await expect(page.locator("#temporal-link")).to_have_attribute(
             "href", f"{UI}/namespaces/default/workflows/{job.workflow_id}"
         )
-        await shot(tab, tmp_path, "job-failed-items")
+        await shot(tab, tmp_path, "job-failed-items", full_page=False)
         await page.get_by_role("button", name="Retry the 3 failed items").click()
         retry_id = await until(
             "the retry's page",
