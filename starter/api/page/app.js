@@ -617,7 +617,8 @@ async function jobView(ws, id, params) {
       })
       : el("span", { class: "hint", text: "(no Temporal UI configured)" });
     attempts.replaceChildren(facts([
-      ["Attempts", job.attempts], ["Failed attempts", job.attempts_failed],
+      // As the Temporal UI names them: each attempt a slice, "attempt" only after failures.
+      ["Slices", job.attempts, "count-slices"], ["Failed attempts", job.attempts_failed],
       ["Workflow", el("code", { text: job.workflow_id })], ["Run", run],
       ["Error", job.error_code ? `${job.error_code}: ${job.error_message || ""}` : "—"],
       ["Cancel asked", job.cancel_requested_at ? el("span", {}, when(job.cancel_requested_at),
