@@ -467,10 +467,16 @@ async function jobsView(ws, params) {
     });
   }
 
+  // Changes that came while a read was under way: applied again on top of what it read
+  // (which may be older than they are).
+  let during = null;
   async function load() {
+    during = [];
     try {
       const page = await api("GET", base, { query: { ...filters, before, limit: JOBS_PAGE } });
       listed = page.jobs;
+      for (const job of during) listed = merged(listed, job, filters, !before) || listed;
+      during = null;
       next = page.next;
       pager.replaceChildren(
         before ? el("a", { href: `#/w/${ws}/jobs${filterQuery("")}`, text: "Newest jobs" }) : "",
@@ -478,6 +484,7 @@ async function jobsView(ws, params) {
       );
       draw();
     } catch (error) {
+      during = null;
       if (error.status !== 401) failure("Jobs not shown", error);
     }
   }
@@ -559,6 +566,7 @@ async function jobsView(ws, params) {
     if (event.event === "reset") {
       load();
     } else if (event.event === "job") {
+      if (during) during.push(event.data);
       const now = merged(listed, event.data, filters, !before);
       if (now === null) load();
       else { listed = now; draw(); }
