@@ -36,7 +36,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 # Bring up the embedded stack, seed a demo course (its workspace and actor become the
 # CLI's defaults), start a background worker and tag the course with it behind a
 # progress bar, print the ids, the Temporal address (TEMPORAL_ADDRESS for the temporal
-# CLI), the UI link, the metrics URL and the next commands. The
+# CLI), the UI link and the operator page's, the metrics URL and the next commands. The
 # stack and its worker stay up: `make down`.
 run: install
 	$(BIN)/hubjobs up

@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     # GET …/jobs/{id}/events: a comment this often keeps proxies from closing a quiet
     # stream.
     api_events_heartbeat_seconds: float = Field(default=15.0, gt=0)
+    # The Temporal UI people open, for the operator page's link to a job's run; unset,
+    # the embedded stack's (as `hubjobs up` recorded it), else no link.
+    temporal_ui_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
 
     # Worker Deployment versioning (see hubjobs/temporal/deployment.py): a worker serves one
     # version, its deployment name and build id; a job workflow stays on the build that
@@ -383,6 +386,21 @@ class Settings(BaseSettings):
     def recorded_ui_url(self) -> str | None:
         """The embedded stack's Temporal UI, as `hubjobs up` recorded it."""
         return self._stack.get("ui_url")
+
+    def resolved_ui_url(self) -> str | None:
+        """The Temporal UI people open: HUBJOBS_TEMPORAL_UI_URL, else the embedded
+        stack's."""
+        return self.temporal_ui_url or self.recorded_ui_url()
+
+    @property
+    def uses_dev_token_secret(self) -> bool:
+        """Whether tokens are checked with the embedded stack's development secret
+        (HUBJOBS_HOME/dev-token-secret) and nothing else: no configured key of any kind
+        (a HUBJOBS_API_JWT_SECRET that differs from the file is a configured one)."""
+        if self.api_jwt_public_key or self.api_jwks_url or self.api_jwt_secret is None:
+            return False
+        path = self.home / DEV_SECRET_FILE
+        return path.is_file() and path.read_text().strip() == self.api_jwt_secret.get_secret_value()
 
     def resolved_temporal_address(self) -> str:
         address = self.temporal_address or self._stack.get("temporal_address")

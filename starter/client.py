@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -84,11 +84,27 @@ if TYPE_CHECKING:
 
     from hubjobs.kinds import Registry
     from hubjobs.kinds.job_rows import CreatedJob
+    from hubjobs.readmodel.changes import JobChanges
     from hubjobs.readmodel.feeds import JobFeeds
+    from hubjobs.readmodel.workspace_feeds import WorkspaceChange, WorkspaceFeeds
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class CancelOutcome(NamedTuple):
+    """One job of a bulk cancel: the job as it is after (None when it failed), or the
+    error its own cancel would have met."""
+
+    job_id: uuid.UUID
+    job: JobView | None
+    error: HubJobsError | None
+
+
+# A bulk cancel: the most jobs at once, and how many signals go to Temporal at a time.
+MAX_BULK_CANCEL = 1000
+BULK_CANCEL_SIGNALS = 16
 
 
 class JobFile(NamedTuple):
@@ -143,7 +159,9 @@ class HubJobsClient:
         self._temporal = temporal
         self._engine = engine
         self._reads: ReadPool | None = None
+        self._changes: JobChanges | None = None
         self._feeds: JobFeeds | None = None
+        self._workspace_feeds: WorkspaceFeeds | None = None
         self._turns: Turns | None = None
         self._starts = Turns(self.settings.starts_in_flight)
         self._connecting = asyncio.Lock()
@@ -212,19 +230,46 @@ class HubJobsClient:
         return self._reads
 
     @property
-    def feeds(self) -> JobFeeds:
-        """The process's job feeds: one listening connection for the read model's change
-        notifications, one read per change of a followed job (made on first use)."""
-        if self._feeds is None:
+    def changes(self) -> JobChanges:
+        """The process's one listening connection for the read model's change
+        notifications (made on first use; it connects while someone follows)."""
+        if self._changes is None:
             from hubjobs.readmodel.changes import JobChanges
+
+            self._changes = JobChanges(self.reads.url)
+        return self._changes
+
+    @property
+    def feeds(self) -> JobFeeds:
+        """The process's job feeds: one read per change of a followed job (made on
+        first use)."""
+        if self._feeds is None:
             from hubjobs.readmodel.feeds import JobFeeds
 
-            self._feeds = JobFeeds(JobChanges(self.reads.url), self._job_by_id)
+            self._feeds = JobFeeds(self.changes, self._job_by_id)
         return self._feeds
+
+    @property
+    def workspace_feeds(self) -> WorkspaceFeeds:
+        """The process's workspace feeds: one read per batch of changes, whatever the
+        workspaces followed (made on first use)."""
+        if self._workspace_feeds is None:
+            from hubjobs.readmodel.workspace_feeds import WorkspaceFeeds
+
+            self._workspace_feeds = WorkspaceFeeds(self.changes, self._jobs_of_workspaces)
+        return self._workspace_feeds
 
     async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
         async def read(conn: Connection) -> JobView | None:
             return await reads.job_by_id(conn, job_id)
+
+        return await self.read(read)
+
+    async def _jobs_of_workspaces(
+        self, workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
+    ) -> list[JobView]:
+        async def read(conn: Connection) -> list[JobView]:
+            return await reads.jobs_of_workspaces(conn, workspace_ids, job_ids)
 
         return await self.read(read)
 
@@ -247,8 +292,12 @@ class HubJobsClient:
         return self._temporal
 
     async def close(self) -> None:
+        if self._workspace_feeds is not None:
+            await self._workspace_feeds.close()
         if self._feeds is not None:
             await self._feeds.close()
+        if self._changes is not None:
+            await self._changes.close()
         if self._reads is not None:
             await self._reads.close()
         if self._engine is not None:
@@ -728,6 +777,102 @@ class WorkspaceJobs:
         job = await self.client.db(record)
         if job.is_final:
             return job
+        await self._signal_cancel(job, reason)
+        return await self.get(job_id)
+
+    async def cancel_many(
+        self, job_ids: Sequence[uuid.UUID], *, reason: str | None = None
+    ) -> Sequence[CancelOutcome]:
+        """``cancel`` for each job, authorised once and recorded in one transaction, then
+        signalled ``BULK_CANCEL_SIGNALS`` at a time (at most ``MAX_BULK_CANCEL``). One
+        outcome per id, in order: the job as it is then, or the error its own ``cancel``
+        would have met (``job_not_found`` for an id the workspace does not have)."""
+        for job_id in job_ids:
+            require_uuid("job_id", job_id)
+        if len(job_ids) > MAX_BULK_CANCEL:
+            raise InvalidInput(f"at most {MAX_BULK_CANCEL} jobs at once", code="invalid_limit")
+        reason = check_reason(reason)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.readmodel import store as read_model
+
+        wanted = list(dict.fromkeys(job_ids))
+
+        async def record(conn: AsyncConnection) -> list[JobView]:
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            return await read_model.request_cancels(
+                conn, self.workspace_id, wanted, self.actor_id, reason
+            )
+
+        found = {job.id: job for job in await self.client.db(record)}
+        failed: dict[uuid.UUID, HubJobsError] = {}
+        gate = asyncio.Semaphore(BULK_CANCEL_SIGNALS)
+
+        async def signal(job: JobView) -> None:
+            async with gate:
+                try:
+                    await self._signal_cancel(job, reason)
+                except HubJobsError as err:
+                    failed[job.id] = err
+
+        async with asyncio.TaskGroup() as group:
+            for job in found.values():
+                if not job.is_final:
+                    group.create_task(signal(job))
+        now = {job.id: job for job in await self._jobs_now(list(found))}
+        missing = JobNotFound("no such job in this workspace")
+        return [
+            CancelOutcome(
+                job_id,
+                None if job_id in failed else now.get(job_id),
+                failed.get(job_id) or (None if job_id in now else missing),
+            )
+            for job_id in job_ids
+        ]
+
+    async def cancel_matching(
+        self,
+        *,
+        status: JobStatus | None = None,
+        kind: str | None = None,
+        schedule_id: str | None = None,
+        reason: str | None = None,
+    ) -> tuple[Sequence[CancelOutcome], bool]:
+        """``cancel_many`` over the workspace's unfinished jobs with the status, kind and
+        schedule given (newest first, ``MAX_BULK_CANCEL`` at most); and whether more
+        remained (call again for them)."""
+        if kind is not None and not is_kind_name(kind):
+            raise UnknownKind()
+        if schedule_id is not None:
+            from starter.schedules import check_schedule_id
+
+            check_schedule_id(schedule_id)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.readmodel import store as read_model
+
+        async def select(conn: AsyncConnection) -> list[uuid.UUID]:
+            await require_administrator(conn, self.workspace_id, self.actor_id)
+            return await read_model.unfinished_of_workspace(
+                conn,
+                self.workspace_id,
+                status=status,
+                kind=kind,
+                schedule_id=schedule_id,
+                limit=MAX_BULK_CANCEL + 1,
+            )
+
+        ids = await self.client.db(select, purpose=Purpose.READ)
+        outcomes = await self.cancel_many(ids[:MAX_BULK_CANCEL], reason=reason)
+        return outcomes, len(ids) > MAX_BULK_CANCEL
+
+    async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
+        async def read(conn: Connection) -> Sequence[JobView]:
+            return await reads.jobs_of_workspaces(conn, [self.workspace_id], job_ids)
+
+        return await self.client.read(read) if job_ids else []
+
+    async def _signal_cancel(self, job: JobView, reason: str | None) -> None:
+        """Signals the cancellation recorded on ``job`` (unfinished when read) to its
+        workflow; ``Unavailable`` when Temporal did not take it."""
         from temporalio.service import RPCError, RPCStatusCode
 
         from hubjobs.kinds.job_rows import finish_job
@@ -740,7 +885,7 @@ class WorkspaceJobs:
         except RPCError as err:
             if err.status == RPCStatusCode.INVALID_ARGUMENT:
                 log.warning("cancel of %s left to its attempt: %s", job.workflow_id, err.message)
-                return await self.get(job_id)
+                return
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cancel signal to %s failed: %s", job.workflow_id, err.status.name)
                 raise Unavailable("Temporal did not take the cancellation; try again") from None
@@ -753,7 +898,17 @@ class WorkspaceJobs:
                         conn, job, status=JobStatus.cancelled, default_retention=retention
                     )
                 )
-        return await self.get(job_id)
+
+    # --- following ------------------------------------------------------------------
+
+    async def changes(self) -> AsyncGenerator[WorkspaceChange]:
+        """The workspace's changes until the caller stops (``client.workspace_feeds``):
+        first a ``reset`` (read the list now), then each job that changed, the newest
+        row of each, a few times a second at most; a ``reset`` again whenever changes may
+        have been missed. Authorised once, as a list is."""
+        await self.list(limit=1)
+        async for change in self.client.workspace_feeds.follow(self.workspace_id):
+            yield change
 
     # --- waiting ------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.kinds.page_export import PAGE_EXPORT
 
+# POST /workspaces/{ws}/jobs/cancel is the bulk cancel, not a start of a kind "cancel".
+RESERVED_KIND_NAMES = frozenset({"cancel"})
+
 
 class Registry:
     """Kinds by name; a name (or a workflow type) registered twice is an error, never a
@@ -27,6 +30,8 @@ class Registry:
         self._kinds: dict[str, JobKind[Any]] = {}
 
     def register(self, kind: JobKind[Any]) -> JobKind[Any]:
+        if kind.name in RESERVED_KIND_NAMES:
+            raise ValueError(f"{kind.name!r} cannot name a kind: the API's path says it")
         if kind.name in self._kinds:
             raise ValueError(f"job kind {kind.name!r} is registered twice")
         if any(k.workflow_type == kind.workflow_type for k in self._kinds.values()):

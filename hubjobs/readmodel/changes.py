@@ -4,13 +4,15 @@ message in ``store`` also sends ``pg_notify(CHANNEL, <job id>)`` from the same s
 identical notifications into one). The payload is the job's id, never its content.
 
 ``JobChanges`` holds ONE listening connection per process and wakes whoever waits on a
-job when its id arrives. A notification sent while the connection was down is lost, so
-each (re)connection wakes every waiter once: the bounded re-read that catches up on
-what may have been missed. A quiet connection is checked every ``check_seconds`` (a
-dead one otherwise waits for TCP to notice). The connection lasts while someone waits:
-after the last waiter leaves it is closed at the next check (at once if it was lost),
-and the next subscriber opens it again -- a client that is never closed does not keep
-a connection, nor retry one to a database that has gone, for the rest of its process.
+job when its id arrives, and hands every id to whoever watches all changes (a
+workspace's stream: ``hubjobs.readmodel.workspace_feeds``). A notification sent while
+the connection was down is lost, so each (re)connection wakes every waiter once: the
+bounded re-read that catches up on what may have been missed. A quiet connection is
+checked every ``check_seconds`` (a dead one otherwise waits for TCP to notice). The
+connection lasts while someone waits: after the last waiter leaves it is closed at the
+next check (at once if it was lost), and the next subscriber opens it again -- a client
+that is never closed does not keep a connection, nor retry one to a database that has
+gone, for the rest of its process.
 """
 
 from __future__ import annotations
@@ -33,6 +35,22 @@ def notify_column(job_id: str) -> str:
     return f"(SELECT 1 FROM pg_notify('{CHANNEL}', CAST({job_id} AS text))) AS notified"
 
 
+class ChangeLog:
+    """Every job id notified since it was last taken, and whether the connection was
+    (re)made meanwhile (what changed then is unknown: read everything again)."""
+
+    def __init__(self) -> None:
+        self.ids: set[uuid.UUID] = set()
+        self.reconnected = False
+        self.ready = asyncio.Event()
+
+    def take(self) -> tuple[set[uuid.UUID], bool]:
+        taken, reconnected = self.ids, self.reconnected
+        self.ids, self.reconnected = set(), False
+        self.ready.clear()
+        return taken, reconnected
+
+
 class JobChanges:
     """Wakes the waiters of a job when the read model notifies a change of it."""
 
@@ -41,6 +59,7 @@ class JobChanges:
         self._check = check_seconds
         self._retry = retry_seconds
         self._waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._logs: set[ChangeLog] = set()
         self._task: asyncio.Task[None] | None = None
         # The listening connection's backend (tests end it to lose notifications) and
         # how many times it has connected.
@@ -51,8 +70,7 @@ class JobChanges:
     def subscribe(self, job_id: uuid.UUID) -> Iterator[asyncio.Event]:
         """An event set at each change of the job (and at each (re)connection): clear it,
         read the job, then wait on it."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=CHANNEL)
+        self._start()
         event = asyncio.Event()
         self._waiters.setdefault(job_id, set()).add(event)
         try:
@@ -63,6 +81,30 @@ class JobChanges:
                 waiting.discard(event)
                 if not waiting:
                     del self._waiters[job_id]
+
+    def watch_all(self) -> ChangeLog:
+        """A log of every change from now on (and of each (re)connection), until
+        ``unwatch_all``: taken at once, so that nothing after this call is missed."""
+        self._start()
+        log = ChangeLog()
+        self._logs.add(log)
+        return log
+
+    def unwatch_all(self, log: ChangeLog) -> None:
+        self._logs.discard(log)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listening connection is up (LISTEN done): a change from now on
+        is seen."""
+        return self.backend_pid is not None
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=CHANNEL)
+
+    def _idle(self) -> bool:
+        return not self._waiters and not self._logs
 
     async def close(self) -> None:
         if self._task is not None:
@@ -78,11 +120,17 @@ class JobChanges:
             return
         for event in self._waiters.get(job_id, ()):
             event.set()
+        for log in self._logs:
+            log.ids.add(job_id)
+            log.ready.set()
 
     def _wake_all(self) -> None:
         for waiting in self._waiters.values():
             for event in waiting:
                 event.set()
+        for log in self._logs:
+            log.reconnected = True
+            log.ready.set()
 
     @property
     def listening(self) -> bool:
@@ -101,7 +149,7 @@ class JobChanges:
             self.backend_pid = None
             # No await between this check and the end: a subscriber either came before
             # it (and is served) or finds the task done (and starts another).
-            if not self._waiters:
+            if self._idle():
                 return
             await asyncio.sleep(self._retry)
 
@@ -115,6 +163,6 @@ class JobChanges:
             while True:
                 async for note in conn.notifies(timeout=self._check):
                     self._wake(note.payload)
-                if not self._waiters:
+                if self._idle():
                     return
                 await conn.execute("SELECT 1")

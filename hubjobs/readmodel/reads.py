@@ -130,3 +130,21 @@ async def job_by_id(conn: AsyncConnection[Any], job_id: uuid.UUID) -> JobView | 
     cursor = await conn.execute(JOB_BY_ID, {"job": job_id}, binary=True)
     row = await cursor.fetchone()
     return None if row is None else job_view(row)
+
+
+JOBS_OF_WORKSPACES = (
+    f"SELECT {JOB_COLUMNS} FROM jobs "
+    "WHERE id = ANY(%(jobs)s) AND workspace_id = ANY(%(workspaces)s)"
+)
+
+
+async def jobs_of_workspaces(
+    conn: AsyncConnection[Any], workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
+) -> list[JobView]:
+    """Those of the jobs that belong to one of the workspaces, whoever asks: for the
+    workspace streams, whose followers were authorised when they began following
+    (``hubjobs.readmodel.workspace_feeds``)."""
+    cursor = await conn.execute(
+        JOBS_OF_WORKSPACES, {"jobs": list(job_ids), "workspaces": list(workspace_ids)}, binary=True
+    )
+    return [job_view(row) for row in await cursor.fetchall()]

@@ -473,6 +473,68 @@ async def request_cancel(
     )
 
 
+async def request_cancels(
+    conn: AsyncConnection,
+    workspace_id: uuid.UUID,
+    job_ids: Sequence[uuid.UUID],
+    actor_id: uuid.UUID,
+    reason: str | None = None,
+) -> list[JobView]:
+    """``request_cancel`` for each of the workspace's jobs among ``job_ids``, in one
+    statement; returns those jobs as they were before (ids of other workspaces, or of no
+    job, are left out)."""
+    if not job_ids:
+        return []
+    params = {"ids": list(job_ids), "workspace": workspace_id}
+    rows = await conn.execute(
+        text(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(:ids) AND workspace_id = :workspace"),
+        params,
+    )
+    found = [_view(row) for row in rows]
+    await conn.execute(
+        text(
+            "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
+            "cancel_reason = :reason, updated_at = now() "
+            "WHERE id = ANY(:ids) AND workspace_id = :workspace "
+            f"AND cancel_requested_at IS NULL AND status IN {UNFINISHED} RETURNING {NOTIFY}"
+        ),
+        {**params, "actor": actor_id, "reason": reason},
+    )
+    return found
+
+
+async def unfinished_of_workspace(
+    conn: AsyncConnection,
+    workspace_id: uuid.UUID,
+    *,
+    status: JobStatus | None = None,
+    kind: str | None = None,
+    schedule_id: str | None = None,
+    limit: int,
+) -> list[uuid.UUID]:
+    """The workspace's unfinished jobs with the status, kind and schedule given (all
+    when None), newest first, at most ``limit``: what "cancel all matching" cancels."""
+    if status is not None and status.is_final:
+        return []
+    statuses = [str(s) for s in UNFINISHED_STATUSES] if status is None else [str(status)]
+    rows = await conn.execute(
+        text(
+            "SELECT id FROM jobs WHERE workspace_id = :workspace AND status = ANY(:statuses) "
+            "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
+            "AND (CAST(:schedule AS text) IS NULL OR schedule_id = :schedule) "
+            "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        ),
+        {
+            "workspace": workspace_id,
+            "statuses": statuses,
+            "kind": kind,
+            "schedule": schedule_id,
+            "limit": limit,
+        },
+    )
+    return [row.id for row in rows]
+
+
 # What an attempt's opening sets (``_opening`` gives its parameters): running, the run,
 # the attempts only ever growing.
 OPENING = (

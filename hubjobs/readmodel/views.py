@@ -136,6 +136,8 @@ API_JOB_FIELDS = (
     "finished_at",
     "cancel_requested_at",
     "cancel_reason",
+    "attempts",
+    "attempts_failed",
     "schedule_id",
     "stuck_since",
     "stuck_reason",

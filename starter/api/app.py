@@ -11,12 +11,23 @@ from fastapi.routing import APIRoute
 
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
-from starter.api import contract, events, health, items, jobs, kinds, schedules
+from starter.api import (
+    bulk_cancel,
+    contract,
+    events,
+    health,
+    items,
+    jobs,
+    kinds,
+    list_events,
+    schedules,
+)
 from starter.api.codec import CodecCors, codec_router
 from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
 from starter.api.kind_schemas import install_kind_schemas
+from starter.api.operator_page import install_page
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient
 
@@ -56,7 +67,11 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     app.state.verifier = TokenVerifier(settings)
     if client is not None:
         app.state.client = client
+    # The workspace-wide routes first: their paths (…/jobs/events, …/jobs/cancel) would
+    # otherwise match a job's (…/jobs/{job_id}) or a kind's start (…/jobs/{kind}).
     for router in (
+        list_events.router,
+        bulk_cancel.router,
         jobs.router,
         events.router,
         items.router,
@@ -72,6 +87,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
     install_docs(app)
+    install_page(app, settings)
     install_kind_schemas(app)
     app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)

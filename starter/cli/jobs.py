@@ -5,10 +5,12 @@ API (starter/cli/remote.py); the start of a job, which each kind's command
 from __future__ import annotations
 
 import json
+import queue
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -205,19 +207,62 @@ def jobs_table(found: list[Job]) -> JobsTable:
     return JobsTable(found)
 
 
-def watch_list(read: Callable[[], list[Job]], interval: float, as_json: bool) -> None:
-    """Reads the list every ``interval`` seconds until interrupted: a live table on a
-    terminal, else the list again (a JSON array a line with ``--json``) when it changed."""
+def followed(
+    jobs: Api, read: Callable[[], list[Job]], filters: Mapping[str, Any], first_page: bool
+) -> Iterator[list[Job]]:
+    """The list each time it changes, kept current from the workspace's event stream
+    (one stream, not a read every interval): read at each reset, merged at each job."""
+    from starter.cli.live_list import merged
+
+    listed: list[Job] = []
+    for event, job in jobs.list_events():
+        current = None
+        if event == "job" and job is not None:
+            current = merged(listed, job, filters, first_page=first_page)
+        listed = read() if current is None else current
+        yield listed
+
+
+def newest_of(updates: Iterator[list[Job]]) -> Callable[[], list[Job]]:
+    """``updates`` read in a thread of their own (a pause between prints never holds
+    the stream back): each call waits for one, and returns the newest come by then."""
+    waiting: queue.Queue[list[Job] | BaseException] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for listed in updates:
+                waiting.put(listed)
+        except BaseException as error:
+            waiting.put(error)
+
+    threading.Thread(target=pump, daemon=True, name="list-events").start()
+
+    def newest() -> list[Job]:
+        item = waiting.get()
+        while not waiting.empty():
+            item = waiting.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    return newest
+
+
+def watch_list(updates: Iterator[list[Job]], interval: float, as_json: bool) -> None:
+    """Shows the list as ``updates`` change it, until interrupted, at most once per
+    ``interval`` (the newest then): a live table on a terminal, else the list again (a
+    JSON array a line with ``--json``) when it changed."""
+    newest = newest_of(updates)
     if not as_json and out().is_terminal:
         from rich.live import Live
 
-        with Live(jobs_table(read()), console=out(), auto_refresh=False) as live:
+        with Live(jobs_table(newest()), console=out(), auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(jobs_table(read()), refresh=True)
+                live.update(jobs_table(newest()), refresh=True)
     last: list[Job] | None = None
     while True:
-        found = read()
+        found = newest()
         if found != last:
             if as_json:
                 sys.stdout.write(json.dumps(found) + "\n")
@@ -225,7 +270,7 @@ def watch_list(read: Callable[[], list[Job]], interval: float, as_json: bool) ->
                 out().print(jobs_table(found))
             sys.stdout.flush()
             last = found
-        time.sleep(interval)
+            time.sleep(interval)
 
 
 @commands.command("list")
@@ -246,8 +291,9 @@ def list_jobs(
         bool, typer.Option("--watch", help="Keep the list up to date until interrupted.")
     ] = False,
     interval: Annotated[
-        float, typer.Option(min=0.1, help="Seconds between reads with --watch.")
-    ] = 2.0,
+        float,
+        typer.Option(min=0.0, help="With --watch, at least this many seconds between updates."),
+    ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
     """List a workspace's jobs, newest first."""
@@ -260,7 +306,7 @@ def list_jobs(
 
         if watch:
             try:
-                watch_list(read, interval, as_json)
+                watch_list(followed(jobs, read, filters, before is None), interval, as_json)
             except KeyboardInterrupt:  # the end of --watch
                 return
         page = jobs.list(**filters, before=before)

@@ -312,6 +312,40 @@ class Api:
                 raise self._unreachable()
             time.sleep(0.5)
 
+    def list_events(self) -> Iterator[tuple[str, Job | None]]:
+        """The workspace's jobs as they change (its list's event stream): ``("reset",
+        None)`` first and whenever changes may have been missed (read the list then),
+        ``("job", job)`` for each change. A stream the API cuts is opened again (with a
+        reset) for STREAM_RECONNECT_SECONDS; until interrupted."""
+        cut_at: float | None = None
+        answered = False
+        while True:
+            try:
+                with self.http.stream(
+                    "GET", f"{self.base}/jobs/events", timeout=STREAM_TIMEOUT
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise error_of(response)
+                    answered = True
+                    for event, data, _ in _sse(response.iter_lines()):
+                        cut_at = None
+                        if event == "error":
+                            detail = json.loads(data)["error"]
+                            raise HubJobsError(detail["message"], code=detail["code"])
+                        if event == "reset":
+                            yield "reset", None
+                        elif event == "job":
+                            yield "job", json.loads(data)
+            except httpx.TransportError:
+                if not answered:
+                    raise self._unreachable() from None
+            now = time.monotonic()
+            cut_at = cut_at or now
+            if now - cut_at > STREAM_RECONNECT_SECONDS:
+                raise self._unreachable()
+            time.sleep(0.5)
+
     # Schedules.
 
     def schedules(self, method: str, path: str = "", body: Any = None) -> Any:

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hubjobs.errors import Unavailable
-from hubjobs.home import DEV_SECRET_FILE, DEV_WEBHOOK_SECRET_FILE, update_profile
+from hubjobs.home import (
+    API_FILE,
+    DEV_SECRET_FILE,
+    DEV_WEBHOOK_SECRET_FILE,
+    recorded,
+    update_profile,
+)
 from hubjobs.readmodel.status import JobStatus
 from starter.cli.common import (
     JsonOpt,
@@ -86,6 +92,7 @@ def up(
                 "temporal_address": info.temporal_address,
                 "ui_url": info.ui_url,
                 "api_url": api_url,
+                "page_url": page_url(api_url),
                 "metrics_url": metrics.url,
                 "ui_codec_endpoint": codec,
             }
@@ -98,6 +105,7 @@ def up(
             highlight=False,
         )
         out().print(f"Temporal UI  {info.ui_url}")
+        out().print(f"Jobs page    {page_url(api_url)}", markup=False, highlight=False)
         out().print(f"API          {api_url}  (the job commands call it)")
         out().print(f"Metrics      {metrics.note}", markup=False, highlight=False)
         if codec:
@@ -109,6 +117,11 @@ def up(
             markup=False,
             highlight=False,
         )
+
+
+def page_url(api_url: str) -> str:
+    """The operator page the API serves (starter/api/operator_page.py)."""
+    return f"{api_url}/operator/"
 
 
 def temporal_cli_hint(address: str) -> str:
@@ -260,6 +273,7 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
 
     stack = embedded.read_stack(settings.home)
     ui = stack.ui_url if stack else None
+    api = recorded(settings.home, API_FILE).get("url")
     metrics = worker_metrics(settings.home, settings.metrics_host, wait=METRICS_START_SECONDS)
     return {
         "workspace_id": ids["workspace_id"],
@@ -268,6 +282,7 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
         "temporal_address": settings.resolved_temporal_address(),
         "ui_url": ui
         and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
+        "page_url": api and f"{page_url(str(api))}#/w/{ids['workspace_id']}/jobs/{job['id']}",
         "metrics_url": metrics.url,
         "metrics": metrics.note,
         "next": [
@@ -295,6 +310,7 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         ("Root page", steps["root_page_id"]),
         ("Temporal", steps["temporal_address"]),
         ("Temporal UI", steps["ui_url"]),
+        ("Jobs page", steps["page_url"]),
         ("Metrics", steps["metrics"]),
     ]
     out().print()

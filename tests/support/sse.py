@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Stream:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
     """The app (the API, or a test's webhook receiver) on a free loopback port, for as
     long as the block runs: its base URL."""
     with socket.socket() as probe:

@@ -99,9 +99,11 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
             "temporal_address",
             "ui_url",
             "api_url",
+            "page_url",
             "metrics_url",
             "ui_codec_endpoint",
         }
+        assert first["page_url"] == f"{first['api_url']}/operator/"
         assert first["ui_codec_endpoint"] is None  # the payload codec is off by default
         pg_port = urlsplit(first["database_url"]).port
         temporal_host, _, temporal_port_text = first["temporal_address"].rpartition(":")

@@ -39,6 +39,13 @@ def get_json(url: str, token: str) -> Any:
         return json.loads(response.read())
 
 
+def demo_token(api_url: str) -> Any:
+    """What the operator page's demo-actor button asks the stack's API for."""
+    request = urllib.request.Request(f"{api_url}/operator/dev-token", method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
 # Runs a command with SIGINT as a terminal gives it (default action, not blocked),
 # whatever this test process inherited or set (in CI, where the watch once ignored
 # SIGINT, a pytest-xdist worker that has run other tests).
@@ -112,6 +119,7 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
         demo = await asyncio.to_thread(hubjobs, env, "demo", "--pages", "30", timeout=300)
         assert demo.returncode == 0, demo.stdout + demo.stderr
         profile = json.loads((stack.home / "profile.json").read_text())
+        api_url = json.loads((stack.home / "api.json").read_text())["url"]
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         for value in (
             profile["workspace_id"],
@@ -121,10 +129,23 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             f"Temporal     {stack.temporal_address}\n",
             f"For the temporal CLI: export TEMPORAL_ADDRESS={stack.temporal_address}\n",
             f"{stack.info['ui_url']}/namespaces/default/workflows/course_tagging-",
+            # The operator page beside the Temporal UI, at the demo's job.
+            f"Jobs page    {api_url}/operator/#/w/{profile['workspace_id']}/jobs/",
             "hubjobs list",
             f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
         ):
             assert value in demo.stdout, f"{value} not in the demo's output:\n{demo.stdout}"
+        # The page's demo-actor sign-in, on the stack's own API (the development secret):
+        # a token for the demo's actor, which lists the demo's workspace.
+        given = await asyncio.to_thread(demo_token, api_url)
+        assert (given["actor_id"], given["workspace_id"]) == (
+            profile["actor_id"],
+            profile["workspace_id"],
+        )
+        listed_jobs = await asyncio.to_thread(
+            get_json, f"{api_url}/workspaces/{profile['workspace_id']}/jobs", given["token"]
+        )
+        assert len(listed_jobs["jobs"]) == 1
         worker_pid = int((stack.home / "worker.pid").read_text())
         assert embedded.pid_alive(worker_pid)
 

@@ -50,3 +50,22 @@ def test_each_kind_has_its_payload_and_result() -> None:
         published = kind.result.model_json_schema(mode="serialization")["properties"]
         assert components[kind.result.__name__]["properties"].keys() == published.keys()
     assert components["CourseTaggingPayload"]["required"] == ["root_page_id", "tag"]
+
+
+def test_the_lists_stream_and_the_bulk_cancel_are_operations() -> None:
+    """GET …/jobs/events and POST …/jobs/cancel: named, documented, and routed before
+    the job's and the kind's paths they would otherwise match."""
+    paths = document()["paths"]
+    stream = paths["/workspaces/{workspace_id}/jobs/events"]["get"]
+    assert stream["operationId"] == "job_list_events"
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    bulk = paths["/workspaces/{workspace_id}/jobs/cancel"]["post"]
+    assert bulk["operationId"] == "cancel_jobs"
+    body = bulk["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/BulkCancel"}
+    answer = bulk["responses"]["202"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/BulkCancelAnswer"}
+    order = list(paths)
+    assert order.index("/workspaces/{workspace_id}/jobs/events") < order.index(
+        "/workspaces/{workspace_id}/jobs/{job_id}"
+    )

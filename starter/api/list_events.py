@@ -1,0 +1,80 @@
+"""A workspace's jobs as they change, as Server-Sent Events: one stream for a whole list
+(the operator page's, ``hubjobs list --watch``), not a stream or a read per row.
+
+First a ``reset`` (read the list now: changes from then on are streamed), then a
+``job`` event (the job, as a list shows it) each time one of the workspace's jobs
+changes, the newest state of each a few times a second at most, a ``reset`` again
+whenever changes may have been missed (the listening connection was lost). No
+``Last-Event-ID``: a client that reconnects gets a ``reset``. Fed by the process's
+workspace feeds (``hubjobs.readmodel.workspace_feeds``: one read per batch of changes,
+whatever the number of streams); authorised as a GET of the list, when it opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from hubjobs.readmodel.workspace_feeds import WorkspaceChange
+from hubjobs.settings import Settings
+from starter.api.auth import Jobs
+from starter.api.errors import ERRORS
+from starter.api.events import error_event
+from starter.api.resources import JobResource
+
+router = APIRouter(tags=["jobs"])
+
+
+def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:
+    events = [ServerSentEvent(data="{}", event="reset")] if change.reset else []
+    return events + [
+        ServerSentEvent(data=JobResource.of(job).model_dump_json(), event="job")
+        for job in change.jobs
+    ]
+
+
+async def list_events(changes: AsyncIterator[WorkspaceChange]) -> AsyncIterator[ServerSentEvent]:
+    try:
+        async for change in changes:
+            for event in change_events(change):
+                yield event
+    except Exception as err:
+        yield error_event(err)
+
+
+@router.get(
+    "/workspaces/{workspace_id}/jobs/events",
+    responses={
+        200: {
+            "description": "A stream of Server-Sent Events: `reset` first (read the list "
+            "now), then `job` (a job as the list shows it) each time one of the "
+            "workspace's jobs changes, `reset` again when changes may have been missed; "
+            "`: ping` comments while nothing changes; `error` (`{error: {code, "
+            "message}}`) if the stream cannot go on",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **ERRORS,
+    },
+    response_class=Response,
+    summary="The workspace's jobs as they change (Server-Sent Events): one stream a list",
+)
+async def job_list_events(request: Request, jobs: Jobs) -> Response:
+    changes = jobs.changes()
+    # The authorisation (a list's), before the answer starts: a refusal is its status.
+    first = await anext(changes)
+    settings: Settings = request.app.state.settings
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        for event in change_events(first):
+            yield event
+        async for event in list_events(changes):
+            yield event
+
+    return EventSourceResponse(
+        events(),
+        ping=settings.api_events_heartbeat_seconds,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

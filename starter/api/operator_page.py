@@ -1,0 +1,129 @@
+"""The operator page: one static HTML page, one script and one style sheet (package data
+in ``starter/api/page/``), served by the API at ``/operator/``, calling the JSON API
+with the bearer token the page holds (in the tab's sessionStorage: never a cookie, never
+a URL). What a token cannot see, the page cannot show: every call is the API's, with
+its answers.
+
+Each file is sent with a Content-Security-Policy that runs only this origin's script
+and style (no inline script, no ``eval``), lets the page call only this origin, and
+forbids framing, forms and ``<base>``; the script builds every node with ``textContent``.
+
+``POST /operator/dev-token`` mints a token for the embedded stack's demo actor (the
+profile's, ``hubjobs demo``): only while the API checks tokens with the stack's
+development secret and nothing else (the route does not exist otherwise), only for a
+caller on loopback, addressed by a loopback name (no DNS rebinding), from this origin
+(a browser's Origin header, when sent, must be the page's own).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from hubjobs.errors import Forbidden, NotFound
+from hubjobs.home import PROFILE_FILE, recorded
+from hubjobs.settings import Settings
+from starter.api.tokens import mint
+
+PREFIX = "/operator"
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+FILES = {
+    "": ("index.html", "text/html; charset=utf-8"),
+    "app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "app.css": ("app.css", "text/css; charset=utf-8"),
+}
+DEV_TOKEN_SECONDS = 8 * 3600
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def page_file(name: str) -> bytes:
+    return resources.files("starter.api").joinpath("page", name).read_bytes()
+
+
+def is_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header, its port left out (``[::1]:8080`` → ``[::1]``)."""
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def page_router(settings: Settings) -> APIRouter:
+    """The page's routes (none in the OpenAPI document: they are not the API)."""
+    router = APIRouter(include_in_schema=False)
+    served = {path: (page_file(name), media) for path, (name, media) in FILES.items()}
+    dev_token = settings.uses_dev_token_secret
+
+    @router.get(PREFIX)
+    async def operator_page_root() -> Response:
+        return RedirectResponse(f"{PREFIX}/", status_code=308)
+
+    def serve(path: str) -> None:
+        body, media = served[path]
+
+        async def page_asset() -> Response:
+            return Response(body, media_type=media, headers=HEADERS)
+
+        router.add_api_route(f"{PREFIX}/{path}", page_asset, methods=["GET"], name=f"page {path}")
+
+    for path in served:
+        serve(path)
+
+    @router.get(f"{PREFIX}/config")
+    async def operator_page_config() -> JSONResponse:
+        """What the page needs beyond the API: where the Temporal UI is, and whether a
+        demo token is to be had."""
+        config: dict[str, Any] = {
+            "temporal_ui_url": settings.resolved_ui_url(),
+            "namespace": settings.temporal_namespace,
+            "dev_token": dev_token,
+        }
+        return JSONResponse(config, headers={"Cache-Control": "no-store"})
+
+    if dev_token:
+
+        @router.post(f"{PREFIX}/dev-token")
+        async def operator_page_dev_token(request: Request) -> JSONResponse:
+            host = host_name(request.headers.get("host", ""))
+            origin = request.headers.get("origin")
+            client = request.client.host if request.client else None
+            if not is_loopback(client) or host not in LOOPBACK_NAMES:
+                raise Forbidden("a demo token is given only on this machine's loopback")
+            if origin is not None and origin != f"{request.url.scheme}://{request.headers['host']}":
+                raise Forbidden("a demo token is given only to the operator page itself")
+            profile = recorded(settings.home, PROFILE_FILE)
+            actor, workspace = profile.get("actor_id"), profile.get("workspace_id")
+            if not actor or not workspace:
+                raise NotFound("no demo actor: run `hubjobs demo` first", code="not_found")
+            token = mint(uuid.UUID(str(actor)), settings, ttl_seconds=DEV_TOKEN_SECONDS)
+            return JSONResponse(
+                {"token": token, "actor_id": actor, "workspace_id": workspace},
+                headers={"Cache-Control": "no-store"},
+            )
+
+    return router
+
+
+def install_page(app: FastAPI, settings: Settings) -> None:
+    app.include_router(page_router(settings))

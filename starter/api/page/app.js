@@ -1,0 +1,828 @@
+// The operator page: the hub's JSON API, called with the bearer token this tab holds
+// (sessionStorage: never a cookie, never a URL). Every text from the hub is set with
+// textContent (el() below), never parsed as markup.
+
+const TOKEN = "hubjobs.token";
+const WORKSPACE = "hubjobs.workspace";
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"];
+const ITEM_STATES = ["failed", "pending", "succeeded", "skipped"];
+const JOBS_PAGE = 25;
+const ITEMS_PAGE = 50;
+
+const main = document.getElementById("main");
+const notice = document.getElementById("notice");
+let config = { temporal_ui_url: null, namespace: "default", dev_token: false };
+let kinds = null;
+// What the current view must stop when another one replaces it (its streams).
+let leaving = [];
+
+// --- building the page ------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "text") node.textContent = String(value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function say(message) {
+  notice.textContent = message;
+  clearTimeout(say.timer);
+  say.timer = setTimeout(() => { notice.textContent = ""; }, 6000);
+}
+
+function when(value) {
+  if (!value) return "—";
+  const at = new Date(value);
+  return el("time", { datetime: value, title: value }, at.toLocaleString());
+}
+
+function statusLabel(job) {
+  return job.failed > 0 ? `${job.status} (${job.failed} failed)` : job.status;
+}
+
+function statusBadge(job) {
+  const badge = el("span", { class: `badge status-${job.status}`, "data-status": job.status });
+  badge.textContent = statusLabel(job);
+  if (job.failed > 0) badge.classList.add("has-failed");
+  return badge;
+}
+
+function stuckFlag(job) {
+  if (!job.stuck_since) return null;
+  return el("span", { class: "stuck", title: job.stuck_reason || "" }, " ⚠ stuck");
+}
+
+function bar(job, label) {
+  const bar = el("progress", { max: Math.max(job.total, 1), "aria-label": label });
+  if (job.total > 0) bar.value = job.processed;
+  else if (job.status !== "queued" && job.status !== "running") bar.value = 0;
+  return bar;
+}
+
+function show(...nodes) {
+  main.replaceChildren(...nodes);
+}
+
+// --- the token and the API ----------------------------------------------------------
+
+const token = () => sessionStorage.getItem(TOKEN);
+const workspace = () => sessionStorage.getItem(WORKSPACE);
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function errorOf(response) {
+  const body = await response.json().catch(() => null);
+  const detail = body && body.error;
+  if (detail && typeof detail.code === "string") {
+    return new ApiError(response.status, detail.code, String(detail.message));
+  }
+  return new ApiError(response.status, "http_error", `the API answered ${response.status}`);
+}
+
+// The token is gone (refused, expired, signed out): the sign-in form, the address kept
+// (signing in again comes back to it).
+function signedOut(message) {
+  sessionStorage.removeItem(TOKEN);
+  route(message);
+}
+
+async function call(method, path, { query, body, signal, accept } = {}) {
+  const url = new URL(path, location.origin);
+  for (const [name, value] of Object.entries(query || {})) {
+    if (value !== null && value !== undefined && value !== "") url.searchParams.set(name, value);
+  }
+  const headers = { Authorization: `Bearer ${token()}`, Accept: accept || "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(url, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit",
+    cache: "no-store",
+    signal,
+  });
+  if (response.status === 401) {
+    const error = await errorOf(response);
+    signedOut(`${error.message}: sign in again.`);
+    throw error;
+  }
+  if (!response.ok) throw await errorOf(response);
+  return response;
+}
+
+async function api(method, path, options) {
+  const response = await call(method, path, options);
+  return response.status === 204 ? null : response.json();
+}
+
+// Server-Sent Events over fetch (an EventSource cannot send the Authorization header).
+async function* events(path, { signal, lastEventId }) {
+  const headers = { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" };
+  if (lastEventId) headers["Last-Event-ID"] = lastEventId;
+  const response = await fetch(path, { headers, signal, credentials: "omit", cache: "no-store" });
+  if (response.status === 204) return;
+  if (response.status === 401) {
+    const error = await errorOf(response);
+    signedOut(`${error.message}: sign in again.`);
+    throw error;
+  }
+  if (!response.ok) throw await errorOf(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    // A "\r" at a chunk's end may be half of a "\r\n": kept for the next chunk.
+    const held = buffer.endsWith("\r") ? "\r" : "";
+    const text = (held ? buffer.slice(0, -1) : buffer).replace(/\r\n?/g, "\n");
+    const blocks = text.split("\n\n");
+    buffer = blocks.pop() + held;
+    for (const block of blocks) {
+      const event = { event: "message", data: [], id: null };
+      for (const line of block.split("\n")) {
+        if (!line || line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const name = colon < 0 ? line : line.slice(0, colon);
+        const field = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (name === "event") event.event = field;
+        else if (name === "data") event.data.push(field);
+        else if (name === "id") event.id = field;
+      }
+      if (event.data.length) yield { ...event, data: JSON.parse(event.data.join("\n")) };
+    }
+  }
+}
+
+// Follows a stream until the view changes: opened again after a cut (with the last
+// event's id when ``resumable``), waiting longer each time, at most 10 s; a refusal
+// (404) ends it, told to ``onRefused``. A hidden tab holds no stream (a browser keeps six
+// connections to a host over HTTP/1.1, for all its tabs): closed when the tab is hidden,
+// opened again when it is shown.
+function follow(path, onEvent, { resumable = false, onRefused = () => {} } = {}) {
+  let stopped = false;
+  let current = null;
+  let shown = null;
+  const hidden = () => document.visibilityState === "hidden";
+  const onVisibility = () => {
+    if (hidden() && current) current.abort();
+    if (!hidden() && shown) shown();
+  };
+  document.addEventListener("visibilitychange", onVisibility);
+  leaving.push(() => {
+    stopped = true;
+    if (current) current.abort();
+    if (shown) shown();
+    document.removeEventListener("visibilitychange", onVisibility);
+  });
+  (async () => {
+    let lastId = null;
+    let pause = 500;
+    while (!stopped) {
+      if (hidden()) {
+        await new Promise((resolve) => { shown = resolve; });
+        shown = null;
+        continue;
+      }
+      current = new AbortController();
+      try {
+        const options = { signal: current.signal, lastEventId: resumable ? lastId : null };
+        for await (const event of events(path, options)) {
+          pause = 500;
+          if (event.id) lastId = event.id;
+          if (event.event === "error") say(`Live updates paused: ${event.data.error.message}`);
+          else if (onEvent(event) === "done") return;
+        }
+      } catch (error) {
+        if (stopped || error.status === 401) return;
+        if (error.status === 404) {
+          onRefused(error);
+          return;
+        }
+        if (current.signal.aborted) continue; // hidden: wait to be shown
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause = Math.min(pause * 2, 10000);
+    }
+  })();
+}
+
+async function download(path, name) {
+  try {
+    const blob = await (await call("GET", path, { accept: "*/*" })).blob();
+    const url = URL.createObjectURL(blob);
+    const link = el("a", { href: url, download: name, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 30000);
+  } catch (error) {
+    say(`Download refused: ${error.message}`);
+  }
+}
+
+// --- routing ---------------------------------------------------------------------------
+
+function go(path) {
+  location.hash = `#${path}`;
+}
+
+function header(ws) {
+  const signOut = document.getElementById("sign-out");
+  const who = document.getElementById("who");
+  const jobsLink = document.getElementById("nav-jobs");
+  const schedulesLink = document.getElementById("nav-schedules");
+  signOut.hidden = !ws;
+  who.textContent = ws ? `Workspace ${ws}` : "";
+  jobsLink.href = ws ? `#/w/${ws}/jobs` : "#/";
+  schedulesLink.href = ws ? `#/w/${ws}/schedules` : "#/";
+  const section = location.hash.includes("/schedules") ? schedulesLink : jobsLink;
+  for (const link of [jobsLink, schedulesLink]) link.removeAttribute("aria-current");
+  if (ws) section.setAttribute("aria-current", "page");
+}
+
+function route(message) {
+  for (const stop of leaving.splice(0)) stop();
+  const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query);
+  const parts = path.split("/").filter(Boolean);
+  if (!token()) {
+    header(null);
+    return signIn(typeof message === "string" ? message : "");
+  }
+  if (parts[0] !== "w" || !UUID.test(parts[1] || "")) return go(`/w/${workspace()}/jobs`);
+  const ws = parts[1].toLowerCase();
+  header(ws);
+  main.focus({ preventScroll: true });
+  if (parts[2] === "jobs" && parts.length === 3) return jobsView(ws, params);
+  if (parts[2] === "jobs" && parts.length === 4 && UUID.test(parts[3])) {
+    return jobView(ws, parts[3].toLowerCase(), params);
+  }
+  if (parts[2] === "schedules" && parts.length === 3) return schedulesView(ws);
+  return go(`/w/${ws}/jobs`);
+}
+
+function failure(title, error) {
+  show(
+    el("h1", { text: title }),
+    el("p", { class: "error", role: "alert", text: error.message }),
+    el("p", { class: "hint" }, "Code: ", el("code", { text: error.code || "" })),
+  );
+}
+
+// --- signing in -------------------------------------------------------------------------
+
+function signIn(message) {
+  const tokenInput = el("input", {
+    id: "token", type: "password", autocomplete: "off", spellcheck: "false", required: true,
+  });
+  const wsInput = el("input", {
+    id: "workspace", type: "text", autocomplete: "off", spellcheck: "false", required: true,
+    pattern: UUID.source.slice(1, -1), value: workspace() || "",
+  });
+  const error = el("p", { class: "error", role: "alert", text: message || "" });
+
+  async function start(tokenValue, ws) {
+    sessionStorage.setItem(TOKEN, tokenValue);
+    sessionStorage.setItem(WORKSPACE, ws.toLowerCase());
+    try {
+      await api("GET", `/workspaces/${ws}/jobs`, { query: { limit: 1 } });
+      if (location.hash.toLowerCase().startsWith(`#/w/${ws.toLowerCase()}/`)) route();
+      else go(`/w/${ws.toLowerCase()}/jobs`);
+    } catch (failed) {
+      sessionStorage.removeItem(TOKEN);
+      error.textContent = `${failed.message} (${failed.code})`;
+    }
+  }
+
+  const form = el(
+    "form",
+    {
+      class: "card",
+      "aria-labelledby": "sign-in-title",
+      onsubmit: (event) => {
+        event.preventDefault();
+        if (!UUID.test(wsInput.value.trim())) {
+          error.textContent = "The workspace is a UUID.";
+          return;
+        }
+        start(tokenInput.value.trim(), wsInput.value.trim());
+      },
+    },
+    el("h1", { id: "sign-in-title", text: "Sign in" }),
+    el("p", { class: "hint" },
+      "Paste an API token (a JWT naming you; `hubjobs token --actor …` mints one where the " +
+      "API's secret is known). It stays in this tab only, and is sent as a header."),
+    el("label", { for: "token", text: "API token" }),
+    tokenInput,
+    el("label", { for: "workspace", text: "Workspace" }),
+    wsInput,
+    el("p", {}, el("button", { type: "submit", text: "Sign in" })),
+    error,
+  );
+  const nodes = [form];
+  if (config.dev_token) {
+    nodes.push(el("p", {},
+      el("button", {
+        type: "button",
+        class: "quiet",
+        id: "demo-token",
+        text: "Use the embedded stack's demo actor",
+        onclick: async () => {
+          const response = await fetch("/operator/dev-token", { method: "POST", credentials: "omit" });
+          if (!response.ok) {
+            error.textContent = (await errorOf(response)).message;
+            return;
+          }
+          const given = await response.json();
+          start(given.token, given.workspace_id);
+        },
+      })));
+  }
+  show(...nodes);
+}
+
+// --- the jobs of a workspace ------------------------------------------------------------
+
+function matches(job, filters) {
+  return (!filters.status || job.status === filters.status) && (!filters.kind || job.kind === filters.kind);
+}
+
+function newestFirst(a, b) {
+  const at = Date.parse(b.created_at) - Date.parse(a.created_at);
+  return at !== 0 ? at : (b.id < a.id ? -1 : b.id > a.id ? 1 : 0);
+}
+
+// The list with one job's change (as `hubjobs list --watch` merges it); null: read it again.
+function merged(listed, job, filters, firstPage) {
+  const at = listed.findIndex((row) => row.id === job.id);
+  if (!matches(job, filters)) {
+    if (at < 0) return listed;
+    return listed.length >= JOBS_PAGE ? null : listed.filter((row) => row.id !== job.id);
+  }
+  if (at >= 0) return listed.map((row) => (row.id === job.id ? job : row));
+  if (!firstPage) return listed;
+  return [...listed, job].sort(newestFirst).slice(0, JOBS_PAGE);
+}
+
+async function jobsView(ws, params) {
+  const filters = { kind: params.get("kind") || "", status: params.get("status") || "" };
+  const before = params.get("before") || "";
+  const base = `/workspaces/${ws}/jobs`;
+  if (kinds === null) {
+    kinds = await fetch("/kinds", { credentials: "omit" })
+      .then((r) => r.json()).then((b) => b.kinds.map((k) => k.name)).catch(() => []);
+  }
+  const kindSelect = el("select", { id: "kind", name: "kind" },
+    el("option", { value: "", text: "any kind" }),
+    kinds.map((name) => el("option", { value: name, selected: name === filters.kind, text: name })));
+  const statusSelect = el("select", { id: "status", name: "status" },
+    el("option", { value: "", text: "any status" }),
+    STATUSES.map((name) => el("option", { value: name, selected: name === filters.status, text: name })));
+  const onFilter = () => {
+    const query = new URLSearchParams();
+    if (kindSelect.value) query.set("kind", kindSelect.value);
+    if (statusSelect.value) query.set("status", statusSelect.value);
+    go(`/w/${ws}/jobs${query.size ? `?${query}` : ""}`);
+  };
+  kindSelect.addEventListener("change", onFilter);
+  statusSelect.addEventListener("change", onFilter);
+
+  const selected = new Set();
+  const rows = new Map();
+  let listed = [];
+  let next = null;
+  const body = el("tbody");
+  const allOnPage = el("input", { type: "checkbox", id: "select-page", "aria-label": "Select every job on this page" });
+  const allMatching = el("input", { type: "checkbox", id: "all-matching" });
+  const reason = el("input", { type: "text", id: "bulk-reason", maxlength: 500, autocomplete: "off" });
+  const cancelButton = el("button", { type: "submit", class: "danger", id: "cancel-selected", disabled: true });
+  const outcome = el("p", { role: "status", id: "bulk-outcome" });
+  const empty = el("p", { class: "hint", hidden: true, text: "No jobs here." });
+  const pager = el("p", { class: "row" });
+
+  function cancelLabel() {
+    cancelButton.textContent = allMatching.checked
+      ? "Cancel every unfinished job matching this filter"
+      : `Cancel ${selected.size} selected`;
+    cancelButton.disabled = !allMatching.checked && selected.size === 0;
+  }
+
+  function row(job) {
+    let entry = rows.get(job.id);
+    if (!entry) {
+      const box = el("input", { type: "checkbox", "aria-label": `Select job ${job.id}` });
+      box.addEventListener("change", () => {
+        if (box.checked) selected.add(job.id);
+        else selected.delete(job.id);
+        cancelLabel();
+      });
+      const link = el("a", { href: `#/w/${ws}/jobs/${job.id}` });
+      const cells = { status: el("td"), bar: el("td"), kind: el("td", { class: "wide" }), created: el("td", { class: "wide" }) };
+      const tr = el("tr", { "data-job-id": job.id },
+        el("td", {}, box), el("td", { class: "text" }, link), cells.kind, cells.status, cells.bar, cells.created);
+      entry = { tr, box, link, cells };
+      rows.set(job.id, entry);
+    }
+    const { link, cells, box } = entry;
+    link.textContent = job.summary || `${job.kind} ${job.id}`;
+    cells.kind.textContent = job.kind;
+    cells.status.replaceChildren(statusBadge(job), stuckFlag(job) || "");
+    cells.bar.replaceChildren(bar(job, `Progress of ${job.summary || job.kind}`), " ",
+      el("span", { class: "num", text: `${job.processed}/${job.total}` }));
+    cells.created.replaceChildren(when(job.created_at));
+    box.checked = selected.has(job.id);
+    return entry.tr;
+  }
+
+  let drawing = false;
+  function draw() {
+    if (drawing) return;
+    drawing = true;
+    requestAnimationFrame(() => {
+      drawing = false;
+      const shown = new Set(listed.map((job) => job.id));
+      for (const [id, entry] of rows) {
+        if (!shown.has(id)) { entry.tr.remove(); rows.delete(id); selected.delete(id); }
+      }
+      body.append(...listed.map(row));
+      empty.hidden = listed.length > 0;
+      cancelLabel();
+    });
+  }
+
+  // Changes that came while a read was under way: applied again on top of what it read
+  // (which may be older than they are).
+  let during = null;
+  async function load() {
+    during = [];
+    try {
+      const page = await api("GET", base, { query: { ...filters, before, limit: JOBS_PAGE } });
+      listed = page.jobs;
+      for (const job of during) listed = merged(listed, job, filters, !before) || listed;
+      during = null;
+      next = page.next;
+      pager.replaceChildren(
+        before ? el("a", { href: `#/w/${ws}/jobs${filterQuery("")}`, text: "Newest jobs" }) : "",
+        next ? el("a", { href: `#/w/${ws}/jobs${filterQuery(next)}`, id: "older", text: "Older jobs" }) : "",
+      );
+      draw();
+    } catch (error) {
+      during = null;
+      if (error.status !== 401) failure("Jobs not shown", error);
+    }
+  }
+
+  function filterQuery(cursor) {
+    const query = new URLSearchParams();
+    if (filters.kind) query.set("kind", filters.kind);
+    if (filters.status) query.set("status", filters.status);
+    if (cursor) query.set("before", cursor);
+    return query.size ? `?${query}` : "";
+  }
+
+  allOnPage.addEventListener("change", () => {
+    for (const job of listed) {
+      if (allOnPage.checked) selected.add(job.id);
+      else selected.delete(job.id);
+    }
+    draw();
+  });
+  allMatching.addEventListener("change", cancelLabel);
+
+  const bulk = el("form", {
+    class: "row bulk",
+    "aria-label": "Cancel jobs",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const request = allMatching.checked
+        ? { filter: { status: filters.status || null, kind: filters.kind || null } }
+        : { ids: [...selected] };
+      request.reason = reason.value.trim() || null;
+      cancelButton.disabled = true;
+      try {
+        const answer = await api("POST", `${base}/cancel`, { body: request });
+        const refused = answer.results.filter((r) => r.error);
+        outcome.textContent = `${answer.results.length - refused.length} cancelled` +
+          (refused.length ? `, ${refused.length} refused (${refused[0].error.message})` : "") +
+          (answer.more ? "; more remain: cancel again" : "");
+        selected.clear();
+        allOnPage.checked = false;
+        allMatching.checked = false;
+        for (const result of answer.results) {
+          if (result.job) listed = merged(listed, result.job, filters, !before) || listed;
+        }
+        draw();
+      } catch (error) {
+        outcome.textContent = `Not cancelled: ${error.message}`;
+      }
+      cancelLabel();
+    },
+  },
+    el("div", {}, el("label", { for: "bulk-reason", text: "Reason to cancel (kept on each job)" }), reason),
+    el("label", { class: "inline", for: "all-matching" }, allMatching, "every unfinished job matching this filter"),
+    cancelButton);
+
+  show(
+    el("h1", { text: "Jobs" }),
+    el("form", { class: "row", "aria-label": "Filter", onsubmit: (e) => { e.preventDefault(); onFilter(); } },
+      el("div", {}, el("label", { for: "kind", text: "Kind" }), kindSelect),
+      el("div", {}, el("label", { for: "status", text: "Status" }), statusSelect)),
+    bulk,
+    outcome,
+    el("div", { class: "scroll" },
+      el("table", { id: "jobs" },
+        el("caption", { text: "Newest first; live while this page is open." }),
+        el("thead", {}, el("tr", {},
+          el("th", { scope: "col" }, allOnPage),
+          el("th", { scope: "col", text: "Job" }),
+          el("th", { scope: "col", class: "wide", text: "Kind" }),
+          el("th", { scope: "col", text: "Status" }),
+          el("th", { scope: "col", text: "Progress" }),
+          el("th", { scope: "col", class: "wide", text: "Created" }))),
+        body)),
+    empty,
+    pager,
+  );
+  cancelLabel();
+  // One stream for the whole list: a reset reads the page again, a job's change is merged.
+  follow(`${base}/events`, (event) => {
+    if (event.event === "reset") {
+      load();
+    } else if (event.event === "job") {
+      if (during) during.push(event.data);
+      const now = merged(listed, event.data, filters, !before);
+      if (now === null) load();
+      else { listed = now; draw(); }
+    }
+  }, { onRefused: (error) => failure("Jobs not shown", error) });
+}
+
+// --- one job ---------------------------------------------------------------------------
+
+function facts(pairs) {
+  return el("dl", { class: "facts" },
+    pairs.map(([term, value, id]) => [el("dt", { text: term }), el("dd", id ? { id } : {}, value)]));
+}
+
+async function jobView(ws, id, params) {
+  const base = `/workspaces/${ws}/jobs/${id}`;
+  let job;
+  try {
+    job = await api("GET", `${base}/record`);
+  } catch (error) {
+    if (error.status !== 401) failure("Job not shown", error);
+    return;
+  }
+  const title = el("h1", { id: "job-title" });
+  const status = el("p", { id: "job-status" });
+  const progress = el("div", { class: "bar-line" });
+  const message = el("p", { id: "job-message" });
+  const counters = el("div");
+  const timings = el("div");
+  const attempts = el("div");
+  const webhook = el("div");
+  const actions = el("section", { "aria-labelledby": "actions-title" });
+  const result = el("section", { "aria-labelledby": "result-title", hidden: true });
+  const items = el("section", { "aria-labelledby": "items-title" });
+
+  function render() {
+    title.textContent = job.summary || `${job.kind} ${job.id}`;
+    status.replaceChildren(statusBadge(job), stuckFlag(job) || "",
+      job.stuck_since ? el("span", { class: "hint", text: ` since ${job.stuck_since}: ${job.stuck_reason || ""}` }) : "");
+    progress.replaceChildren(bar(job, "Progress"),
+      el("span", { id: "job-done", text: `${job.processed} of ${job.total} done` }));
+    message.textContent = job.progress_message || job.error_message || "";
+    counters.replaceChildren(facts([
+      ["Total", job.total, "count-total"], ["Processed", job.processed, "count-processed"],
+      ["Succeeded", job.succeeded, "count-succeeded"], ["Skipped", job.skipped, "count-skipped"],
+      ["Failed", job.failed, "count-failed"],
+    ]));
+    timings.replaceChildren(facts([
+      ["Created", when(job.created_at)], ["Started", when(job.started_at)],
+      ["Items taken", when(job.snapshot_at)], ["Finished", when(job.finished_at)],
+    ]));
+    const run = config.temporal_ui_url
+      ? el("a", {
+        href: `${config.temporal_ui_url}/namespaces/${encodeURIComponent(config.namespace)}/workflows/${encodeURIComponent(job.workflow_id)}`,
+        rel: "noopener noreferrer", target: "_blank", id: "temporal-link", text: "Its run in the Temporal UI",
+      })
+      : el("span", { class: "hint", text: "(no Temporal UI configured)" });
+    attempts.replaceChildren(facts([
+      // As the Temporal UI names them: each attempt a slice, "attempt" only after failures.
+      ["Slices", job.attempts, "count-slices"], ["Failed attempts", job.attempts_failed],
+      ["Workflow", el("code", { text: job.workflow_id })], ["Run", run],
+      ["Error", job.error_code ? `${job.error_code}: ${job.error_message || ""}` : "—"],
+      ["Cancel asked", job.cancel_requested_at ? el("span", {}, when(job.cancel_requested_at),
+        job.cancel_reason ? el("span", { id: "cancel-reason" }, " — ", job.cancel_reason) : "") : "—"],
+    ]));
+    webhook.replaceChildren(job.notify_state ? facts([
+      ["State", job.notify_state, "notify-state"], ["Tries", job.notify_attempts],
+      ["Last error", job.notify_last_error || "—", "notify-error"], ["Delivered", when(job.notified_at)],
+    ]) : el("p", { class: "hint", text: "No completion webhook was asked for." }));
+    renderActions();
+    renderResult();
+  }
+
+  let actionsFor = null;
+  function renderActions() {
+    // Drawn again only when what can be done changes: a reason being typed stays.
+    const now = `${job.status} ${job.has_failed_items}`;
+    if (now === actionsFor) return;
+    actionsFor = now;
+    const outcome = el("p", { role: "status", id: "action-outcome" });
+    const nodes = [el("h2", { id: "actions-title", text: "Actions" })];
+    if (!STATUSES.slice(2).includes(job.status)) {
+      const reason = el("input", { type: "text", id: "cancel-reason-input", maxlength: 500, autocomplete: "off" });
+      nodes.push(el("form", {
+        class: "row",
+        onsubmit: async (event) => {
+          event.preventDefault();
+          try {
+            job = await api("DELETE", base, { query: { reason: reason.value.trim() } });
+            outcome.textContent = "Cancellation asked: the job stops at its next step.";
+            render();
+          } catch (error) {
+            outcome.textContent = `Not cancelled: ${error.message}`;
+          }
+        },
+      },
+        el("div", {}, el("label", { for: "cancel-reason-input", text: "Reason" }), reason),
+        el("button", { type: "submit", class: "danger", id: "cancel-job", text: "Cancel the job" })));
+    } else if (job.has_failed_items) {
+      nodes.push(el("button", {
+        type: "button",
+        id: "retry-failed",
+        text: `Retry the ${job.failed} failed items`,
+        onclick: async () => {
+          try {
+            const retry = await api("POST", `${base}/retry`);
+            say(`Retry started: job ${retry.id}`);
+            go(`/w/${ws}/jobs/${retry.id}`);
+          } catch (error) {
+            outcome.textContent = `Not retried: ${error.message} (${error.code})`;
+          }
+        },
+      }));
+    } else {
+      nodes.push(el("p", { class: "hint", text: "Finished; nothing to retry." }));
+    }
+    nodes.push(outcome);
+    actions.replaceChildren(...nodes);
+  }
+
+  function renderResult() {
+    result.hidden = job.status !== "succeeded" || !job.result;
+    if (result.hidden) return;
+    const files = [...(job.result.output || []), ...(job.result.error || [])]
+      .map((entry) => String(entry.url || "").split("/").pop())
+      .filter((name) => name && !name.includes(".."));
+    result.replaceChildren(
+      el("h2", { id: "result-title", text: "Result" }),
+      el("p", { class: "hint" }, "Content type: ", el("code", { text: job.result_content_type || "application/json" })),
+      files.length ? el("ul", {}, files.map((name) => el("li", {},
+        el("button", { type: "button", class: "quiet", text: `Download ${name}`, onclick: () => download(`${base}/files/${encodeURIComponent(name)}`, name) })))) : "",
+      el("pre", { id: "result-json", text: JSON.stringify(job.result, null, 2) }),
+    );
+  }
+
+  // Items by state, failed first, a page at a time.
+  let itemState = params.get("state") ?? (job.failed > 0 ? "failed" : "");
+  let itemAfter = 0;
+  async function loadItems() {
+    const stateSelect = el("select", { id: "item-state" },
+      el("option", { value: "", text: "every state" }),
+      ITEM_STATES.map((s) => el("option", { value: s, selected: s === itemState, text: s })));
+    stateSelect.addEventListener("change", () => { itemState = stateSelect.value; itemAfter = 0; loadItems(); });
+    let page;
+    try {
+      page = await api("GET", `${base}/items`, { query: { state: itemState, after: itemAfter, limit: ITEMS_PAGE } });
+    } catch (error) {
+      items.replaceChildren(el("h2", { id: "items-title", text: "Items" }), el("p", { class: "error", text: error.message }));
+      return;
+    }
+    const rows = page.items.map((item) => el("tr", { "data-state": item.state },
+      el("td", { class: "num", text: item.ordinal }),
+      el("td", { class: "text", text: item.label || item.ref || "" }),
+      el("td", { text: item.state }),
+      el("td", {}, item.error_code ? el("code", { text: item.error_code }) : ""),
+      el("td", { class: "text wide", text: item.error_message || "" })));
+    items.replaceChildren(
+      el("h2", { id: "items-title", text: "Items" }),
+      el("div", { class: "row" }, el("div", {}, el("label", { for: "item-state", text: "State" }), stateSelect),
+        el("button", { type: "button", class: "quiet", text: "Read again", onclick: () => loadItems() })),
+      el("div", { class: "scroll" }, el("table", { id: "items" },
+        el("thead", {}, el("tr", {},
+          el("th", { scope: "col", text: "#" }), el("th", { scope: "col", text: "Title" }),
+          el("th", { scope: "col", text: "State" }), el("th", { scope: "col", text: "Code" }),
+          el("th", { scope: "col", class: "wide", text: "Message" }))),
+        el("tbody", {}, rows))),
+      rows.length ? "" : el("p", { class: "hint", text: "No items in this state." }),
+      el("p", { class: "row" },
+        itemAfter ? el("button", { type: "button", class: "quiet", text: "First items", onclick: () => { itemAfter = 0; loadItems(); } }) : "",
+        page.next !== null ? el("button", { type: "button", class: "quiet", id: "items-next", text: "Next items", onclick: () => { itemAfter = page.next; loadItems(); } }) : ""),
+    );
+  }
+
+  show(
+    el("p", {}, el("a", { href: `#/w/${ws}/jobs`, text: "← Jobs" })),
+    title, status, progress, message,
+    el("div", { class: "panels" },
+      el("section", { "aria-labelledby": "counters-title" }, el("h2", { id: "counters-title", text: "Counters" }), counters),
+      el("section", { "aria-labelledby": "timings-title" }, el("h2", { id: "timings-title", text: "Timings" }), timings),
+      el("section", { "aria-labelledby": "attempts-title" }, el("h2", { id: "attempts-title", text: "Attempts and run" }), attempts),
+      el("section", { "aria-labelledby": "webhook-title" }, el("h2", { id: "webhook-title", text: "Completion webhook" }), webhook)),
+    actions, items, result,
+  );
+  render();
+  loadItems();
+  if (STATUSES.slice(2).includes(job.status)) return;
+  // One stream for the page: each change of the job, to its final event.
+  follow(`${base}/events`, (event) => {
+    job = { ...job, ...event.data };
+    render();
+    if (event.event !== "final") return undefined;
+    // Final: its result and its items as they ended.
+    api("GET", `${base}/record`).then((record) => { job = record; render(); }).catch(() => {});
+    loadItems();
+    return "done";
+  }, { resumable: true });
+}
+
+// --- schedules -------------------------------------------------------------------------
+
+async function schedulesView(ws) {
+  const base = `/workspaces/${ws}/schedules`;
+  let schedules;
+  try {
+    schedules = await api("GET", base);
+  } catch (error) {
+    if (error.status !== 401) failure("Schedules not shown", error);
+    return;
+  }
+  const body = el("tbody");
+  function row(schedule) {
+    const last = schedule.recent_runs[0];
+    const toggle = el("button", {
+      type: "button",
+      class: "quiet",
+      text: schedule.paused ? "Resume" : "Pause",
+      "aria-label": `${schedule.paused ? "Resume" : "Pause"} ${schedule.id}`,
+      onclick: async () => {
+        try {
+          const now = await api("POST", `${base}/${schedule.id}/${schedule.paused ? "unpause" : "pause"}`);
+          tr.replaceWith(row(now));
+        } catch (error) {
+          say(`Not changed: ${error.message}`);
+        }
+      },
+    });
+    const tr = el("tr", { "data-schedule-id": schedule.id },
+      el("td", { class: "text" }, el("code", { text: schedule.id })),
+      el("td", { text: schedule.kind }),
+      el("td", { text: schedule.cron || schedule.timing }),
+      el("td", {}, schedule.paused ? "paused" : when(schedule.next_runs[0])),
+      el("td", {}, last ? el("a", { href: `#/w/${ws}/jobs/${last.job_id}` }, when(last.started_at)) : "never"),
+      el("td", { class: "text" }, schedule.paused ? `paused${schedule.note ? `: ${schedule.note}` : ""}` : "active"),
+      el("td", {}, toggle));
+    return tr;
+  }
+  body.append(...schedules.map(row));
+  show(
+    el("h1", { text: "Schedules" }),
+    el("div", { class: "scroll" }, el("table", { id: "schedules" },
+      el("thead", {}, el("tr", {},
+        ["Schedule", "Kind", "When", "Next", "Last", "State", ""].map((name) => el("th", { scope: "col", text: name })))),
+      body)),
+    schedules.length ? "" : el("p", { class: "hint", text: "No schedules in this workspace." }),
+  );
+}
+
+// --- start ------------------------------------------------------------------------------
+
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN);
+  signedOut("Signed out.");
+});
+window.addEventListener("hashchange", () => route());
+fetch("/operator/config", { credentials: "omit" })
+  .then((response) => response.json())
+  .then((given) => { config = given; })
+  .catch(() => {})
+  .finally(() => route());

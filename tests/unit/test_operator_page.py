@@ -1,0 +1,179 @@
+"""The operator page as the API serves it, without servers: its three files with a
+Content-Security-Policy that runs no inline script, markup with no inline script or
+handler, a script that never parses data as markup, the files in the package's data;
+and the demo-token route: absent whenever a real token key is configured, and answering
+only on loopback, to the page's own origin, for the profile's actor."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import uuid
+from collections.abc import AsyncIterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+from pydantic import SecretStr
+
+from hubjobs.home import PROFILE_FILE
+from hubjobs.settings import DEV_SECRET_FILE, Settings
+from starter.api.app import create_app
+from starter.api.operator_page import CONTENT_SECURITY_POLICY, page_file
+from starter.api.tokens import TokenVerifier
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTOR, WORKSPACE = uuid.uuid4(), uuid.uuid4()
+
+
+def dev_home(tmp_path: Path) -> Path:
+    """A home as `hubjobs up` and `hubjobs demo` leave it: the secret, the profile."""
+    (tmp_path / DEV_SECRET_FILE).write_text("development-secret-" + "x" * 32 + "\n")
+    (tmp_path / PROFILE_FILE).write_text(
+        json.dumps({"actor_id": str(ACTOR), "workspace_id": str(WORKSPACE)})
+    )
+    return tmp_path
+
+
+@pytest_asyncio.fixture
+async def dev_api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(Settings(home=dev_home(tmp_path)))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080"
+    ) as client:
+        yield client
+
+
+async def test_each_file_comes_with_the_policy(dev_api: httpx.AsyncClient) -> None:
+    assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
+    assert "'unsafe-eval'" not in CONTENT_SECURITY_POLICY
+    assert "script-src 'self'" in CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in CONTENT_SECURITY_POLICY
+    for path, media in (
+        ("/operator/", "text/html"),
+        ("/operator/app.js", "text/javascript"),
+        ("/operator/app.css", "text/css"),
+    ):
+        answer = await dev_api.get(path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-type"].startswith(media)
+        assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert "set-cookie" not in answer.headers
+    moved = await dev_api.get("/operator")
+    assert (moved.status_code, moved.headers["location"]) == (308, "/operator/")
+    # Not the API: none of the page's routes is in the OpenAPI document.
+    paths = (await dev_api.get("/openapi.json")).json()["paths"]
+    assert not [path for path in paths if path.startswith("/operator")]
+
+
+class Markup(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[dict[str, str | None]] = []
+        self.inline: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "script":
+            self.scripts.append(dict(attrs))
+        self.inline += [name for name, _ in attrs if name.startswith("on") or name == "style"]
+
+    def handle_data(self, data: str) -> None:
+        if self.scripts and self.scripts[-1].get("src") is None and data.strip():
+            self.inline.append("script body")
+
+
+def test_the_markup_has_no_inline_script_and_the_script_no_markup_parsing() -> None:
+    markup = Markup()
+    markup.feed(page_file("index.html").decode())
+    assert markup.scripts == [{"type": "module", "src": "app.js"}]
+    assert markup.inline == []
+    script = page_file("app.js").decode()
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "localStorage",
+        "document.cookie",
+    ):
+        assert sink not in script, sink
+    # The token lives in the tab's sessionStorage and goes as a header.
+    assert "sessionStorage" in script and "Authorization: `Bearer ${token()}`" in script
+    assert 'credentials: "omit"' in script
+
+
+def test_the_files_are_package_data() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["starter"]
+    for name in ("index.html", "app.js", "app.css"):
+        assert any(Path("api/page", name).match(pattern) for pattern in patterns), name
+
+
+async def test_a_demo_token_names_the_profiles_actor(
+    dev_api: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    config = (await dev_api.get("/operator/config")).json()
+    assert config["dev_token"] is True
+    given = await dev_api.post("/operator/dev-token", headers={"Origin": "http://127.0.0.1:8080"})
+    assert given.status_code == 200, given.text
+    body = given.json()
+    assert body["workspace_id"] == str(WORKSPACE)
+    assert TokenVerifier(Settings(home=tmp_path)).actor_of(f"Bearer {body['token']}") == ACTOR
+    assert given.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    ("client", "base", "origin"),
+    [
+        (("10.1.2.3", 5000), "http://127.0.0.1:8080", None),  # not on loopback
+        (("127.0.0.1", 5000), "http://hub.example:8080", None),  # a rebound name
+        (("127.0.0.1", 5000), "http://127.0.0.1:8080", "http://evil.example"),  # a third site
+    ],
+)
+async def test_a_demo_token_is_refused_off_loopback_or_to_another_site(
+    tmp_path: Path, client: tuple[str, int], base: str, origin: str | None
+) -> None:
+    app = create_app(Settings(home=dev_home(tmp_path)))
+    transport = httpx.ASGITransport(app=app, client=client)
+    async with httpx.AsyncClient(transport=transport, base_url=base) as api:
+        headers = {} if origin is None else {"Origin": origin}
+        refused = await api.post("/operator/dev-token", headers=headers)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert "token" not in refused.json()
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {"api_jwt_secret": SecretStr("production-secret-" + "y" * 32)},
+        {"api_jwt_public_key": "-----BEGIN PUBLIC KEY-----"},
+        {"api_jwks_url": "https://idp.example/jwks"},
+    ],
+)
+async def test_no_demo_token_route_with_a_real_key(
+    tmp_path: Path, configured: dict[str, object]
+) -> None:
+    settings = Settings(home=dev_home(tmp_path), **configured)  # type: ignore[arg-type]
+    assert not settings.uses_dev_token_secret
+    app = create_app(settings)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080"
+    ) as api:
+        assert (await api.get("/operator/config")).json()["dev_token"] is False
+        absent = await api.post("/operator/dev-token")
+        assert absent.status_code == 404
+        assert absent.json()["error"]["code"] == "not_found"
+
+
+def test_the_ui_link_is_the_configured_one_else_the_stacks(tmp_path: Path) -> None:
+    (tmp_path / "stack.json").write_text(json.dumps({"ui_url": "http://127.0.0.1:8233"}))
+    assert Settings(home=tmp_path).resolved_ui_url() == "http://127.0.0.1:8233"
+    set_one = Settings(home=tmp_path, temporal_ui_url="https://temporal.example")
+    assert set_one.resolved_ui_url() == "https://temporal.example"
