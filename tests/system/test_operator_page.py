@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import time
@@ -525,17 +526,20 @@ class Counting:
             self.streams -= stream
 
 
-PAGES_OPEN = 50
+# Twelve in the suite (each page is a browser context and a running job: ~2 s each);
+# the docs' figure was measured with HUBJOBS_TEST_OPEN_PAGES=50. The cost per page is
+# what is checked, and it does not change with their number.
+PAGES_OPEN = int(os.environ.get("HUBJOBS_TEST_OPEN_PAGES", "12"))
 
 
-async def test_fifty_open_job_pages_cost_one_stream_each_not_a_request_a_second(
+async def test_open_job_pages_cost_one_stream_each_not_a_request_a_second(
     settings: Settings, temporal: Client, engine: AsyncEngine, browser: Browser, tmp_path: Path
 ) -> None:
-    """Fifty people each with a running job's page open (a browser context each: one
-    browser keeps six connections to a host, for all its tabs): while the jobs run, the
-    API gets no request but the fifty streams; each page reads the job and its items
-    once more when its job ends. Polling each page once a second would have been fifty
-    requests a second."""
+    """People each with a running job's page open (a browser context each: one browser
+    keeps six connections to a host, for all its tabs): while the jobs run, the API gets
+    no request but one stream a page; each page reads the job and its items once more
+    when its job ends. Polling each page once a second would have been a request a
+    second a page."""
     quick = settings.model_copy(
         update={
             "api_jwt_secret": SecretStr(API_SECRET),
@@ -571,7 +575,7 @@ async def test_fifty_open_job_pages_cost_one_stream_each_not_a_request_a_second(
                     "succeeded", timeout=180_000
                 )
         window = time.monotonic() - began
-        await shot(tabs[0], tmp_path, "cost-one-of-fifty")
+        await shot(tabs[0], tmp_path, "cost-one-of-many")
         during = Counter(counted.requests)
         during.subtract(opened)
         for tab in tabs:
@@ -586,9 +590,10 @@ async def test_fifty_open_job_pages_cost_one_stream_each_not_a_request_a_second(
         "while_running": {k: v for k, v in during.items() if v},
         "polling_once_a_second_would_be": round(PAGES_OPEN * window),
     }
-    print(f"\n50 open job pages: {json.dumps(figures)}")
+    print(f"\n{PAGES_OPEN} open job pages: {json.dumps(figures)}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "cost-of-fifty-pages.json").write_text(json.dumps(figures, indent=2) + "\n")
+    cost = ARTIFACTS / f"cost-of-{PAGES_OPEN}-pages.json"
+    cost.write_text(json.dumps(figures, indent=2) + "\n")
     # Opening: the page's files and config, then the job, its items and its stream.
     assert opened["GET events"] == PAGES_OPEN
     assert opened["GET record"] == opened["GET items"] == PAGES_OPEN
