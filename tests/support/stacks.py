@@ -53,6 +53,17 @@ def hubjobs(
     )
 
 
+def healthy(env: dict[str, str], within: float = 60) -> dict[str, Any]:
+    """``hubjobs health --json`` once it says ok: a stack just (re)started on a loaded
+    machine may meet its first probe still finishing PostgreSQL's start."""
+    deadline = time.monotonic() + within
+    while (checked := hubjobs(env, "health", "--json")).returncode != 0:
+        assert time.monotonic() < deadline, f"health: {checked.stdout}{checked.stderr}"
+        time.sleep(0.2)
+    report: dict[str, Any] = json.loads(checked.stdout)
+    return report
+
+
 def timed_json(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[Any, float]:
     """Runs ``hubjobs <args> --json``, which must succeed; returns its JSON and how long
     it took."""
