@@ -35,17 +35,21 @@ class Stopped(Exception):
     """Another part of the load failed: this one stops without an error of its own."""
 
 
+Buffer = bytes | memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     table: str
-    data: bytes | memoryview
+    pieces: list[Buffer]
 
 
-def whole_rows(blocks: Iterable[bytes], size: int = CHUNK) -> Iterator[bytes | memoryview]:
-    """``blocks`` of COPY text regrouped into chunks of at least ``size`` bytes (unless
-    the stream ends first), each ending at the end of a row. Only the newest block is
-    searched for a row's end, so a single row longer than many blocks costs one copy."""
-    pending: list[bytes | memoryview] = []
+def whole_rows(blocks: Iterable[bytes], size: int = CHUNK) -> Iterator[list[Buffer]]:
+    """``blocks`` of COPY text regrouped into chunks that end at the end of a row: the
+    last row's end in the block that brings a chunk to ``size`` bytes or more (the
+    stream's end for the last chunk). A chunk is the blocks it spans, the last one cut
+    short (nothing is copied); only that block is searched for a row's end."""
+    pending: list[Buffer] = []
     held = 0
     for block in blocks:
         cut = block.rfind(b"\n") + 1 if held + len(block) >= size else 0
@@ -55,11 +59,11 @@ def whole_rows(blocks: Iterable[bytes], size: int = CHUNK) -> Iterator[bytes | m
             continue
         view = memoryview(block)
         pending.append(view[:cut])
-        yield b"".join(pending)
+        yield pending
         pending = [view[cut:]] if cut < len(block) else []
         held = len(block) - cut
     if held:
-        yield b"".join(pending)
+        yield pending
 
 
 class ParallelCopy:
@@ -92,9 +96,9 @@ class ParallelCopy:
         try:
             for table, blocks in tables:
                 try:
-                    for n, data in enumerate(whole_rows(blocks), 1):
+                    for n, pieces in enumerate(whole_rows(blocks), 1):
                         check()
-                        self._put(Chunk(table, data))
+                        self._put(Chunk(table, pieces))
                         if dispatched is not None:
                             dispatched(table, n)
                 finally:
@@ -145,7 +149,8 @@ class ParallelCopy:
                     table = item.table
                     with cursor.copy(f"COPY {table} FROM STDIN") as copy:
                         while item is not None and item.table == table:
-                            copy.write(item.data)
+                            for piece in item.pieces:
+                                copy.write(piece)
                             item = self._get()
                     with self._lock:
                         self.rows[table] += cursor.rowcount
