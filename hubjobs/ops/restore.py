@@ -409,8 +409,8 @@ class _Restore:
         try:
             with conn.begin():
                 _lock_live(conn)
-                _require_empty(conn, self.source.manifest)
-                staging_schema.swap_in(conn, self.schema)
+                has_schema = _require_empty(conn, self.source.manifest)
+                staging_schema.swap_in(conn, self.schema, replace=has_schema)
                 reached("swapped", self.pause_at)
                 committing = True
             _lap("commit")

@@ -79,17 +79,28 @@ SELECT CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, quote_ident(t.typn
 """
 # Dropped in this order, each kind in one statement (so that dependencies within it
 # do not matter): what uses a function or a type goes first.
-_DROP_ORDER = ("VIEW", "TABLE", "SEQUENCE", "PROCEDURE", "AGGREGATE", "FUNCTION", "DOMAIN", "TYPE")
+_DROP_ORDER = (
+    "VIEW",
+    "TABLE",
+    "SEQUENCE",
+    "PROCEDURE",
+    "AGGREGATE",
+    "FUNCTION",
+    "DOMAIN",
+    "TYPE",
+)
 
 
-def swap_in(conn: Connection, name: str) -> None:
-    """In the caller's transaction: drops what ``public`` holds of the names in the
-    staging schema ``name`` (an empty schema at the archive's version, which the caller
-    checked under lock), moves every object of the staging schema into ``public`` and
-    drops the staging schema, which must then be empty."""
+def swap_in(conn: Connection, name: str, *, replace: bool) -> None:
+    """In the caller's transaction: moves every object of the staging schema ``name``
+    into ``public`` and drops the staging schema, which must then be empty. With
+    ``replace`` (``public`` holds the archive's schema without rows, which the caller
+    checked under lock) the objects of the same names in ``public`` are dropped first;
+    without, a name taken there fails the move, and the transaction with it."""
     rows = conn.execute(text(_OBJECTS), {"schema": name}).all()
     objects = [(str(kind), str(ident)) for kind, ident in rows]
-    _drop_live(conn, objects)
+    if replace:
+        _drop_live(conn, objects)
     for kind, ident in objects:
         conn.execute(text(f'ALTER {kind} "{name}".{ident} SET SCHEMA {LIVE}'))
     conn.execute(text(f'DROP SCHEMA "{name}"'))

@@ -33,6 +33,7 @@ from hubjobs.archive.format import table_member
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import seed_demo
 from hubjobs.devstack.embedded import StackInfo, _pg_bin_path
+from hubjobs.errors import HubJobsError
 from hubjobs.ops.restore import restore
 from hubjobs.ops.staging_schema import PREFIX
 from tests.support.archive_helpers import (
@@ -318,6 +319,24 @@ def test_a_checksum_failing_mid_table_refuses_with_nothing_live_changed(
         assert staging_schemas(url) == []
         assert tables_of(url) == before
         assert files_under(folder) == {}
+
+
+def test_an_object_of_a_staged_name_in_an_empty_live_schema_is_never_dropped(
+    source: Source, databases: Databases, tmp_path: Path
+) -> None:
+    """A live schema without tables counts as empty, but the swap replaces nothing in
+    it: a function of its own that a migration's bears the name of fails the final
+    transaction (database_failed), and stays."""
+    url = databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION tag_key(tag text) RETURNS text LANGUAGE sql RETURN 'mine'")
+    with pytest.raises(HubJobsError) as refused:
+        restore(source.archive, url, tmp_path / "attachments")
+    assert refused.value.code == "database_failed"
+    assert live(url) == set()
+    assert staging_schemas(url) == []
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT tag_key('x')").fetchone() == ("mine",)
 
 
 @pytest.mark.parametrize("connections", [1, 3])
