@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     # together); unset, 100 times the archive's size and at least 1 GiB. A larger
     # archive is refused (archive_too_large) before anything is written.
     restore_max_bytes: int | None = Field(default=None, ge=0)
+    # Connections a restore loads through at once (`hubjobs restore --connections`);
+    # unset, one per core, at most 4 (hubjobs/ops/restore.py).
+    restore_connections: int | None = Field(default=None, ge=1, le=32)
+    # For the fault tests only: a restore that reaches this phase waits there until
+    # it is killed (hubjobs/ops/restore_phases.py).
+    restore_pause_at: str | None = None
     # A backup reads (tables and files together) no faster than this, so that it need not
     # saturate the disk or the database; unset, as fast as it goes.
     backup_max_bytes_per_second: float | None = Field(default=None, gt=0)

@@ -207,9 +207,10 @@ def _unwatch(dbapi_connection: Any, record: Any) -> None:
         bound.unwatch(dbapi_connection.driver_connection)
 
 
-def sync_engine(url: str, options: ConnectOptions | None = None) -> Engine:
+def sync_engine(url: str, options: ConnectOptions | None = None, pool_size: int = 5) -> Engine:
     """A blocking engine (migrations, restore) whose connections are opened with
-    ``options``; libpq itself keeps its connect timeout."""
+    ``options``; libpq itself keeps its connect timeout. ``pool_size``: connections
+    kept open at once (SQLAlchemy's default, 5, unless a restore loads through more)."""
     from sqlalchemy import create_engine
 
     from hubjobs.db.limits import ConnectOptions
@@ -217,6 +218,7 @@ def sync_engine(url: str, options: ConnectOptions | None = None) -> Engine:
     return create_engine(
         driver_url(url),
         pool_pre_ping=True,
+        pool_size=pool_size,
         hide_parameters=True,
         connect_args={**NO_PREPARE, **(options or ConnectOptions()).params(plain_url(url))},
     )

@@ -5,26 +5,37 @@ archive, all or nothing.
    (hubjobs.archive.reader): the zip's directory, the manifest and the attachment
    index read with a bound, every declared size, the expanded total against
    ``HUBJOBS_RESTORE_MAX_BYTES``, every storage path.
-2. **One transaction** takes the database (an advisory lock keeps two restores apart):
-   it must be empty, or hold the archive's schema without rows. Then **DIR is
-   checked** (hubjobs.ops.staging): no target exists, no folder on the way is a link
-   or a file, there is room. The schema is created at the archive's version; the hub
-   tables' primary keys, unique constraints, indexes and foreign keys are set aside;
-   every table is loaded with COPY (FREEZE, into tables this transaction created)
-   while its bytes are verified (size and sha256 at the end of each: a mismatch aborts
-   the COPY, and everything rolls back) and its row count checked against the
-   manifest; the attachment index is checked against the attachments table; then the
-   keys and indexes are built and the foreign keys validated in one pass each,
-   sequences set, the schema migrated to today's head, and the tables analysed
-   (planner statistics, committed with the rows).
-3. Meanwhile a second thread **stages the attachment files** in a private folder
-   inside DIR, verifying each as it is written and fsyncing it. Just before the
-   commit the targets' folders are created and the targets checked once more.
-4. **After the commit** the staged files are linked into place (never replacing,
+2. **The database is checked** (a session advisory lock keeps two restores apart for
+   the whole restore): its live schema (``public``) must be empty, or hold the
+   archive's schema without rows. Then **DIR is checked** (hubjobs.ops.staging): no
+   target exists, no folder on the way is a link or a file, there is room.
+3. **The rows are staged** (hubjobs.ops.staging_schema): staging schemas left by
+   restores that did not finish are dropped, and a new one (``hubjobs_restore_<random>``,
+   on no search_path but the restore's own) gets the schema at the archive's version,
+   the hub tables' primary keys, unique constraints, indexes and foreign keys set aside
+   (hubjobs.ops.keys). Every table is loaded by COPY through several connections at
+   once (``HUBJOBS_RESTORE_CONNECTIONS``, ``--connections``; by default as many as the
+   machine has cores, at most 4), a large table split into chunks of whole rows across
+   them (hubjobs.ops.parallel_copy), while its bytes are verified as one stream (size
+   and sha256 at its end: a mismatch aborts every COPY) and its rows counted against
+   the manifest; only then do the loading transactions commit. The attachment index is
+   checked against the attachments table; the keys and indexes are built and the
+   foreign keys validated, table by table on the connections at once
+   (hubjobs.ops.fanout); sequences are set, the schema migrated to today's head, and
+   the tables analysed (planner statistics, which go with the tables).
+4. Meanwhile a second thread **stages the attachment files** in a private folder
+   inside DIR, verifying each as it is written and fsyncing it. Just before the final
+   transaction the targets' folders are created and the targets checked once more.
+5. **One final transaction** locks the live schema's tables, checks it is still empty
+   (or the archive's schema without rows), drops those empty tables, moves everything
+   of the staging schema into the live one (a change of catalog rows, not a copy) and
+   drops the staging schema. Its commit is the restore: before it nothing live changed.
+6. **After the commit** the staged files are linked into place (never replacing,
    never following a link) and the staging folder goes.
 
-A refusal or an error before the commit leaves the database and DIR exactly as they
-were, and is a HubJobsError with one of these codes (details go to the log):
+A refusal or an error before the commit leaves the live schema and DIR exactly as they
+were (the staging schema is dropped on the way out), and is a HubJobsError with one of
+these codes (details go to the log):
 
 =========================  ======================================================
 ``archive_unreadable``     not a readable file, not a zip, no readable manifest
@@ -40,11 +51,14 @@ were, and is a HubJobsError with one of these codes (details go to the log):
 ``schema_unsupported``     an archive format or schema version this code does not know
 ``invalid_database_url``   the database URL cannot be used
 ``database_unavailable``   the database does not answer (should it stop answering
-                           during the COMMIT itself, whether it committed is unknown:
-                           the staged files are then kept, and the message says where)
-``database_not_empty``     the database holds a schema of another version, or rows
+                           during the final COMMIT itself, whether it committed is
+                           unknown: the staged files are then kept, and the message
+                           says where)
+``database_not_empty``     the live schema holds a schema of another version, or rows
+                           (checked first, and again under lock in the final
+                           transaction)
 ``database_failed``        the database refused the restore for a reason of its own
-                           (permissions, disk full, …); nothing was committed
+                           (permissions, disk full, …); nothing was committed live
 ``attachments_not_empty``  DIR already holds a target, or a file or link where a
                            target's folder should be
 ``attachments_unwritable`` DIR (or where it would go) cannot be written
@@ -55,17 +69,20 @@ were, and is a HubJobsError with one of these codes (details go to the log):
                            staging folder the message names
 =========================  ======================================================
 
-A restore killed outright before its commit leaves the database as it was and, in DIR,
-at most its staging folder (``.hubjobs-restore-…``), which can be removed.
+A restore killed outright (SIGKILL, a crash) before its final commit leaves the live
+schema as it was. Its staging schema may stay behind: invisible to every reader (no
+search_path has it; no role but its owner may use it) and dropped by the next restore.
+In DIR it leaves at most its staging folder (``.hubjobs-restore-…``), which can be
+removed.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +92,7 @@ import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
@@ -83,6 +101,11 @@ from hubjobs.db.errors import is_outage, refused_writes
 from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
+from hubjobs.ops import keys, staging_schema
+from hubjobs.ops.fanout import run_groups
+from hubjobs.ops.parallel_copy import ParallelCopy
+from hubjobs.ops.prefetch import prefetched
+from hubjobs.ops.restore_phases import reached
 from hubjobs.ops.staging import AttachmentStore, Stopped
 from hubjobs.settings import Settings
 
@@ -99,21 +122,25 @@ RESTORE_ERROR_CODES = (
     "attachments_no_space",
     "attachments_incomplete",
 )
-# Blocks read ahead of the COPY, on a thread of their own.
-PREFETCH = 4
-# Session settings for the load (SET LOCAL: they end with the transaction).
-# Memory for building the keys and indexes after the load; no timeout of the server's
-# may cut a long restore short (a statement, a lock wait, the transaction, or the
-# connection idle while the attachments finish staging) but the bulk purpose's own,
-# generous ones (HUBJOBS_DB_BULK_TIMEOUT_SECONDS a statement, 3,600 s by default, and
-# HUBJOBS_DB_BULK_LOCK_TIMEOUT_SECONDS a lock wait; see ``bulk_settings``). Settings
-# this server does not have are skipped.
+# Loading connections when neither the caller nor HUBJOBS_RESTORE_CONNECTIONS says:
+# one per core (each COPY keeps a backend's core busy compressing), at most this many.
+DEFAULT_CONNECTIONS = 4
+# Session settings for every connection of the restore. Memory for building the keys
+# and indexes after the load; no timeout of the server's may cut a long restore short
+# (a statement, a lock wait, the transaction, or a connection idle in its transaction
+# while the others load) but the bulk purpose's own, generous ones
+# (HUBJOBS_DB_BULK_TIMEOUT_SECONDS a statement, 3,600 s by default, and
+# HUBJOBS_DB_BULK_LOCK_TIMEOUT_SECONDS a lock wait; see ``bulk_settings``). A backend
+# whose restore was killed mid-statement notices within a second and stops (instead of
+# building an index for no one while holding the restores' lock). Settings this
+# server does not have are skipped.
 BULK_SETTINGS = {
     "maintenance_work_mem": "256MB",
     "statement_timeout": "0",
     "lock_timeout": "0",
     "idle_in_transaction_session_timeout": "0",
     "transaction_timeout": "0",
+    "client_connection_check_interval": "1000",
 }
 
 
@@ -126,12 +153,23 @@ def bulk_settings(settings: Settings) -> dict[str, str]:
     }
 
 
+def default_connections() -> int:
+    return max(1, min(DEFAULT_CONNECTIONS, os.cpu_count() or 1))
+
+
 # Any number, the same for every restore: two restores into one database take turns.
 ADVISORY_LOCK = 0x6875626A6F6273
+_SET = "SELECT set_config(%s, %s, false) WHERE current_setting(%s, true) IS NOT NULL"
 
 
 class RestoreRefused(HubJobsError):
     code = "database_failed"
+
+
+class CommitUnknown(Unavailable):
+    """The database went away during the final COMMIT: whether it committed is unknown."""
+
+    code = "database_unavailable"
 
 
 @dataclass
@@ -154,15 +192,18 @@ def restore(
     attachments_dir: Path,
     *,
     max_bytes: int | None = None,
+    connections: int | None = None,
 ) -> RestoreReport:
     """Restores ``archive`` into the empty database at ``database_url`` and the folder
     ``attachments_dir`` (see the module's docstring). ``max_bytes`` defaults to
     HUBJOBS_RESTORE_MAX_BYTES, and that to 100 times the archive's size (1 GiB at
-    least)."""
+    least); ``connections`` (how many load at once) to HUBJOBS_RESTORE_CONNECTIONS, and
+    that to the machine's cores (at most 4)."""
     settings = Settings()
     if max_bytes is None:
         max_bytes = settings.restore_max_bytes
-    engine = _engine(database_url, settings)
+    loaders = connections or settings.restore_connections or default_connections()
+    engine = _engine(database_url, settings, loaders)
     with open_archive(
         archive, max_bytes=max_bytes, known_schema_versions=known_revisions()
     ) as source:
@@ -176,8 +217,10 @@ def restore(
             attachments=len(source.attachments),
             attachment_bytes=manifest.attachment_bytes,
         )
+        run = _Restore(engine, source, store, report, bulk_settings(settings), loaders)
+        run.pause_at = settings.restore_pause_at
         try:
-            _load(engine, source, store, report, bulk_settings(settings))
+            run.run()
         except (sa_exc.DBAPIError, psycopg.Error) as err:
             raise _database_error(err) from None
         finally:
@@ -188,141 +231,276 @@ def restore(
     return report
 
 
-def _engine(database_url: str, settings: Settings) -> Engine:
+def _engine(database_url: str, settings: Settings, loaders: int) -> Engine:
     invalid = InvalidInput(
         "the database URL is not a PostgreSQL URL restore can use", code="invalid_database_url"
     )
     if not database_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         raise invalid
     try:
-        # Connecting bounded, TCP keepalives on; the load's bounds are set per
-        # transaction (bulk_settings).
-        return sync_engine(database_url, ConnectOptions.of(settings))
+        # Connecting bounded, TCP keepalives on; the load's bounds are set per session
+        # (bulk_settings). Room for the loaders and the one that steers them.
+        return sync_engine(database_url, ConnectOptions.of(settings), pool_size=loaders + 1)
     except (sa_exc.ArgumentError, ValueError):
         raise invalid from None
 
 
-def _begin_bulk_load(conn: Connection, session: dict[str, str]) -> None:
-    """The transaction's settings for a bulk load (``session``), and the lock that keeps
-    a second restore of the same database out."""
-    for name, value in session.items():
-        conn.execute(
-            text(
-                "SELECT set_config(:name, :value, true) "
-                "WHERE current_setting(:name, true) IS NOT NULL"
-            ),
-            {"name": name, "value": value},
-        )
-    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+class _Restore:
+    """One restore's database part: the steering connection (``conn``: the lock, the
+    checks, the schema, the final transaction) and the loaders, with the staging of
+    the attachment files beside them; see the module's docstring."""
 
+    def __init__(
+        self,
+        engine: Engine,
+        source: Archive,
+        store: AttachmentStore,
+        report: RestoreReport,
+        session: dict[str, str],
+        loaders: int,
+    ) -> None:
+        self.engine = engine
+        self.source = source
+        self.store = store
+        self.report = report
+        self.session = session
+        self.loaders = loaders
+        self.pause_at: str | None = None
+        self.schema = staging_schema.new_name()
+        self._opened: list[PoolProxiedConnection] = []
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage")
+        self._staging: Future[None] | None = None
 
-def _load_tables(
-    conn: Connection,
-    source: Archive,
-    store: AttachmentStore,
-    report: RestoreReport,
-    *,
-    created_here: bool,
-) -> None:
-    """Every table by COPY, verified as it goes, while a thread stages the attachment
-    files; an error in either stops both."""
-    store.open()
-    stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore-stage") as pool:
-        staging = pool.submit(store.stage, source, stop)
+    def run(self) -> None:
+        _lap(None)
+        with self.engine.connect() as conn:
+            for name, value in self.session.items():
+                conn.exec_driver_sql(_SET, (name, value, name))
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_LOCK})
+            conn.commit()
+            try:
+                self._restore(conn)
+            finally:
+                try:
+                    conn.rollback()
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_LOCK})
+                    conn.commit()
+                except Exception as err:  # the session may be gone: its lock went with it
+                    log.info("restore: unlocking after %r", err)
+
+    def _restore(self, conn: Connection) -> None:
+        staged = False
         try:
-            for table, _ in HUB_TABLES:
-                report.tables[table] = _copy(conn, source, table, staging, created_here)
-            _lap("tables")
-            _check_index(conn, source)
-            staging.result()
-            _lap("attachments (beyond the tables)")
-        except BaseException:
-            stop.set()
-            raise
-
-
-def _set_sequences(conn: Connection) -> None:
-    """Each serial column's sequence past the restored rows."""
-    for table, column in SEQUENCES:
-        conn.execute(
-            text(
-                f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
-                f"COALESCE((SELECT max({column}) FROM {table}), 0) + 1, false)"
-            )
-        )
-
-
-def _load(
-    engine: Engine,
-    source: Archive,
-    store: AttachmentStore,
-    report: RestoreReport,
-    session: dict[str, str],
-) -> None:
-    """The database's part, in one transaction, with the staging of attachments beside
-    it; commits only when both are done."""
-    _lap(None)
-    committing = False
-    with engine.connect() as conn:
-        trans = conn.begin()
-        try:
-            _begin_bulk_load(conn, session)
-            has_schema = _require_empty(conn, source.manifest)
-            store.check()  # the last refusal: nothing has been written anywhere yet
-            if not has_schema:
-                upgrade_on(conn, source.manifest.schema_version)
-            keys = _set_keys_aside(conn)
+            with conn.begin():
+                has_schema = _require_empty(conn, self.source.manifest)
+            self.store.check()  # the last refusal: nothing has been written anywhere yet
+            staged = True
+            aside = self._create_schema(conn, has_schema)
             _lap("schema")
-            _load_tables(conn, source, store, report, created_here=not has_schema)
-            for statement in keys:
-                conn.execute(text(statement))
-            _lap("keys, indexes and foreign keys")
-            _set_sequences(conn)
-            if source.manifest.schema_version != report.schema_version:
+            self._load()
+            _check_index(conn, self.source, self.schema)
+            _lap("tables")
+            self._build(aside)
+            self._finish_schema(conn)
+            self._wait_for_files()
+            self.store.prepare()
+            _lap("folders")
+            self._swap(conn)
+        except CommitUnknown:
+            raise  # the staged files stay (see _swap)
+        except BaseException as err:
+            self._stop.set()
+            self._close_loaders()
+            if staged:
+                self._drop_staging(conn)
+            self._pool.shutdown(wait=True)
+            self.store.discard()
+            if isinstance(err, Stopped):  # only ever raised after another error
+                raise RestoreRefused("the restore was stopped") from None
+            raise
+        finally:
+            self._close_loaders()
+            self._pool.shutdown(wait=True)
+
+    def _create_schema(self, conn: Connection, has_schema: bool) -> keys.KeysAside:
+        """The staging schema at the archive's version, keys set aside; leftovers of
+        restores that did not finish dropped first. (``has_schema``: the live schema is
+        the archive's, empty; the swap replaces it.)"""
+        log.debug(
+            "restore: into %s, live schema %s",
+            self.schema,
+            "empty" if not has_schema else "at the archive's version",
+        )
+        with conn.begin():
+            staging_schema.drop_leftovers(conn)
+            staging_schema.create(conn, self.schema)
+            conn.exec_driver_sql(_SET, ("search_path", _quoted(self.schema), "search_path"))
+            upgrade_on(conn, self.source.manifest.schema_version)
+            return keys.set_aside(conn, self.schema)
+
+    def _load(self) -> None:
+        """Every table through the loaders, the attachment files staged beside them; the
+        loaders commit only once every table arrived whole and counted."""
+        self.store.open()
+        self._staging = self._pool.submit(self.store.stage, self.source, self._stop)
+        opened = [self._connect() for _ in range(self.loaders)]
+        largest = max(HUB_TABLES, key=lambda t: self.source.tables[t[0]].bytes)[0]
+        targets = {self._qualified(table): table for table, _ in HUB_TABLES}
+
+        def streams() -> Iterator[tuple[str, Iterator[bytes]]]:
+            for target, table in targets.items():
+                yield target, prefetched(self.source.table_blocks(table))
+
+        def dispatched(target: str, n: int) -> None:
+            if n == 1 and targets[target] == largest:
+                reached("load", self.pause_at)
+
+        rows = ParallelCopy(opened).load(streams(), self._check_files, dispatched)
+        for target, table in targets.items():
+            expected = self.source.tables[table].rows
+            if rows[target] != expected:
+                raise ArchiveError(
+                    f"{table}: loaded {rows[target]} rows, the manifest says {expected}",
+                    code="archive_corrupt",
+                )
+            self.report.tables[table] = expected
+        for raw in opened:
+            raw.commit()
+            raw.autocommit = True
+
+    def _build(self, aside: keys.KeysAside) -> None:
+        """Keys and indexes, table by table on the loaders at once (the largest table
+        first); the foreign keys added unvalidated, then validated the same way."""
+        loaders = [self._driver(c) for c in self._opened]
+        by_size = sorted(aside.builds, key=self._bytes_of, reverse=True)
+        run_groups(loaders, [aside.builds[t] for t in by_size], self._pause("keys"))
+        _lap("keys and indexes")
+        run_groups(loaders[:1], [[add for _, add, _ in aside.foreign_keys]])
+        validations: dict[str, list[str]] = {}
+        for table, _, validate in aside.foreign_keys:
+            validations.setdefault(table, []).append(validate)
+        by_size = sorted(validations, key=self._bytes_of, reverse=True)
+        run_groups(loaders, [validations[t] for t in by_size], self._pause("validate"))
+        _lap("foreign keys")
+
+    def _finish_schema(self, conn: Connection) -> None:
+        """Sequences past the rows, the schema at today's head, then planner statistics
+        for every table loaded, taken here in staging: they belong to the tables and
+        move with them, and the final transaction stays short. A restored database has
+        none, and until autovacuum comes by (its thresholds count changes, a minute
+        apart at best) the planner takes each table for a few pages and picks plans the
+        benchmarks found to be traps. ANALYZE samples (300 x the statistics target
+        rows a table): seconds even for large tables."""
+        with conn.begin():
+            _set_sequences(conn, self.schema)
+            if self.source.manifest.schema_version != self.report.schema_version:
                 upgrade_on(conn, "head")
-            _analyze(conn)
-            _lap("analyze")
-            store.prepare()
-            _lap("migration and folders")
-            committing = True
-            trans.commit()
+        loaders = [self._driver(c) for c in self._opened]
+        tables = sorted((t for t, _ in HUB_TABLES), key=self._bytes_of, reverse=True)
+        run_groups(loaders, [[f"ANALYZE {self._qualified(t)}"] for t in tables])
+        _lap("migration and analyze")
+
+    def _swap(self, conn: Connection) -> None:
+        """The final transaction: the live schema checked again under lock, the staged
+        one moved in; its commit is the restore."""
+        reached("swap", self.pause_at)
+        committing = False
+        try:
+            with conn.begin():
+                _lock_live(conn)
+                has_schema = _require_empty(conn, self.source.manifest)
+                staging_schema.swap_in(conn, self.schema, replace=has_schema)
+                reached("swapped", self.pause_at)
+                committing = True
             _lap("commit")
         except BaseException as err:
             if committing and is_outage(err) and refused_writes(err) is None:
                 # The server went away during COMMIT: whether it committed is unknown.
                 # The staged files stay, so that nothing the database may now name is lost.
-                store.abandon()
+                self.store.abandon()
                 log.error("restore: the database went away while committing: %r", err)
-                raise Unavailable(
+                raise CommitUnknown(
                     "the database stopped answering while the restore committed: check "
                     "whether it holds the restored rows; if it does, the attachment files "
-                    f"are in {store.staging_path} (named by attachment id), otherwise "
+                    f"are in {self.store.staging_path} (named by attachment id), otherwise "
                     "remove that folder",
                     code="database_unavailable",
                 ) from None
-            if trans.is_active:
-                try:
-                    trans.rollback()
-                except Exception as again:  # the connection may be gone: nothing committed
-                    log.info("rollback after %r failed: %r", err, again)
-            store.discard()
-            if isinstance(err, Stopped):  # only ever raised after another error
-                raise RestoreRefused("the restore was stopped") from None
             raise
 
+    # --- helpers --------------------------------------------------------------------
 
-def _analyze(conn: Connection) -> None:
-    """Planner statistics for every table loaded. A restored database has none, and
-    until autovacuum comes by (its thresholds count changes, a minute apart at best)
-    the planner takes each table for a few pages and picks plans the benchmarks found
-    to be traps. In the restore's own transaction, before the commit: ANALYZE may run
-    inside one (VACUUM may not), it sees the rows this transaction loaded, and its
-    statistics (pg_statistic) commit with them, so the database is never seen
-    restored without them, and a failed ANALYZE rolls the restore back whole rather
-    than leaving one restored but unanalysed. It samples (300 x the statistics target
-    rows a table): seconds even for large tables."""
-    conn.execute(text("ANALYZE " + ", ".join(table for table, _ in HUB_TABLES)))
+    def _connect(self) -> psycopg.Connection:
+        """A loader: a connection with the restore's session settings, the staging
+        schema first on its search_path, in a transaction."""
+        proxy = self.engine.raw_connection()
+        self._opened.append(proxy)
+        raw = self._driver(proxy)
+        for name, value in {**self.session, "search_path": _quoted(self.schema)}.items():
+            raw.execute(_SET, (name, value, name))
+        raw.commit()
+        return raw
+
+    @staticmethod
+    def _driver(proxy: PoolProxiedConnection) -> psycopg.Connection:
+        raw = proxy.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        return raw
+
+    def _close_loaders(self) -> None:
+        for proxy in self._opened:
+            try:
+                proxy.close()  # back to the pool, rolled back
+            except Exception as err:  # a connection that is gone holds nothing
+                log.info("restore: closing a loader: %r", err)
+        self._opened.clear()
+
+    def _drop_staging(self, conn: Connection) -> None:
+        """On the way out after an error: the staging schema goes (if the session is
+        gone, the next restore drops it)."""
+        try:
+            conn.rollback()
+            with conn.begin():
+                staging_schema.drop(conn, self.schema)
+        except Exception as err:
+            log.info("restore: could not drop %s: %r", self.schema, err)
+
+    def _check_files(self) -> None:
+        if self._staging is not None and self._staging.done():
+            self._staging.result()  # a failed staging stops the load with its error
+
+    def _wait_for_files(self) -> None:
+        if self._staging is not None:
+            self._staging.result()
+        _lap("attachments (beyond the rest)")
+
+    def _qualified(self, table: str) -> str:
+        return f"{_quoted(self.schema)}.{table}"
+
+    def _bytes_of(self, table: str) -> int:
+        entry = self.source.tables.get(table)
+        return entry.bytes if entry is not None else 0
+
+    def _pause(self, phase: str) -> Callable[[], None]:
+        return lambda: reached(phase, self.pause_at)
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"'
+
+
+def _set_sequences(conn: Connection, schema: str) -> None:
+    """Each serial column's sequence past the restored rows."""
+    for table, column in SEQUENCES:
+        qualified = f"{_quoted(schema)}.{table}"
+        conn.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence(:table, '{column}'), "
+                f"COALESCE((SELECT max({column}) FROM {qualified}), 0) + 1, false)"
+            ),
+            {"table": qualified},
+        )
 
 
 def _database_error(err: BaseException) -> HubJobsError:
@@ -356,9 +534,23 @@ def _database_error(err: BaseException) -> HubJobsError:
     )
 
 
+def _lock_live(conn: Connection) -> None:
+    """Every table of the live schema, locked against every other session until the
+    final transaction ends: none can write a row between the check and the swap."""
+    tables = conn.execute(
+        text(
+            "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = :live"
+        ),
+        {"live": staging_schema.LIVE},
+    ).scalars()
+    names = ", ".join(str(t) for t in tables)
+    if names:
+        conn.execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
+
+
 def _require_empty(conn: Connection, manifest: Manifest) -> bool:
-    """Refuses a database with rows or with a schema of another version; True when it
-    has the archive's schema already (without rows), False when it has none."""
+    """Refuses a live schema with rows or with a schema of another version; True when
+    it has the archive's schema already (without rows), False when it has none."""
     tables = set(
         conn.execute(
             text(
@@ -370,7 +562,7 @@ def _require_empty(conn: Connection, manifest: Manifest) -> bool:
     if not tables:
         return False
     version = (
-        conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        conn.execute(text("SELECT version_num FROM public.alembic_version")).scalar()
         if ("alembic_version" in tables)
         else None
     )
@@ -381,66 +573,22 @@ def _require_empty(conn: Connection, manifest: Manifest) -> bool:
             code="database_not_empty",
         )
     for table in sorted(tables - {"alembic_version"}):
-        if conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM "{table}")')).scalar():
+        if conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar():
             raise RestoreRefused(
                 f"the database is not empty (table {table} has rows)", code="database_not_empty"
             )
     return True
 
 
-def _set_keys_aside(conn: Connection) -> list[str]:
-    """Drops the hub tables' primary keys, unique constraints, other indexes and the
-    foreign keys from or to them; returns the statements that build them again (keys
-    and indexes first, then foreign keys), to run once the rows are in. A COPY into
-    bare tables is much faster, and each foreign key is then validated in one pass
-    instead of row by row."""
-    hub = [table for table, _ in HUB_TABLES]
-    rows = conn.execute(
-        text(
-            """
-            WITH hub AS (
-                SELECT c.oid FROM pg_class c
-                 WHERE c.relnamespace = 'public'::regnamespace AND c.relname = ANY(:hub)
-            )
-            SELECT 1 AS step,
-                   format('ALTER TABLE %s DROP CONSTRAINT %I', conrelid::regclass, conname),
-                   format('ALTER TABLE %s ADD CONSTRAINT %I %s',
-                          conrelid::regclass, conname, pg_get_constraintdef(oid)),
-                   conname::text AS name
-              FROM pg_constraint
-             WHERE contype = 'f'
-               AND (conrelid IN (SELECT oid FROM hub) OR confrelid IN (SELECT oid FROM hub))
-            UNION ALL
-            SELECT 2,
-                   format('ALTER TABLE %s DROP CONSTRAINT %I', conrelid::regclass, conname),
-                   format('ALTER TABLE %s ADD CONSTRAINT %I %s',
-                          conrelid::regclass, conname, pg_get_constraintdef(oid)),
-                   conname::text
-              FROM pg_constraint
-             WHERE contype IN ('p', 'u') AND conrelid IN (SELECT oid FROM hub)
-            UNION ALL
-            SELECT 3, format('DROP INDEX %s', i.indexrelid::regclass),
-                   pg_get_indexdef(i.indexrelid), i.indexrelid::regclass::text
-              FROM pg_index i
-             WHERE i.indrelid IN (SELECT oid FROM hub)
-               AND NOT EXISTS (SELECT 1 FROM pg_constraint c
-                                WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid)
-             ORDER BY 1, 4
-            """
-        ),
-        {"hub": hub},
-    ).all()
-    for row in rows:
-        conn.execute(text(row[1]))
-    builds = [row[2] for row in rows if row[0] != 1]
-    return builds + [row[2] for row in rows if row[0] == 1]
-
-
-def _check_index(conn: Connection, source: Archive) -> None:
+def _check_index(conn: Connection, source: Archive, schema: str) -> None:
     """The files restored are the ones the attachments table names, and no others."""
-    rows = conn.execute(
-        text("SELECT id::text, storage_path, size_bytes, sha256 FROM attachments")
-    ).all()
+    with conn.begin():
+        rows = conn.execute(
+            text(
+                "SELECT id::text, storage_path, size_bytes, sha256 "
+                f"FROM {_quoted(schema)}.attachments"
+            )
+        ).all()
     in_table = {row[0]: (row[1], row[2], row[3]) for row in rows}
     in_index = {a.id: (a.storage_path, a.size, a.sha256) for a in source.attachments}
     if in_table != in_index:
@@ -450,32 +598,6 @@ def _check_index(conn: Connection, source: Archive) -> None:
         )
 
 
-def _copy(
-    conn: Connection, source: Archive, table: str, staging: Future[None], freeze: bool
-) -> int:
-    """Loads one table, its bytes verified on the way (a mismatch aborts the COPY).
-    Into a table this transaction created, rows go in frozen (COPY FREEZE): no later
-    pass has to set their hint bits or freeze them."""
-    started = time.perf_counter()
-    raw = conn.connection.driver_connection
-    assert isinstance(raw, psycopg.Connection)
-    with raw.cursor() as cursor:
-        with cursor.copy(f"COPY {table} FROM STDIN{' (FREEZE)' if freeze else ''}") as copy:
-            for data in _prefetched(source.table_blocks(table)):
-                if staging.done():
-                    staging.result()  # a failed staging ends the COPY with its error
-                copy.write(data)
-        rows = int(cursor.rowcount)
-    expected = source.tables[table].rows
-    if rows != expected:
-        raise ArchiveError(
-            f"{table}: loaded {rows} rows, the manifest says {expected}", code="archive_corrupt"
-        )
-    log.debug("restore: %s, %d rows, in %.2f s", table, rows, time.perf_counter() - started)
-    return rows
-
-
-_END = object()
 _clock = threading.local()
 
 
@@ -485,44 +607,3 @@ def _lap(done: str | None) -> None:
     if done is not None:
         log.debug("restore: %s in %.2f s", done, now - getattr(_clock, "last", now))
     _clock.last = now
-
-
-def _prefetched(blocks: Iterator[bytes]) -> Iterator[bytes]:
-    """``blocks`` read (inflated, hashed) on a thread of its own, up to PREFETCH ahead,
-    while the caller sends the ones before to the database; its error comes out here."""
-    handoff: queue.Queue[object] = queue.Queue(PREFETCH)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for block in blocks:
-                if not put(block):
-                    return
-            put(_END)
-        except BaseException as err:
-            put(err)
-        finally:
-            close = getattr(blocks, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name="restore-read", daemon=True)
-    worker.start()
-    try:
-        while (item := handoff.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, bytes)
-            yield item
-    finally:
-        stop.set()
-        worker.join()

@@ -163,6 +163,15 @@ def restore(
         Path | None,
         typer.Option(help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR)."),
     ] = None,
+    connections: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=32,
+            help="Connections that load at once (default: HUBJOBS_RESTORE_CONNECTIONS, "
+            "else one per core, at most 4).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild an empty database and its attachment files from an archive."""
@@ -170,7 +179,7 @@ def restore(
         from hubjobs.ops.restore import restore as restore_archive
 
     folder = attachments_dir or settings_now().resolved_attachments_dir
-    report = restore_archive(archive, database_url, folder)
+    report = restore_archive(archive, database_url, folder, connections=connections)
     if as_json:
         print_json(report.as_dict())
         return
