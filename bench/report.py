@@ -41,7 +41,8 @@ PROFILES = (DOCS / "bench" / "worker-burst-before.raw", DOCS / "bench" / "worker
 # The README's headline rows: (benchmark, the start of the figure's name or a pattern in it).
 HEADLINES = (
     ("job_latency", "1-page job start → final, p50"),
-    ("burst", re.compile(r"\d+ one-page jobs at once$")),
+    ("burst", "200 one-page jobs at once"),
+    ("burst", "2000 one-page jobs at once"),
     ("peers", "peers: hubjobs, 2,000 at once"),
     ("tagging", "tagging 100,000 pages vs floor"),
     ("restore", "restore of a "),
