@@ -70,7 +70,8 @@ def async_engine(
     """An engine whose connections are opened with ``options`` (the defaults: bounded
     connecting and TCP keepalives, no server-side timeouts) and kept under the running
     code's deadline; one back from the pool is pinged when it sat there longer than
-    ``ping_after_idle`` seconds (0: always)."""
+    ``ping_after_idle`` seconds (0: always). It hands out twice ``pool_size``
+    connections at most, and keeps them."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -83,8 +84,11 @@ def async_engine(
 
     engine = create_async_engine(
         driver_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
+        # Twice ``pool_size``, every connection kept once opened: an overflow closed on
+        # its return was opened again by the next burst (34 connections set up in 300
+        # starts at once, each a backend to fork and a handshake on both sides).
+        pool_size=2 * pool_size,
+        max_overflow=0,
         # The connection used last goes out first: a busy process keeps reusing a few
         # warm ones (unpinged within ``ping_after_idle``), the rest age in the pool.
         pool_use_lifo=True,
