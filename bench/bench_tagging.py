@@ -69,7 +69,18 @@ from harness import (
     say,
 )
 from standalone import main_for
-from tagging_floors import TAG, analyze, create_tables, floor_once, items_table
+from tagging_floors import (
+    CPU,
+    CPU_OF,
+    ITEMS_INSERT,
+    ITEMS_UPDATE,
+    TAG,
+    WAL,
+    analyze,
+    create_tables,
+    floor_once,
+    items_table,
+)
 
 NAME = "tagging"
 TITLE = "Tagging a course, created → finished"
@@ -250,24 +261,44 @@ def speed_figures(sizes: list[int], med: dict[str, dict[int, float]]) -> list[Fi
     return figures
 
 
-def floor_notes(sizes: list[int], med: dict[str, dict[int, float]]) -> list[str]:
-    """What the items design costs (the floor against the physical floor) and each floor
-    variant against the floor as the product has it."""
+def against(found: dict[str, float], base: dict[str, float], key: str, unit: str) -> str:
+    """``found[key]`` and, with a ``base``, its ratio to the base's."""
+    digits = 0 if unit in ("pages/s", "MB") else 2
+    text = f"{found[key]:,.{digits}f} {unit}"
+    return text + (f" ({found[key] / base[key]:.2f}×)" if base and base[key] else "")
+
+
+def floor_notes(
+    sizes: list[int],
+    med: dict[str, dict[int, float]],
+    costs: dict[str, dict[int, dict[str, float]]],
+) -> list[str]:
+    """Each floor's rate, phases, statements on the items, backend CPU and WAL against
+    the floor's (a variant's against the floor as the product has it), and what the
+    items design costs: the floor against the physical floor."""
     notes: list[str] = []
     for pages in sizes:
-        floor = med.get("floor", {}).get(pages)
-        physical = med.get("physical", {}).get(pages)
+        of = {who: {**costs[who][pages], "rate": med[who][pages]} for who in costs}
+        floor = of.get("floor", {})
+        for who, found in of.items():
+            base = floor if who != "floor" else {}
+            notes.append(
+                f"tagging: {who} at {pages:,} pages: {against(found, base, 'rate', 'pages/s')}"
+                f", snapshot {against(found, base, 'snapshot', 's')}, writes "
+                f"{against(found, base, 'writes', 's')}; items insert "
+                f"{against(found, base, ITEMS_INSERT, 's')}, CPU "
+                f"{against(found, base, ITEMS_INSERT + CPU_OF, 's')}; items update "
+                f"{against(found, base, ITEMS_UPDATE, 's')}, CPU "
+                f"{against(found, base, ITEMS_UPDATE + CPU_OF, 's')}; backend CPU "
+                f"{against(found, base, CPU, 's')}, WAL {against(found, base, WAL, 'MB')}"
+            )
+        physical = of.get("physical")
         if floor and physical:
             notes.append(
-                f"tagging: at {pages:,} pages the floor does {floor / physical:.2f}× the "
-                f"physical floor's rate ({floor:,.0f} against {physical:,.0f} pages/s): "
-                "what the job_items design costs"
-            )
-        variants = [(c, r[pages]) for c, r in med.items() if c.startswith("floor:")]
-        if variants and floor:
-            notes.append(
-                f"tagging: floor variants at {pages:,} pages, against the floor: "
-                + "; ".join(f"{c} {r:,.0f} pages/s ({r / floor:.2f}×)" for c, r in variants)
+                f"tagging: what the job_items design costs at {pages:,} pages: the floor "
+                f"does {floor['rate'] / physical['rate']:.2f}× the physical floor's rate, "
+                f"with {floor[CPU] / physical[CPU]:.2f}× its backend CPU and "
+                f"{floor[WAL] / physical[WAL]:.2f}× its WAL"
             )
     return notes
 
@@ -369,7 +400,6 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         "the start call to a final read-model row (the snapshot is the first attempt's); "
         "the floors from their snapshot's first statement to their last commit; each "
         "contender after fresh statistics (ANALYZE) of the tables it reads",
-        *floor_notes(sizes, med),
         *(
             f"tagging: hubjobs at {pages:,} pages: "
             + describe_phases({k: v for k, v in phases_of[pages].items() if "RSS" not in k}, "s")
@@ -377,14 +407,11 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
             for pages in sizes
             if ours
         ),
-        *(
-            f"tagging: {floor} at {pages:,} pages: "
-            + describe_phases(median_phases(where[floor][pages]), "s")
-            for floor in ("floor", "physical")
-            for pages in sizes
-            if floor in where
-        ),
     ]
+    floors = {c: where[c] for c in chosen if c not in ("hubjobs", "seed loop")}
+    notes += floor_notes(
+        sizes, med, {c: {s: median_phases(runs[s]) for s in sizes} for c, runs in floors.items()}
+    )
     if args.seed_seconds and "seed loop" in chosen:
         notes.append(
             f"tagging: the seed loop's rate is sampled over its first {args.seed_seconds:g} s "

@@ -16,10 +16,12 @@ written into an items table of a given design.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from common import DemoCourse
@@ -169,11 +171,32 @@ def writes_sql(table: ItemsTable) -> tuple[str, ...]:
     )
 
 
+def backend_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of a PostgreSQL backend so far: what a floor's
+    statements cost the server, far steadier than their wall time on a shared machine."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backend_wal(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """The WAL bytes and full-page images this connection's backend has written so far
+    (PostgreSQL 18's own statistics of a backend: autovacuum's and checkpoints' are not
+    in it). Its statistics are flushed first, outside any transaction."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute(
+        "SELECT wal_bytes, wal_fpi FROM pg_stat_get_backend_wal(pg_backend_pid())"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def floor_once(
     url: str, course: DemoCourse, pages: int, table: ItemsTable
 ) -> tuple[float, dict[str, float]]:
-    """A floor's seconds, from its snapshot's first statement to its last commit, and
-    the snapshot's share."""
+    """A floor's seconds, from its snapshot's first statement to its last commit; where
+    they went (``snapshot``, ``writes``, and each statement on the items), the CPU
+    seconds its backend spent and the WAL it wrote."""
     params = {
         "tag": TAG,
         "job": uuid.uuid4(),
@@ -182,17 +205,53 @@ def floor_once(
         "root": course.root_page_id,
         "summary": f"Course tag {TAG} added",
     }
-    with psycopg.connect(url) as conn:
+    spent: dict[str, float] = {}
+
+    def timed(name: str, sql: str) -> int:
+        mark, used = time.perf_counter(), backend_cpu(conn.info.backend_pid)
+        count = conn.execute(sql, params).rowcount
+        spent[name] = time.perf_counter() - mark
+        spent[name + CPU_OF] = backend_cpu(conn.info.backend_pid) - used
+        return count
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        wal, fpi = backend_wal(conn)
+        cpu = backend_cpu(conn.info.backend_pid)
         started = time.perf_counter()
         with conn.transaction():
-            snapped = [conn.execute(sql, params).rowcount for sql in snapshot_sql(table)]
+            planner, job, items = snapshot_sql(table)
+            conn.execute(planner)
+            conn.execute(job, params)
+            snapped = timed(ITEMS_INSERT, items)
         if pages >= ANALYZE_FROM:
             conn.execute(f"ANALYZE {table.name}")
-            conn.commit()
         snapshot = time.perf_counter() - started
         with conn.transaction():
-            counts = [conn.execute(sql, params).rowcount for sql in writes_sql(table)]
+            tagged, revised, recorded, finished = writes_sql(table)
+            counts = [timed(PAGES_UPDATE, tagged), timed(REVISIONS, revised)]
+            counts += [timed(ITEMS_UPDATE, recorded), conn.execute(finished, params).rowcount]
         seconds = time.perf_counter() - started
-    if snapped[2] != pages or counts[:3] != [pages, pages, pages]:
+        cpu = backend_cpu(conn.info.backend_pid) - cpu
+        wal_after, fpi_after = backend_wal(conn)
+    if snapped != pages or counts[:3] != [pages, pages, pages]:
         raise RuntimeError(f"{table.name}: wrote {snapped} and {counts}, not {pages} of each")
-    return seconds, {"snapshot": snapshot, "writes": seconds - snapshot}
+    return seconds, {
+        "snapshot": snapshot,
+        "writes": seconds - snapshot,
+        **spent,
+        CPU: cpu,
+        WAL: (wal_after - wal) / 2**20,
+        FPI: fpi_after - fpi,
+    }
+
+
+# The keys of a floor's figures beside its phases (seconds): the statements on the items
+# and the pages, the backend's CPU seconds, its WAL in MB and full-page images.
+ITEMS_INSERT, PAGES_UPDATE, REVISIONS, ITEMS_UPDATE = (
+    "items insert",
+    "pages update",
+    "revisions",
+    "items update",
+)
+CPU, WAL, FPI = "backend CPU s", "WAL MB", "full-page images"
+CPU_OF = " CPU"  # a statement's key and this: the backend's CPU seconds in it
