@@ -11,7 +11,8 @@ written into an items table of a given design.
   ``nofk``, ``nopk``, ``nolabel`` (the title not copied), ``ffNN`` (fillfactor NN),
   ``pending`` and ``failed`` (a partial (job, ordinal) index of the items in that
   state). What each piece of the design costs is a variant's rate against ``floor:``
-  (no token: the design as it was) in the same rounds.
+  (no token: the design as it was) in the same rounds; migration 0010's design is
+  ``floor:nostate+nofk+failed``.
 """
 
 from __future__ import annotations
