@@ -103,8 +103,8 @@ class Batch:
 # job no longer running (finished while this attempt was presumed dead) has none left.
 # Each page is read by key (the LATERAL … LIMIT 1 keeps the planner from hashing the
 # whole pages table on stale statistics). Prepared (hubjobs/db/engine.py PREPARED):
-# the job by its key, its items by (job, state, ordinal) in the order of that index,
-# each page by its key, so no value can turn the plan (0.81 -> 0.28 ms a small job's
+# the job by its key, its items by the key's (job, ordinal) range, in its order, each
+# page by its key, so no value can turn the plan (0.81 -> 0.28 ms a small job's
 # batch; 100,000 pages tagged at the same rate).
 READ_BATCH = Statement.of(
     f"""

@@ -66,8 +66,13 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         await _on_disk(folder, asyncio.to_thread(mkdir))
         per_file = ctx.payload.pages_per_file
         written = ExportCursor.model_validate(ctx.cursor or {}).files
+        # The items this attempt recorded, which the next file's search starts after (the
+        # attempt's first search starts from the first item: the items say what is left).
+        recorded_upto = 0
         while True:
-            number = await ctx.db(partial(self._next_file, ctx=ctx, per_file=per_file))
+            number = await ctx.db(
+                partial(self._next_file, ctx=ctx, per_file=per_file, after=recorded_upto)
+            )
             if number is None:
                 return Done(self._output(ctx))
             write = partial(self._write, ctx=ctx, folder=folder, number=number, per_file=per_file)
@@ -76,6 +81,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
                 partial(self._record, ctx=ctx, number=number, per_file=per_file)
             )
             written = max(written, number)
+            recorded_upto = ordinals_of(number, per_file, ctx.job.total).stop - 1
             ctx.counters = recorded.counters
             ctx.beat(
                 cursor=ExportCursor(files=written).model_dump(), progress=ctx.counters.processed
@@ -87,10 +93,10 @@ class PageExportActivities(KindActivities[PageExportPayload]):
 
     @staticmethod
     async def _next_file(
-        conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], per_file: int
+        conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], per_file: int, after: int
     ) -> int | None:
-        """The number of the first file that still has pending items."""
-        first = await store.first_pending_ordinal(conn, ctx.job.id)
+        """The number of the first file that still has pending items after ``after``."""
+        first = await store.first_pending_ordinal(conn, ctx.job.id, after=after)
         return None if first is None else file_of(first, per_file)
 
     @staticmethod

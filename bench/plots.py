@@ -13,7 +13,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from harness import Outcome, percentile
 
-COLORS = {"hubjobs": "tab:blue", "floor": "tab:green", "seed loop": "tab:red"}
+COLORS = {
+    "hubjobs": "tab:blue",
+    "floor": "tab:green",
+    "physical": "tab:olive",
+    "seed loop": "tab:red",
+}
 
 
 def tagging(series: dict[str, Any], out: Path) -> Path:
@@ -22,20 +27,24 @@ def tagging(series: dict[str, Any], out: Path) -> Path:
     for who, per_size in series["rates"].items():
         points = [(s, r) for s in sizes for r in per_size[s] if r == r]
         ax.scatter(
-            [p[0] for p in points], [p[1] for p in points], s=12, alpha=0.4, color=COLORS[who]
+            [p[0] for p in points],
+            [p[1] for p in points],
+            s=12,
+            alpha=0.4,
+            color=COLORS.get(who, "tab:gray"),
         )
         ax.plot(
             sizes,
             [series["median"][who][s] for s in sizes],
             marker="o",
             label=who,
-            color=COLORS[who],
+            color=COLORS.get(who, "tab:gray"),
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("course size (pages)")
     ax.set_ylabel("pages per second (created → finished)")
-    ax.set_title("Tagging a course: hubjobs, the SQL floor and the seed loop")
+    ax.set_title("Tagging a course: hubjobs, the SQL floors and the seed loop")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best")
     found = series.get("hubjobs_median_phases", {})

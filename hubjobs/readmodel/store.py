@@ -257,6 +257,14 @@ async def find_by_idempotency_key(
     return _job_or_none(await direct.first(conn, BY_IDEMPOTENCY_KEY, params))
 
 
+LIST_ITEMS = (
+    "SELECT ordinal, ref, label, state, error_code, error_message, processed_at "
+    "FROM job_items WHERE job_id = :job AND ordinal > :after "
+    "AND (CAST(:state AS text) IS NULL OR state = :state) "
+    "ORDER BY ordinal LIMIT :limit"
+)
+
+
 async def list_items(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -266,15 +274,10 @@ async def list_items(
     limit: int = 100,
 ) -> list[ItemView]:
     """A page of a job's items in order, keyset-paged by ordinal (``after`` the last one
-    seen); with ``state``, only those (served by ix_job_items_job_state_ordinal)."""
+    seen); with ``state``, only those: failed ones by ix_job_items_failed, others by
+    the key's range, as far as it takes to find ``limit`` of them."""
     rows = await conn.execute(
-        text(
-            "SELECT ordinal, ref, label, state, error_code, error_message, processed_at "
-            "FROM job_items WHERE job_id = :job AND ordinal > :after "
-            "AND (CAST(:state AS text) IS NULL OR state = :state) "
-            "ORDER BY ordinal LIMIT :limit"
-        ),
-        {"job": job_id, "after": after, "state": state, "limit": limit},
+        text(LIST_ITEMS), {"job": job_id, "after": after, "state": state, "limit": limit}
     )
     return [ItemView.model_validate(dict(row._mapping)) for row in rows]
 
@@ -295,16 +298,19 @@ async def analyze_items(conn: AsyncConnection) -> None:
     await conn.execute(text("ANALYZE job_items"))
 
 
-async def first_pending_ordinal(conn: AsyncConnection, job_id: uuid.UUID) -> int | None:
-    first = (
-        await conn.execute(
-            text(
-                "SELECT min(ordinal) FROM job_items "
-                f"WHERE job_id = :job AND state = {ItemState.pending.sql}"
-            ),
-            {"job": job_id},
-        )
-    ).scalar_one()
+FIRST_PENDING = (
+    "SELECT min(ordinal) FROM job_items WHERE job_id = :job AND ordinal > :after "
+    f"AND state = {ItemState.pending.sql}"
+)
+
+
+async def first_pending_ordinal(
+    conn: AsyncConnection, job_id: uuid.UUID, *, after: int = 0
+) -> int | None:
+    """The job's first pending item after ordinal ``after``: a scan of its items by key
+    from there, so a caller that has recorded the items up to ``after`` reads no more of
+    them again."""
+    first = (await conn.execute(text(FIRST_PENDING), {"job": job_id, "after": after})).scalar_one()
     return None if first is None else int(first)
 
 
@@ -914,11 +920,19 @@ async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) 
     return int(expired.rowcount or 0)
 
 
+# A job's items go with it, in the same statement: no foreign key does it for them
+# (migration 0010).
+DELETE_JOBS = """
+WITH items AS (DELETE FROM job_items WHERE job_id = ANY(CAST(:ids AS uuid[])))
+DELETE FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))
+"""
+
+
 async def delete_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> None:
-    """Removes jobs and, by cascade, their items."""
+    """Removes jobs and their items."""
     if not job_ids:
         return
-    await conn.execute(text("DELETE FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)})
+    await conn.execute(text(DELETE_JOBS), {"ids": list(job_ids)})
 
 
 async def postpone_expiry(

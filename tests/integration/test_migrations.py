@@ -87,3 +87,25 @@ def test_an_upgrade_from_code_leaves_the_models_and_the_orm_unimported(
         check=True,
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_0010_goes_down_and_up_again(empty_databases: list[str]) -> None:
+    """0010 drops job_items' foreign key; its downgrade deletes the items whose job is
+    gone (none can be kept under the key) and adds it back with the state index; up
+    again, the schema is head's."""
+    url, fresh = empty_databases
+    upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_items (job_id, ordinal) VALUES (gen_random_uuid(), 1)")
+    command.downgrade(alembic_config(url), "0009")
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT (SELECT count(*) FROM job_items), "
+            "(SELECT count(*) FROM pg_constraint WHERE conname = 'fk_job_items_job_id_jobs'), "
+            "to_regclass('ix_job_items_job_state_ordinal') IS NOT NULL, "
+            "to_regclass('ix_job_items_failed') IS NULL"
+        ).fetchone()
+    assert found == (0, 1, True, True)
+    command.upgrade(alembic_config(url), "head")
+    upgrade(fresh)
+    assert _schema(url) == _schema(fresh)
