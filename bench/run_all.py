@@ -30,7 +30,6 @@ import bench_api
 import bench_backup
 import bench_burst
 import bench_capacity
-import bench_cli
 import bench_costs
 import bench_devstore
 import bench_job_latency
@@ -66,7 +65,6 @@ MODULES: list[ModuleType] = [
     bench_burst,
     bench_costs,
     bench_sandbox,
-    bench_cli,
     bench_api,
     bench_peers,
     bench_devstore,
