@@ -84,7 +84,6 @@ QUICK: dict[str, str] = {
     "burst": "--jobs 100 --rounds 1 --starts 500",
     "costs": "--jobs 5 --big-jobs 1",
     "sandbox": "--runs 50 --rounds 1",
-    "cli": "--runs 3",
     "api": "--requests 100 --rounds 1",
     "peers": "--runs 5 --warmup 1 --bursts 200",
     "devstore": "--jobs 100 --rounds 1 --stores memory,file,wal-normal",
