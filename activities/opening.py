@@ -19,7 +19,7 @@ from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.engine import set_local_budget
 from hubjobs.db.limits import Purpose, budget
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import JobKind, job_rows
+from hubjobs.kinds import JobKind, Prepared, job_rows
 from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -132,10 +132,16 @@ class NotWhole(Exception):
 
 
 async def open_running(
-    conn: AsyncConnection, request: WorkRequest, workflow_id: str | None, run_id: str | None
+    conn: AsyncConnection,
+    request: WorkRequest,
+    workflow_id: str | None,
+    run_id: str | None,
+    *,
+    snapshot: Prepared | None = None,
 ) -> JobView | None:
     """An ordinary attempt's opening, in the caller's transaction: the row moved to
-    running (a final one as it is, following this run). None when the workflow has no
+    running (a final one as it is, following this run), with ``snapshot`` the items
+    this transaction took recorded in the same update. None when the workflow has no
     row (a direct start creates it)."""
     job = request.job
     opened = await store.open_job(
@@ -145,6 +151,7 @@ async def open_running(
         attempts=request.attempt,
         attempts_failed=request.attempts_failed,
         workflow_id=workflow_id,
+        snapshot=None if snapshot is None else (snapshot.total, snapshot.summary),
     )
     if opened is not None and opened.is_final and run_id is not None:
         await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
@@ -176,28 +183,25 @@ async def open_whole(
             raise NotWhole("an earlier attempt or a cancellation came first")
         if not await fits(conn, row):
             raise NotWhole("larger than one unit of work")
-    refused = await snapshot_if_due(conn, row, settings, whole=True)
-    if refused is not None:
-        return refused
-    return await open_running(conn, request, workflow_id, run_id)
+    snapshot = None
+    if not row.is_final:
+        # Under the snapshot lock, its snapshot not taken (checked above): no budget,
+        # no savepoint, since a refusal rolls the one transaction back whole.
+        try:
+            snapshot = await job_rows.insert_snapshot(conn, row)
+        except HubJobsError as err:
+            return err
+    return await open_running(conn, request, workflow_id, run_id, snapshot=snapshot)
 
 
 async def snapshot_if_due(
-    conn: AsyncConnection, job: JobView, settings: Settings, *, whole: bool = False
+    conn: AsyncConnection, job: JobView, settings: Settings
 ) -> HubJobsError | None:
     """In an attempt's opening transaction: the job's snapshot, unless it is final or
     was taken. It reads the whole course, so it runs under the bulk budget (the unit's
     deadline moved on, the server's bounds raised for this transaction), in a savepoint:
-    a refusal (its course gone since the start) is returned, the rest kept. ``whole``:
-    ``job`` was read under the snapshot lock (take_snapshot) and fits in one unit of
-    work, whose transaction a refusal rolls back whole: no budget, no savepoint."""
+    a refusal (its course gone since the start) is returned, the rest kept."""
     if job.is_final or job.snapshot_at is not None:
-        return None
-    if whole:
-        try:
-            await job_rows.take_snapshot(conn, job, locked=True)
-        except HubJobsError as err:
-            return err
         return None
     bound = current_deadline()
     if bound is not None:

@@ -154,14 +154,12 @@ async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
     return CreatedJob(inserted, created=True)
 
 
-async def take_snapshot(conn: AsyncConnection, job: JobView, *, locked: bool = False) -> bool:
+async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:
     """Takes the job's items unless they were taken (by an earlier attempt): the kind's
     snapshot, then the row's total, summary and ``snapshot_at``, in the caller's
     transaction (the attempt's opening one). Raises the kind's HubJobsError when the job
-    cannot go on (its course is gone since the start). Returns whether it took them.
-    ``locked``: ``job`` was read under the snapshot lock this transaction holds, so
-    what it says of the snapshot is still true."""
-    if not locked and not await store.snapshot_due(conn, job.id):
+    cannot go on (its course is gone since the start). Returns whether it took them."""
+    if not await store.snapshot_due(conn, job.id):
         return False
     prepared = await insert_snapshot(conn, job)
     await store.set_snapshot(conn, job.id, total=prepared.total, summary=prepared.summary)

@@ -542,11 +542,15 @@ async def unfinished_of_workspace(
 
 
 # What an attempt's opening sets (``_opening`` gives its parameters): running, the run,
-# the attempts only ever growing.
+# the attempts only ever growing; with a snapshot's total, the snapshot too (a small
+# job's one transaction: one update of the row, not two).
 OPENING = (
     f"status = {JobStatus.running.sql}, started_at = COALESCE(started_at, now()), "
     "run_id = :run_id, attempts = GREATEST(attempts, :attempts), "
-    "attempts_failed = GREATEST(attempts_failed, :failed)"
+    "attempts_failed = GREATEST(attempts_failed, :failed), "
+    "total = COALESCE(CAST(:total AS integer), total), "
+    "summary = COALESCE(CAST(:summary AS text), summary), "
+    "snapshot_at = CASE WHEN CAST(:total AS integer) IS NULL THEN snapshot_at ELSE now() END"
 )
 
 
@@ -556,6 +560,7 @@ def _opening(
     attempts: int,
     attempts_failed: int,
     workflow_id: str | None,
+    snapshot: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": job_id,
@@ -563,6 +568,8 @@ def _opening(
         "attempts": attempts,
         "failed": attempts_failed,
         "workflow_id": workflow_id,
+        "total": None if snapshot is None else snapshot[0],
+        "summary": None if snapshot is None else snapshot[1],
     }
 
 
@@ -590,12 +597,15 @@ async def open_job(
     attempts: int,
     attempts_failed: int,
     workflow_id: str | None = None,
+    snapshot: tuple[int, str] | None = None,
 ) -> JobView | None:
     """Moves an unfinished job to running for one attempt of its work, and returns it
     (a finished one as it is): the one read of the row an attempt makes. With
     ``workflow_id``, only the row of that workflow (a direct start that names another
-    job's id must not work on that job)."""
-    params = _opening(job_id, run_id, attempts, attempts_failed, workflow_id)
+    job's id must not work on that job). With ``snapshot`` (total, summary), the items
+    this transaction took under the snapshot lock are recorded too, as ``set_snapshot``
+    records them."""
+    params = _opening(job_id, run_id, attempts, attempts_failed, workflow_id, snapshot)
     return _job_or_none(await direct.first(conn, OPEN_JOB, params))
 
 
