@@ -109,11 +109,13 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
     assert sum("pg_advisory_xact_lock" in s for s in prepared) == 1
     assert sum("FROM jobs WHERE id = $1 AND (CAST($2 AS uuid)" in s for s in prepared) == 1
     assert not any("SELECT snapshot_at IS NULL FROM jobs" in s for s in prepared)
-    assert sum("UPDATE jobs SET total" in s for s in prepared) == 1  # the snapshot's
-    assert sum("UPDATE jobs SET status = 'running'" in s for s in prepared) == 1
+    # The opening records the snapshot in the same update: no update of its own.
+    assert not any("UPDATE jobs SET total" in s for s in prepared)
+    opening = [s for s in prepared if "UPDATE jobs SET status = 'running'" in s]
+    assert len(opening) == 1 and "snapshot_at = CASE" in opening[0]
     assert sum("trashed, title FROM pages WHERE id" in s for s in prepared) == 1
     assert sum("AS cancel_requested" in s for s in prepared) == 1
     assert sum("INSERT INTO jobs" in s for s in prepared) == 1  # the start's, by key
-    assert len(prepared) == 7, prepared  # and nothing else: not the pool's ping either
+    assert len(prepared) == 6, prepared  # and nothing else: not the pool's ping either
     planned_on_values = re.compile(r"(unnest|ANY)\(\s*(CAST\()?\$\d|RECURSIVE|INTO job_items")
     assert not any(planned_on_values.search(s) for s in prepared)
