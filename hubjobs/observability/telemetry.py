@@ -115,7 +115,10 @@ async def refresh_queue_state(
     while not stop.is_set():
         try:
             with deadline(timeout):
-                async with engine.connect() as conn:
+                # Ended by COMMIT: the ROLLBACK that ends connect()'s transaction makes
+                # psycopg drop the connection's prepared statements, which the next job
+                # on it (the pool's warmest) would prepare again.
+                async with engine.begin() as conn:
                     metrics.queue_state(await store.queue_state(conn))
             if outage:
                 log.info("queue state refresh: database answering again")

@@ -52,7 +52,9 @@ async def check_health(hub: HubJobsClient) -> Health:
     async def database() -> str:
         try:
             with deadline(hub.settings.db_read_timeout_seconds):
-                async with hub.engine.connect() as conn:
+                # begin(): ended by COMMIT, which keeps the connection's prepared
+                # statements (a ROLLBACK makes psycopg drop them).
+                async with hub.engine.begin() as conn:
                     await conn.execute(text("SELECT 1"))
             refusal = await hub.refused_writes()
         except Exception as err:  # Unavailable from the probe included

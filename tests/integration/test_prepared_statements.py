@@ -6,17 +6,20 @@ workers run) and a rollback leave them working."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio.runtime import Runtime
 
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.observability.telemetry import JobMetrics, refresh_queue_state
 from hubjobs.readmodel import store
-from hubjobs.readmodel.views import JobView
+from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
 from tests.support.helpers import local_attempt, tagging_activities
 
@@ -119,3 +122,43 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
     assert len(prepared) == 6, prepared  # and nothing else: not the pool's ping either
     planned_on_values = re.compile(r"(unnest|ANY)\(\s*(CAST\()?\$\d|RECURSIVE|INTO job_items")
     assert not any(planned_on_values.search(s) for s in prepared)
+
+
+class _GaugesRead(JobMetrics):
+    """The worker's gauges, saying when a refresh has read the queue."""
+
+    def __init__(self) -> None:
+        super().__init__(Runtime.default().metric_meter)
+        self.read = asyncio.Event()
+
+    def queue_state(self, state: QueueState) -> None:
+        super().queue_state(state)
+        self.read.set()
+
+
+async def test_the_queue_gauges_refresh_leaves_the_jobs_statements_prepared(
+    course: DemoCourse, settings: Settings
+) -> None:
+    """The worker's queue gauges read on the pool's warmest connection, the one its jobs
+    use: their refresh ends its transaction by COMMIT, since a ROLLBACK makes psycopg
+    drop (DEALLOCATE ALL) what the jobs prepared there."""
+    engine = async_engine(settings.resolved_database_url(), pool_size=1)
+    stop = asyncio.Event()
+    gauges = _GaugesRead()
+    try:
+        async with engine.connect() as conn:
+            job = await _insert(conn, course)
+            await conn.commit()
+            assert await store.get_job(conn, job.id) == job
+            await conn.commit()
+            assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
+            await conn.commit()
+        refresh = asyncio.create_task(refresh_queue_state(engine, gauges, stop))
+        await asyncio.wait_for(gauges.read.wait(), 30)
+        stop.set()
+        await refresh
+        async with engine.connect() as conn:
+            assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
+            await conn.commit()
+    finally:
+        await engine.dispose()
