@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Page, Request, Route, async_playwright, expect
 from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -280,6 +280,26 @@ async def test_cancel_from_the_page_ends_a_running_job_within_two_seconds(
         await bar_value(page, "#main .bar-line progress", 20)
         await page.get_by_label("Reason", exact=True).fill("wrong tag")
         await shot(tab, tmp_path, "job-running")
+        # The cancel's answer (the job still running) held back until the stream has
+        # ended the job on the page and the page has read its record again: an older
+        # word of the job must not show it running again.
+        status = page.locator("#job-status [data-status]")
+        records: list[str] = []
+        page.on("response", lambda r: records.append(r.url) if r.url.endswith("/record") else None)
+
+        async def read_again() -> bool:
+            return bool(records)
+
+        async def after_the_stream(route: Route) -> None:
+            if route.request.method != "DELETE":
+                await route.continue_()
+                return
+            answer = await route.fetch()
+            await expect(status).to_have_text("cancelled", timeout=30_000)
+            await until("the page's read of the ended job", read_again, timeout=30)
+            await route.fulfill(response=answer)
+
+        await page.route(lambda url: f"/jobs/{job.id}?" in url, after_the_stream)
         clicked = time.monotonic()
         await page.get_by_role("button", name="Cancel the job").click()
 
@@ -288,7 +308,10 @@ async def test_cancel_from_the_page_ends_a_running_job_within_two_seconds(
 
         await until("the job's row final", final, timeout=30)
         took = time.monotonic() - clicked
-        await expect(page.locator("#job-status [data-status]")).to_have_text("cancelled")
+        await expect(page.locator("#notice")).to_have_text(
+            "Cancellation asked; the job is cancelled."
+        )
+        await expect(status).to_have_text("cancelled")
     done = await jobs.get(job.id)
     assert (done.status, done.cancel_reason) == (JobStatus.cancelled, "wrong tag")
     assert 0 < done.processed < done.total
@@ -329,16 +352,29 @@ async def test_many_jobs_are_cancelled_together_from_the_list(
         for job in started[:2]:
             done = await jobs.wait(job.id, timeout=30, interval=0.1)
             assert (done.status, done.cancel_reason) == (JobStatus.cancelled, "bulk")
+            # Whichever came last, the cancel's answer or the stream's final event.
+            await expect(page.locator(f"{row(page, job.id)} [data-status]")).to_have_text(
+                "cancelled"
+            )
         assert (await jobs.get(started[2].id)).status == JobStatus.running
-        # Every one matching the filter: the running ones, the third.
+        # Every one matching the filter: the running ones, the third. Its answer (the job
+        # still running, its cancellation asked) held back until the stream has ended the
+        # job on the page: an older word of the job must not bring its row back.
         await page.get_by_label("Status").select_option("running")
         await expect(page.locator("#jobs tbody tr")).to_have_count(1)
+
+        async def after_the_stream(route: Route) -> None:
+            answer = await route.fetch()
+            await expect(page.locator("#jobs tbody tr")).to_have_count(0, timeout=30_000)
+            await route.fulfill(response=answer)
+
+        await page.route("**/jobs/cancel", after_the_stream)
         await page.get_by_label("every unfinished job matching this filter").check()
         await page.get_by_role("button", name="Cancel every unfinished job").click()
-        await expect(page.locator("#bulk-outcome")).to_have_text("1 cancelled")
+        await expect(page.locator("#bulk-outcome")).to_have_text("1 cancelled", timeout=30_000)
         done = await jobs.wait(started[2].id, timeout=30, interval=0.1)
         assert done.status == JobStatus.cancelled
-        # It left the running list as it ended.
+        # It left the running list as it ended, and the answer did not bring it back.
         await expect(page.locator("#jobs tbody tr")).to_have_count(0)
     await shot(tab, tmp_path, "list-cancelled")
 

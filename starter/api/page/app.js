@@ -364,6 +364,16 @@ function matches(job, filters) {
   return (!filters.status || job.status === filters.status) && (!filters.kind || job.kind === filters.kind);
 }
 
+// A job's row only moves forward (queued, running, then final; its processed count only
+// up), while a stream, a read and an action's answer race each other to the page: what
+// comes is kept only when nothing newer about that job came first.
+const STAGE = { queued: 0, running: 1 };
+function stage(job) { return STAGE[job.status] ?? 2; }
+function notOlder(job, known) {
+  return !known || stage(job) > stage(known) ||
+    (stage(job) === stage(known) && job.processed >= known.processed);
+}
+
 function newestFirst(a, b) {
   const at = Date.parse(b.created_at) - Date.parse(a.created_at);
   return at !== 0 ? at : (b.id < a.id ? -1 : b.id > a.id ? 1 : 0);
@@ -406,6 +416,15 @@ async function jobsView(ws, params) {
 
   const selected = new Set();
   const rows = new Map();
+  // The newest word of each job seen here: a job cancelled by the stream's event is not
+  // brought back by the cancel's answer that arrives after it.
+  const latest = new Map();
+  function newest(job) {
+    const known = latest.get(job.id);
+    if (!notOlder(job, known)) return known;
+    latest.set(job.id, job);
+    return job;
+  }
   let listed = [];
   let next = null;
   const body = el("tbody");
@@ -474,8 +493,8 @@ async function jobsView(ws, params) {
     during = [];
     try {
       const page = await api("GET", base, { query: { ...filters, before, limit: JOBS_PAGE } });
-      listed = page.jobs;
-      for (const job of during) listed = merged(listed, job, filters, !before) || listed;
+      listed = page.jobs.map(newest).filter((job) => matches(job, filters));
+      for (const id of during) listed = merged(listed, latest.get(id), filters, !before) || listed;
       during = null;
       next = page.next;
       pager.replaceChildren(
@@ -526,7 +545,7 @@ async function jobsView(ws, params) {
         allOnPage.checked = false;
         allMatching.checked = false;
         for (const result of answer.results) {
-          if (result.job) listed = merged(listed, result.job, filters, !before) || listed;
+          if (result.job) listed = merged(listed, newest(result.job), filters, !before) || listed;
         }
         draw();
       } catch (error) {
@@ -566,8 +585,9 @@ async function jobsView(ws, params) {
     if (event.event === "reset") {
       load();
     } else if (event.event === "job") {
-      if (during) during.push(event.data);
-      const now = merged(listed, event.data, filters, !before);
+      const job = newest(event.data);
+      if (during) during.push(job.id);
+      const now = merged(listed, job, filters, !before);
       if (now === null) load();
       else { listed = now; draw(); }
     }
@@ -655,9 +675,12 @@ async function jobView(ws, id, params) {
         onsubmit: async (event) => {
           event.preventDefault();
           try {
-            job = await api("DELETE", base, { query: { reason: reason.value.trim() } });
-            outcome.textContent = "Cancellation asked: the job stops at its next step.";
+            const asked = await api("DELETE", base, { query: { reason: reason.value.trim() } });
+            if (notOlder(asked, job)) job = asked;
             render();
+            // Said page-wide: the stream may have ended the job, and redrawn these actions.
+            say(stage(job) === 2 ? `Cancellation asked; the job is ${job.status}.`
+              : "Cancellation asked: the job stops at its next step.");
           } catch (error) {
             outcome.textContent = `Not cancelled: ${error.message}`;
           }
@@ -755,11 +778,14 @@ async function jobView(ws, id, params) {
   if (STATUSES.slice(2).includes(job.status)) return;
   // One stream for the page: each change of the job, to its final event.
   follow(`${base}/events`, (event) => {
-    job = { ...job, ...event.data };
+    if (notOlder(event.data, job)) job = { ...job, ...event.data };
     render();
     if (event.event !== "final") return undefined;
     // Final: its result and its items as they ended.
-    api("GET", `${base}/record`).then((record) => { job = record; render(); }).catch(() => {});
+    api("GET", `${base}/record`).then((record) => {
+      if (notOlder(record, job)) job = record;
+      render();
+    }).catch(() => {});
     loadItems();
     return "done";
   }, { resumable: true });
