@@ -367,8 +367,8 @@ function matches(job, filters) {
 // A job's row only moves forward (queued, running, then final; its processed count only
 // up), while a stream, a read and an action's answer race each other to the page: what
 // comes is kept only when nothing newer about that job came first.
-const STAGE = { queued: 0, running: 1 };
-function stage(job) { return STAGE[job.status] ?? 2; }
+function isFinal(job) { return STATUSES.slice(2).includes(job.status); }
+function stage(job) { return isFinal(job) ? 2 : STATUSES.indexOf(job.status); }
 function notOlder(job, known) {
   return !known || stage(job) > stage(known) ||
     (stage(job) === stage(known) && job.processed >= known.processed);
@@ -668,7 +668,7 @@ async function jobView(ws, id, params) {
     actionsFor = now;
     const outcome = el("p", { role: "status", id: "action-outcome" });
     const nodes = [el("h2", { id: "actions-title", text: "Actions" })];
-    if (!STATUSES.slice(2).includes(job.status)) {
+    if (!isFinal(job)) {
       const reason = el("input", { type: "text", id: "cancel-reason-input", maxlength: 500, autocomplete: "off" });
       nodes.push(el("form", {
         class: "row",
@@ -679,7 +679,7 @@ async function jobView(ws, id, params) {
             if (notOlder(asked, job)) job = asked;
             render();
             // Said page-wide: the stream may have ended the job, and redrawn these actions.
-            say(stage(job) === 2 ? `Cancellation asked; the job is ${job.status}.`
+            say(isFinal(job) ? `Cancellation asked; the job is ${job.status}.`
               : "Cancellation asked: the job stops at its next step.");
           } catch (error) {
             outcome.textContent = `Not cancelled: ${error.message}`;
@@ -775,7 +775,7 @@ async function jobView(ws, id, params) {
   );
   render();
   loadItems();
-  if (STATUSES.slice(2).includes(job.status)) return;
+  if (isFinal(job)) return;
   // One stream for the page: each change of the job, to its final event.
   follow(`${base}/events`, (event) => {
     if (notOlder(event.data, job)) job = { ...job, ...event.data };
