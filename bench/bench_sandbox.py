@@ -20,7 +20,6 @@ from harness import Figure, Outcome, median, rotate, say
 from standalone import main_for
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 NAME = "sandbox"
 TITLE = "Workflow sandbox, CPU per run"
@@ -38,11 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runners() -> dict[str, WorkflowRunner]:
-    import worker
+    from hubjobs.temporal.sandbox import sandbox_runner
 
-    restrictions = SandboxRestrictions.default.with_passthrough_modules(*worker.PASSED_THROUGH)
     return {
-        "sandboxed": SandboxedWorkflowRunner(restrictions=restrictions),
+        "sandboxed": sandbox_runner(),
         "unsandboxed": UnsandboxedWorkflowRunner(),
     }
 
