@@ -144,6 +144,9 @@ COMPLETION_WEBHOOK = "completion-webhook"
 # A run past its job's run_signal_budget continues as new; recorded histories took
 # their signals to the end of the run.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
+# A full run continues as new without its attempt; recorded histories cancelled the
+# attempt and waited for it to hand the job over.
+RUN_FULL_LEAVES_ATTEMPT = "run-full-leaves-attempt"
 # A run closes with its failed items in ``JobFailedItems`` and its details led by its
 # status as people read it (``succeeded (10 failed)``), and names each work activity a
 # slice: no patch (two events and a visibility write a run), for Temporal compares
@@ -378,7 +381,7 @@ class JobWorkflow:
                     priority=self._priority(job),
                 )
             try:
-                result = await self._attempt_result()
+                result = await self._attempt_result(job)
             except ActivityError as err:
                 self.running = None
                 self.failures_in_row += 1
@@ -412,21 +415,28 @@ class JobWorkflow:
             summary += f", attempt {failures + 1} after {after}"
         return summary
 
-    async def _attempt_result(self) -> WorkResult:
+    async def _attempt_result(self, job: JobInput) -> WorkResult:
         """The running attempt's result. Shielded: cancelled from Temporal, the attempt
         is not cut mid-step; it sees the recorded request and ends the job itself. Once
-        the run is full, the attempt is asked to hand the job over at its next step."""
+        the run is full, it continues as new at once, leaving the attempt to find its run
+        gone at its next heartbeat and stop (work it committed is kept; the next run's
+        attempt carries on after it): waiting for it would let a flood fill the run."""
         running = self.running
         assert running is not None
         await workflow.wait_condition(lambda: running.done() or self._run_full())
         if not running.done():
+            if workflow.patched(RUN_FULL_LEAVES_ATTEMPT):
+                await self._continue_as_new(job)
             running.cancel()
         result: WorkResult = await asyncio.shield(running)
         return result
 
     async def _continue_as_new(self, job: JobInput) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+        workflow.continue_as_new(
+            job.model_copy(update={"checkpoint": self._checkpoint()}),
+            task_timeout=timedelta(seconds=job.options.workflow_task_timeout_seconds),
+        )
 
     async def _at_once(self, job: JobInput) -> JobOutcome | None:
         """A new job of a kind with ``at_once``: its first attempt as a local activity,
