@@ -391,6 +391,8 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
+    # Stuck runs of jobs final or asked to stop, terminated (and those jobs cancelled).
+    ended: int = 0
 
 
 class MaintenancePlan(BaseModel):
