@@ -74,6 +74,7 @@ async def open_for_attempt(
             payload=job.payload,
             workflow_id=workflow_id,
             notify_url=notify_url,
+            idempotency_key=job.idempotency_key,
         )
         try:
             await job_rows.admit(

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator
-from hubjobs.errors import HubJobsError, InvalidInput
-from hubjobs.kinds import REGISTRY, NewJob, Prepared
+from hubjobs.errors import HubJobsError, IdempotencyKeyReused, InvalidInput
+from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.store import Finished
@@ -97,9 +98,7 @@ async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
     pages back since. One still to take its items is returned as ever."""
     if row.idempotency_key is None or row.source_job_id is None:
         return
-    earlier = await store.find_by_idempotency_key(
-        conn, row.workspace_id, row.kind, row.idempotency_key
-    )
+    earlier = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
     if (
         earlier is not None
         and earlier.is_final
@@ -116,11 +115,9 @@ async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
     # and must not hand that job to an actor who may not start jobs here.
     await require_administrator(conn, row.workspace_id, row.actor_id)
     if row.idempotency_key is not None:
-        existing = await store.find_by_idempotency_key(
-            conn, row.workspace_id, kind.name, row.idempotency_key
-        )
+        existing = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
         if existing is not None:
-            return CreatedJob(existing, created=False)
+            return CreatedJob(_named_by_key(existing, row, kind, model), created=False)
     new_job = NewJob(
         row.job_id, row.workspace_id, row.actor_id, row.correlation_id, row.source_job_id
     )
@@ -142,16 +139,39 @@ async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
     )
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
-        found = None
         if row.idempotency_key is not None:
-            found = await store.find_by_idempotency_key(
-                conn, row.workspace_id, kind.name, row.idempotency_key
-            )
-        found = found or await store.get_job(conn, row.job_id, row.workspace_id)
+            found = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
+            if found is not None:
+                return CreatedJob(_named_by_key(found, row, kind, model), created=False)
+        found = await store.get_job(conn, row.job_id, row.workspace_id)
         if found is None or (row.workflow_id is not None and found.workflow_id != row.workflow_id):
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
     return CreatedJob(inserted, created=True)
+
+
+def _named_by_key(existing: JobView, row: JobRow, kind: JobKind[Any], model: BaseModel) -> JobView:
+    """The job the start's idempotency key names, when the start is the request that
+    made it; else ``IdempotencyKeyReused`` naming it. The same request: the same kind,
+    payload (its validated model's JSON: key order and defaulted fields do not count)
+    and notify_url; who asks and the correlation id do not count. A start straight
+    through Temporal is its own workflow's job, and never answers with another's."""
+    if existing.id == row.job_id:
+        return existing
+    if row.workflow_id is not None or not _same_request(existing, row, kind, model):
+        raise IdempotencyKeyReused(existing.id)
+    return existing
+
+
+def _same_request(existing: JobView, row: JobRow, kind: JobKind[Any], model: BaseModel) -> bool:
+    if existing.kind != kind.name or existing.notify_url != row.notify_url:
+        return False
+    try:
+        # Both through today's model: a field added since, defaulted, is on both sides.
+        earlier: BaseModel = kind.validate(existing.payload)
+    except HubJobsError:
+        return False
+    return earlier.model_dump(mode="json") == model.model_dump(mode="json")
 
 
 async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:

@@ -116,7 +116,7 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
         except HubJobsError as error:
             # The code only: a message is plain, but the log keeps to codes and ids.
             log.info("command %s failed: %s", fn.__name__, error.code)
-            error_line(error.message, error.code)
+            error_line(error.message, error.code, error.job_id)
             raise typer.Exit(exit_code_of(error.code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise

@@ -178,11 +178,17 @@ def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Path) -> s
 
 
 def error_of(response: httpx.Response) -> HubJobsError:
-    """The API's error answer as the error it names: its code and plain message."""
+    """The API's error answer as the error it names: its code and plain message, and
+    the job it names, if any (``idempotency_key_reused``)."""
     try:
         detail = response.json()["error"]
-        return HubJobsError(str(detail["message"]), code=str(detail["code"]))
-    except (ValueError, KeyError, TypeError):
+        job_id = detail.get("job_id")
+        return HubJobsError(
+            str(detail["message"]),
+            code=str(detail["code"]),
+            job_id=None if job_id is None else uuid.UUID(str(job_id)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return Unavailable(f"the API answered {response.status_code} without an error body")
 
 
