@@ -1,6 +1,6 @@
-"""A run's signal budget (issue 30): a run that took its job's ``run_signal_budget``
-signals, its own progress reports and others' bad ones alike, continues as new at once,
-its attempt left to find its run gone and stop; the job ends exact, and every refused signal is counted
+"""A run's signal budget: a run that took its job's ``run_signal_budget`` signals, its
+own progress reports and others' bad ones alike, continues as new at once, its attempt
+left to find its run gone and stop; the job ends exact, and every refused signal is counted
 across the runs. (The limits themselves, reached with real processes:
 tests/system/test_signal_limits.py.)"""
 
