@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import subprocess
 import time
 import uuid
@@ -60,7 +61,9 @@ from tests.system.test_faults import failed_job, wait_started
 from worker import STOP_BOUND_SECONDS
 
 TEMPORAL_SIGNAL_LIMIT = 10_000
-FLOOD = 20_000
+# The suite sends each job 5,000, several runs' worth; the flood that wedged a run was
+# 20,000 (HUBJOBS_TEST_FLOOD_SIGNALS=20000, about ten minutes on two loaded cores).
+FLOOD = int(os.environ.get("HUBJOBS_TEST_FLOOD_SIGNALS", "5000"))
 # Senders at once, each sending as fast as the server answers it, and the progress
 # queries a second beside them: the flood that wedged a run on a loaded machine.
 FLOOD_SENDERS = 25
@@ -299,8 +302,7 @@ async def test_a_flood_of_bad_signals_and_queries_on_a_loaded_machine_stops_no_j
     loops; then one cancelled through the API, the other by a bare Temporal signal."""
     courses = [await seed(engine, 3000) for _ in CANCELS]
     async with own_temporal({}) as temporal:
-        # A page a second: the jobs outlast the flood (40,000 signals at 30 a second on a
-        # machine at a load of 20 took 22 minutes).
+        # A page a second: the jobs outlast the flood however slowly the machine takes it.
         async with worker_on(
             temporal,
             settings,
