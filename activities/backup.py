@@ -33,6 +33,7 @@ from temporalio import activity
 from activities.attempt import KindActivities
 from activities.context import WorkContext
 from activities.endings import ActorUnavailable, Done, Paused, Refused, Stopped, WorkEnd
+from activities.pauses import pause
 from activities.storage import storage_refusal
 from hubjobs.archive.format import MANIFEST, Manifest, archive_name
 from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive
@@ -63,17 +64,32 @@ class HandOver(Exception):
 class Progress:
     """Heartbeats after every chunk; the read model hears of the tables and attachments
     done about once a second, which is also when a cancellation request is looked for
-    and whether the worker is shutting down."""
+    and whether the worker is shutting down. With a pace (bytes a second, on average
+    since the stream began) it waits for the pace to catch up, beating through the wait
+    (activities/pauses.py) and still looking for a cancellation once a second."""
 
-    def __init__(self, ctx: WorkContext[BackupPayload]) -> None:
+    def __init__(self, ctx: WorkContext[BackupPayload], pace: float | None = None) -> None:
         self.ctx = ctx
+        self.pace = pace
         self.total = 0
         self.steps = 0
         self.bytes = 0
         self.stage = "starting"
         self._last = 0.0
+        self._began = time.monotonic()
         # The snapshot stream's stall bound, moved on at every chunk.
         self.stall: Deadline | None = None
+
+    def restart(self) -> None:
+        """A new stream (after an outage): counted, and paced, from nothing."""
+        self.steps = self.bytes = 0
+        self._began = time.monotonic()
+
+    def alive(self) -> None:
+        """The attempt and its stream are alive: a heartbeat, the stall bound moved on."""
+        if self.stall is not None:
+            self.stall.extend(self.ctx.settings.db_batch_timeout_seconds)
+        self.ctx.beat()
 
     async def advance(
         self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
@@ -81,18 +97,26 @@ class Progress:
         self.bytes += nbytes
         self.steps += int(step)
         self.stage = stage or self.stage
-        if self.stall is not None:
-            self.stall.extend(self.ctx.settings.db_batch_timeout_seconds)
-        self.ctx.beat()
-        if self.ctx.shutting_down():
-            raise HandOver()
-        if time.monotonic() - self._last >= PROGRESS_EVERY:
-            await self.flush()
-        else:
-            # Compressing and hashing run on the event loop: hand it back after every
-            # chunk, so the worker's other activities, its heartbeats and its polling
-            # are not starved for a whole second at a time.
-            await asyncio.sleep(0)
+        self.alive()
+        while True:
+            if self.ctx.shutting_down():
+                raise HandOver()
+            if time.monotonic() - self._last >= PROGRESS_EVERY:
+                await self.flush()
+            ahead = self._ahead()
+            if ahead <= 0:
+                break
+            await pause(min(ahead, PROGRESS_EVERY), self.alive)
+        # Compressing and hashing run on the event loop: hand it back after every
+        # chunk, so the worker's other activities, its heartbeats and its polling are
+        # not starved for a whole second at a time.
+        await asyncio.sleep(0)
+
+    def _ahead(self) -> float:
+        """How far the stream is ahead of its pace, in seconds (0: no pace)."""
+        if not self.pace:
+            return 0.0
+        return self.bytes / self.pace - (time.monotonic() - self._began)
 
     async def __call__(self, nbytes: int, step_done: bool, stage: str) -> None:
         """The archive writer's progress callback."""
@@ -134,11 +158,11 @@ class BackupActivities(KindActivities[BackupPayload]):
         if final.exists():
             # An earlier attempt renamed its archive but died before reporting it.
             return Done(describe_archive(final).model_dump(mode="json"))
-        progress = Progress(ctx)
+        progress = Progress(ctx, ctx.settings.backup_max_bytes_per_second)
 
         async def stream() -> Manifest:
             partial.unlink(missing_ok=True)  # what a killed or cut attempt left behind
-            progress.steps = progress.bytes = 0
+            progress.restart()
             return await self._write(ctx, partial, progress)
 
         try:
@@ -201,7 +225,6 @@ class BackupActivities(KindActivities[BackupPayload]):
                                 raw,
                                 progress,
                                 backup_id=ctx.job.id,
-                                max_bytes_per_second=settings.backup_max_bytes_per_second,
                             )
                         except AttachmentUnavailable as err:
                             raise Refused(err.message, code=err.code) from None

@@ -33,7 +33,6 @@ import logging
 import os
 import stat
 import tempfile
-import time
 import uuid
 import zipfile
 import zlib
@@ -102,15 +101,11 @@ async def write_archive(
     *,
     backup_id: uuid.UUID,
     compress_level: int = COMPRESS_LEVEL,
-    max_bytes_per_second: float | None = None,
 ) -> Manifest:
     """Writes the whole archive to ``out`` and returns its manifest (also its last
-    member). ``progress(nbytes, step_done, stage)`` is awaited about once per MiB.
-    With ``max_bytes_per_second`` the writer reads no faster than that (on average
-    since it began), so that a backup need not saturate the disk or the server."""
+    member). ``progress(nbytes, step_done, stage)`` is awaited about once per MiB; it
+    may take its time (a caller that paces the backup waits there)."""
     await _require_snapshot(conn)
-    if max_bytes_per_second:
-        progress = _Paced(progress, max_bytes_per_second)
     head = await (
         await conn.execute("SELECT (SELECT version_num FROM alembic_version), now()")
     ).fetchone()
@@ -357,23 +352,6 @@ def _open_below(root_fd: int, entry: AttachmentEntry) -> int:
         os.close(fd)
         raise missing
     return fd
-
-
-class _Paced:
-    """A progress callback that first waits for the pace to catch up."""
-
-    def __init__(self, progress: Progress, rate: float) -> None:
-        self._progress = progress
-        self._rate = rate
-        self._started = time.monotonic()
-        self._done = 0
-
-    async def __call__(self, nbytes: int, step_done: bool, stage: str) -> None:
-        self._done += nbytes
-        ahead = self._done / self._rate - (time.monotonic() - self._started)
-        if ahead > 0:
-            await asyncio.sleep(ahead)
-        await self._progress(nbytes, step_done, stage)
 
 
 class _Sink:

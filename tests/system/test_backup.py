@@ -810,3 +810,54 @@ async def test_a_backup_stopped_mid_table_leaves_its_connection_usable(
         assert time.monotonic() - started < 10
         row = await (await snapshot.execute("SELECT count(*) FROM pages")).fetchone()
     assert row == (3000,)
+
+
+# --- 8. a paced backup ----------------------------------------------------------------------
+
+THROTTLE = 60_000
+
+
+async def test_a_backup_throttled_to_60000_bytes_a_second_beats_through_its_waits(
+    temporal: Client,
+    engine: AsyncEngine,
+    backup_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """A worker process with HUBJOBS_BACKUP_MAX_BYTES_PER_SECOND=60000 and a lease of
+    2 s: one attachment of 400 kB makes the throttle wait about 7 s in one go, three
+    leases and more. The wait beats all along (activities/pauses.py): one attempt,
+    completed, and the archive took at least as long as the pace says."""
+    folder = backup_settings.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 20)
+    created = await add_attachments(engine, folder, course.page_ids, [400_000, 10, 20_000])
+    lease = {"heartbeat_timeout_seconds": 2, "max_activity_attempts": 2}
+    starter_settings = backup_settings.model_copy(update=lease)
+    jobs = HubJobsClient(temporal, engine, starter_settings).scope(
+        course.workspace_id, course.actor_id
+    )
+    env = hubjobs_env(
+        backup_settings,
+        backup_settings.home,
+        backup_dir=backup_settings.resolved_backup_dir,
+        attachments_dir=folder,
+        backup_max_bytes_per_second=THROTTLE,
+        **lease,
+    )
+    worker = WorkerProcess("paced-worker", env, tmp_path)
+    try:
+        started = time.monotonic()
+        job = await jobs.start("backup", {})
+        done = await jobs.wait(job.id, timeout=120, interval=0.2)
+        took = time.monotonic() - started
+        endings = await run_endings(temporal, done.workflow_id, WRITE_BACKUP)
+    except BaseException:
+        print(f"\n--- {worker.name}:\n{worker.tail()}")
+        raise
+    finally:
+        worker.kill()
+    print(f"\npaced backup: {took:.1f} s, attempts {endings}")
+    assert done.status == "succeeded", (done.status, done.error_code, done.error_message, endings)
+    assert endings == ["completed"], endings
+    assert done.result is not None and done.result["attachmentCount"] == len(created)
+    assert took >= sum(len(c) for c in created.values()) / THROTTLE
