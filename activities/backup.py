@@ -1,5 +1,6 @@
-"""The backup work: one consistent snapshot of every hub table and attachment, streamed
-into one archive (see hubjobs.archive.format).
+"""The backup work: one consistent snapshot of a workspace's rows and attachments (or, a
+hub operator's, of every hub table and attachment), streamed into one archive (see
+hubjobs.archive.format and hubjobs.archive.scope).
 
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
 rows agree; hubjobs.archive.writer streams COPY output and files into the zip in blocks
@@ -43,7 +44,7 @@ from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.domain.access import ADMINISTRATOR, role_of
 from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
 from hubjobs.readmodel import store
-from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.readmodel.views import Counters
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ class BackupActivities(KindActivities[BackupPayload]):
 
         try:
             manifest = await ctx.retrying(stream)
-            await ctx.db(lambda conn: self._require_administrator(conn, job))
+            await ctx.db(lambda conn: self._require_actor(conn, ctx))
             # A cancellation that came after the last progress beat ends the job
             # cancelled all the same: the archive must not be committed.
             await progress.flush()
@@ -194,9 +195,14 @@ class BackupActivities(KindActivities[BackupPayload]):
         return Done(_archive(final, manifest).model_dump(mode="json"))
 
     @staticmethod
-    async def _require_administrator(conn: AsyncConnection, job: JobView) -> None:
-        """Checked again before the archive is committed: the start's check is old news."""
+    async def _require_actor(conn: AsyncConnection, ctx: WorkContext[BackupPayload]) -> None:
+        """Checked again before the archive is committed (the start's check is old news):
+        an enabled administrator, and for the whole hub still a hub operator."""
+        job = ctx.job
         if await role_of(conn, job.workspace_id, job.actor_id) != ADMINISTRATOR:
+            raise ActorUnavailable()
+        hub_wide = ctx.payload.workspace_of(job.workspace_id) is None
+        if hub_wide and job.actor_id not in ctx.settings.hub_operators:
             raise ActorUnavailable()
 
     async def _write(
@@ -217,7 +223,8 @@ class BackupActivities(KindActivities[BackupPayload]):
                     await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
                     await conn.set_read_only(True)
                     async with conn.transaction():
-                        progress.total = await planned_steps(conn)
+                        workspace = ctx.payload.workspace_of(ctx.job.workspace_id)
+                        progress.total = await planned_steps(conn, workspace)
                         try:
                             manifest = await write_archive(
                                 conn,
@@ -225,6 +232,7 @@ class BackupActivities(KindActivities[BackupPayload]):
                                 raw,
                                 progress,
                                 backup_id=ctx.job.id,
+                                workspace_id=workspace,
                             )
                         except AttachmentUnavailable as err:
                             raise Refused(err.message, code=err.code) from None
@@ -245,6 +253,7 @@ def _fsync_dir(folder: Path) -> None:
 def _archive(path: Path, manifest: Manifest) -> BackupArchive:
     return BackupArchive(
         backup_id=manifest.backup_id,
+        scope=manifest.scope,
         created_at=manifest.created_at,
         size_bytes=path.stat().st_size,
         table_count=len(manifest.tables),

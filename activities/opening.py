@@ -77,7 +77,11 @@ async def open_for_attempt(
         )
         try:
             await job_rows.admit(
-                conn, row, refused_kept_for=deps.default_retention, refusal=notify_refused
+                conn,
+                row,
+                operators=settings.hub_operators,
+                refused_kept_for=deps.default_retention,
+                refusal=notify_refused,
             )
         except HubJobsError as err:
             return err

@@ -64,6 +64,7 @@ ERROR_CODES: tuple[str, ...] = (
     "database_unavailable",
     "forbidden",
     "http_error",
+    "hub_operator_required",
     "internal_error",
     "invalid_argument",
     "invalid_correlation_id",
