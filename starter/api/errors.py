@@ -44,12 +44,14 @@ INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 # tests/unit/test_error_codes.py holds it to every code the code base names.
 ERROR_CODES: tuple[str, ...] = (
     "actor_not_administrator",
+    "archive_conflict",
     "archive_corrupt",
     "archive_path_invalid",
     "archive_too_large",
     "archive_unreadable",
     "attachment_corrupt",
     "attachment_missing",
+    "attachments_dir_required",
     "attachments_incomplete",
     "attachments_no_space",
     "attachments_not_empty",
@@ -60,6 +62,7 @@ ERROR_CODES: tuple[str, ...] = (
     "database_failed",
     "database_full",
     "database_not_empty",
+    "database_not_migrated",
     "database_read_only",
     "database_unavailable",
     "forbidden",
@@ -96,6 +99,7 @@ ERROR_CODES: tuple[str, ...] = (
     "job_not_found",
     "method_not_allowed",
     "missing_extra",
+    "not_a_workspace_archive",
     "not_configured",
     "not_found",
     "not_retryable",
@@ -116,6 +120,7 @@ ERROR_CODES: tuple[str, ...] = (
     "unknown_kind",
     "wait_timeout",
     "webhooks_not_configured",
+    "workspace_busy",
     "workspace_not_found",
 )
 
