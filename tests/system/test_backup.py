@@ -70,6 +70,7 @@ from workflows.backup import BackupWorkflow
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 RESULT_KEYS = {
     "backupId",
+    "scope",
     "createdAt",
     "sizeBytes",
     "tableCount",
@@ -90,17 +91,29 @@ WRITE_BACKUP = BackupActivities.write_backup.__name__
 PACE = 64 * MB
 
 
+# The hub operator of these tests (HUBJOBS_HUB_OPERATORS): an account made an
+# administrator of a workspace by ``operator_in``.
+OPERATOR = uuid.UUID("0fe7a70f-0000-4000-8000-000000000001")
+
+
 @pytest.fixture
 def backup_settings(settings: Settings, tmp_path: Path) -> Settings:
     """The worker's and the starter's settings: backups and attachments under tmp_path,
-    backups paced (PACE)."""
+    backups paced (PACE), OPERATOR a hub operator."""
     return settings.model_copy(
         update={
             "backup_dir": tmp_path / "backups",
             "attachments_dir": tmp_path / "attachments",
             "backup_max_bytes_per_second": PACE,
+            "hub_operators": [OPERATOR],
         }
     )
+
+
+async def operator_in(engine: AsyncEngine, workspace: uuid.UUID) -> uuid.UUID:
+    """OPERATOR, an enabled administrator of ``workspace``."""
+    async with engine.begin() as conn:
+        return await create_account(conn, workspace, name="Otto Operator", account_id=OPERATOR)
 
 
 @pytest_asyncio.fixture
@@ -123,8 +136,10 @@ def new_database(stack: StackInfo) -> Iterator[Databases]:
     databases.drop_all()
 
 
-async def run_backup(jobs: WorkspaceJobs, timeout: float = 60) -> JobView:
-    job = await jobs.start("backup", {})
+async def run_backup(
+    jobs: WorkspaceJobs, timeout: float = 60, payload: dict[str, Any] | None = None
+) -> JobView:
+    job = await jobs.start("backup", payload or {})
     assert job.kind == "backup"
     done = await jobs.wait(job.id, timeout=timeout, interval=0.1)
     assert done.status == "succeeded", (done.error_code, done.error_message)
@@ -191,6 +206,8 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
         course = await seed_demo(conn, 3000)
         second = await seed_demo(conn, 40, name="Second hub")
     jobs = backup_hub.scope(course.workspace_id, course.actor_id)
+    # The whole hub, both workspaces: a hub operator's backup.
+    operator = backup_hub.scope(course.workspace_id, await operator_in(engine, course.workspace_id))
     # More than one revision for some pages: a tagging job on a sub-course, and edits.
     tagging = await jobs.start(
         "course_tagging", {"root_page_id": course.page_ids[12], "tag": "backup"}
@@ -210,10 +227,11 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert source["page_revisions"][0] == 3040 + 111 + 10
     assert source["attachments"][0] == len(created)
 
-    done = await run_backup(jobs)
+    done = await run_backup(operator, payload={"scope": "hub"})
     await record(backup_hub.temporal.get_workflow_handle(done.workflow_id), "backup_succeeded")
     result = done.result
     assert result is not None and set(result) == RESULT_KEYS
+    assert result["scope"] == "hub"
     assert result["backupId"] == str(done.id)
     assert result["tableCount"] == len(HUB_TABLES) == 6
     assert result["attachmentCount"] == len(created)
