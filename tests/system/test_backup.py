@@ -27,7 +27,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from activities.backup import BackupActivities
 from hubjobs.archive.format import (
@@ -42,10 +43,11 @@ from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
+from hubjobs.kinds.backup import BACKUP
 from hubjobs.ops.restore import RestoreReport, restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import CancelRequest, SweepResult
+from hubjobs.temporal.messages import CancelRequest, JobInput, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.archive_helpers import (
     MB,
@@ -61,7 +63,7 @@ from tests.support.archive_helpers import (
     tables_of,
 )
 from tests.support.cli_errors import refusal_code
-from tests.support.helpers import edit, run_endings, workflow_closed
+from tests.support.helpers import edit, row_of, run_endings, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import TEMPLATE, running_worker
@@ -751,6 +753,46 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
     async with engine.connect() as conn:
         count = (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one()
     assert count == 0
+    assert names_in(backup_settings.resolved_backup_dir) == []
+
+
+async def test_a_workspace_administrator_gets_no_hub_backup_from_the_client_or_temporal(
+    backup_hub: HubJobsClient,
+    engine: AsyncEngine,
+    backup_settings: Settings,
+    backup_worker: None,
+    temporal: Client,
+) -> None:
+    """The whole hub is a hub operator's on the start paths beside the API's and the
+    CLI's: the Python client refuses it with nothing written, and a start straight
+    through Temporal (another service's) ends failed with the code, no archive made."""
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 5)
+    jobs = backup_hub.scope(course.workspace_id, course.actor_id)
+    with pytest.raises(Forbidden) as refused:
+        await jobs.start("backup", {"scope": "hub"})
+    assert refused.value.code == "hub_operator_required"
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one() == 0
+
+    job_id = uuid.uuid4()
+    direct = JobInput(
+        job_id=job_id,
+        kind="backup",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="other-service",
+        payload={"scope": "hub"},
+    ).model_dump(mode="json")
+    handle = await temporal.start_workflow(
+        BACKUP.workflow_type, direct, id=f"backup-{job_id}", task_queue=backup_settings.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "hub_operator_required"
+    row = await row_of(engine, job_id)
+    assert row is not None and (row.status, row.error_code) == ("failed", "hub_operator_required")
     assert names_in(backup_settings.resolved_backup_dir) == []
 
 
