@@ -183,33 +183,18 @@ async def test_a_workspace_administrators_backup_restored_holds_that_workspace_a
     finally:
         worker.kill()
     assert job["status"] == "succeeded", job
-    assert job["result"]["scope"] == "workspace"
     archive = Path(job["result"]["archivePath"])
-    with zipfile.ZipFile(archive) as zf:
-        manifest = json.loads(zf.read(MANIFEST))
-    assert (manifest["format"], manifest["scope"], manifest["workspace_id"]) == (
-        "hubjobs-backup/3",
-        "workspace",
-        str(a.workspace_id),
-    )
-
-    # Into another database without --attachments-dir: refused, this hub's folder as it was.
-    elsewhere = new_database.create()
-    refused = await servers.hubjobs("restore", str(archive), "--database-url", elsewhere)
-    assert_refused(refused, "attachments_dir_required")
-    assert tables_of(elsewhere) == set()
-    assert files_under(servers.attachments) == live_files
 
     target, target_dir = new_database.create(), tmp_path / "restored"
     report = await servers.hubjobs_json(
         "restore", str(archive), "--database-url", target, "--attachments-dir", str(target_dir)
     )
+    assert await asyncio.to_thread(fingerprint, target) == expected
     assert (report["scope"], report["workspace_id"], report["replaced"]) == (
         "workspace",
         str(a.workspace_id),
         False,
     )
-    assert await asyncio.to_thread(fingerprint, target) == expected
     with psycopg.connect(target) as conn:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM workspaces), (SELECT count(*) FROM workspaces "
@@ -218,6 +203,23 @@ async def test_a_workspace_administrators_backup_restored_holds_that_workspace_a
         ).fetchone()
     assert row == (1, 0)
     assert files_under(target_dir) == a_files and len(a_files) == 3
+
+    # Into another database without --attachments-dir: refused, the hub's folder as it was.
+    elsewhere = new_database.create()
+    refused = await servers.hubjobs("restore", str(archive), "--database-url", elsewhere)
+    assert_refused(refused, "attachments_dir_required")
+    assert tables_of(elsewhere) == set()
+    assert files_under(servers.attachments) == live_files
+
+    # And it says so: in its result and its manifest.
+    assert job["result"]["scope"] == "workspace"
+    with zipfile.ZipFile(archive) as zf:
+        manifest = json.loads(zf.read(MANIFEST))
+    assert (manifest["format"], manifest["scope"], manifest["workspace_id"]) == (
+        "hubjobs-backup/3",
+        "workspace",
+        str(a.workspace_id),
+    )
 
 
 # --- 2. a whole hub is a hub operator's --------------------------------------------------------
