@@ -52,23 +52,19 @@ def condition(table: str, workspace: uuid.UUID, schema: str | None = None) -> st
     return WORKSPACE_ROWS[table].format(w=literal(workspace), s=_prefix(schema))
 
 
-def select_rows(
-    table: str, workspace: uuid.UUID | None, columns: Sequence[str], schema: str | None = None
-) -> str:
-    """The rows the archive holds of ``table``, its columns in order, by its key."""
-    s = _prefix(schema)
-    if workspace is None:
-        return f"SELECT * FROM {s}{table} t ORDER BY {_KEYS[table]}"
+def select_rows(table: str, workspace: uuid.UUID, columns: Sequence[str]) -> str:
+    """The rows a workspace's archive holds of ``table``, its columns in order, by its
+    key."""
     w = literal(workspace)
     shown = [
-        WORKSPACE_COLUMNS[(table, c)].format(w=w, s=s) + f" AS {c}"
+        WORKSPACE_COLUMNS[(table, c)].format(w=w, s="") + f" AS {c}"
         if (table, c) in WORKSPACE_COLUMNS
         else f"t.{c}"
         for c in columns
     ]
     return (
-        f"SELECT {', '.join(shown)} FROM {s}{table} t "
-        f"WHERE {condition(table, workspace, schema)} ORDER BY {_KEYS[table]}"
+        f"SELECT {', '.join(shown)} FROM {table} t "
+        f"WHERE {condition(table, workspace)} ORDER BY {_KEYS[table]}"
     )
 
 

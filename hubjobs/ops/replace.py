@@ -16,8 +16,8 @@ restored, never half, and no row of another workspace changes.
   memberships, revisions and attachments replaced, pages updated in place or inserted
   (a page of another workspace that names one as parent keeps it), those the archive
   lacks removed; then every table's rows of the workspace counted against the staging
-  schema. Returns the storage paths of the attachments it removed, whose files go once
-  the transaction has committed.
+  schema. Returns the storage paths of the attachments it removed that no row names
+  any more: their files go once the transaction has committed.
 """
 
 from __future__ import annotations
@@ -218,6 +218,18 @@ def replace(conn: Connection, staging: str, workspace: uuid.UUID) -> list[str]:
         ).scalars()
     ]
     conn.execute(text(_insert("attachments", cols["attachments"], staging)))
+    # A file goes only when no attachment row names its path any more (the archive's
+    # own, or one of another workspace sharing it).
+    removed = [
+        str(p)
+        for p in conn.execute(
+            text(
+                "SELECT p FROM unnest(CAST(:paths AS text[])) AS p WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {LIVE}.attachments a WHERE a.storage_path = p)"
+            ),
+            {"paths": removed},
+        ).scalars()
+    ]
     conn.execute(
         text(
             f"DELETE FROM {LIVE}.pages p WHERE p.workspace_id = {w} "

@@ -33,6 +33,13 @@ archive, all or nothing.
 6. **After the commit** the staged files are linked into place (never replacing,
    never following a link) and the staging folder goes.
 
+A workspace's archive (format 3, ``scope`` workspace) restores so into an empty
+database too. With ``replace_workspace`` it goes into a running hub at this version's
+schema instead: steps 1, 3 and 4 as above (its staged rows must all be its
+workspace's), then one final transaction replaces that workspace's rows and nothing
+else (hubjobs.ops.replace), and after the commit its files are renamed over the old
+ones and the files of the attachments it removed are unlinked.
+
 A refusal or an error before the commit leaves the live schema and DIR exactly as they
 were (the staging schema is dropped on the way out), and is a HubJobsError with one of
 these codes (details go to the log):
@@ -63,6 +70,14 @@ these codes (details go to the log):
                            target's folder should be
 ``attachments_unwritable`` DIR (or where it would go) cannot be written
 ``attachments_no_space``   DIR's file system has no room for the attachments
+``attachments_dir_required`` no attachments folder given for a database that is not
+                           the hub's own (the command line's default)
+``not_a_workspace_archive`` ``replace_workspace`` with a hub's archive
+``database_not_migrated``  ``replace_workspace`` into a hub at another schema version
+``workspace_busy``         ``replace_workspace`` while the workspace has jobs queued or
+                           running
+``archive_conflict``       ``replace_workspace`` would touch another workspace's rows
+                           or files (hubjobs.ops.replace)
 ``attachments_incomplete`` (the only one after the commit) the database is restored
                            but some files could not be moved into place because
                            something else wrote to DIR meanwhile; they stay in the
@@ -253,8 +268,7 @@ def restore(
             engine.dispose()
         store.install()
         if run.removed:
-            kept = {a.storage_path for a in source.attachments}
-            report.attachments_removed = store.remove([p for p in run.removed if p not in kept])
+            report.attachments_removed = store.remove(run.removed)
         _lap("install")
     log.info("restored backup %s into %s", report.backup_id, database_url.rsplit("@", 1)[-1])
     return report
@@ -662,6 +676,13 @@ def _lock_live(conn: Connection) -> None:
         conn.execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
 
 
+def _has_rows(conn: Connection, tables: set[str]) -> bool:
+    return any(
+        conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar()
+        for table in sorted(tables - {"alembic_version"})
+    )
+
+
 def _live_version(conn: Connection) -> str | None:
     """The live schema's Alembic version, None without one."""
     found = conn.execute(text("SELECT to_regclass('public.alembic_version') IS NOT NULL"))
@@ -673,8 +694,8 @@ def _live_version(conn: Connection) -> str | None:
 def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = False) -> bool:
     """Refuses a live schema with rows or with a schema of another version; True when
     it has the archive's schema already (without rows), False when it has none.
-    ``replacing`` (a running hub was asked for, and this one is not at this version):
-    a schema of another version is ``database_not_migrated``."""
+    ``replacing`` (a running hub was asked for, and this one is not at this version's
+    schema): a hub with rows, or at another version, is ``database_not_migrated``."""
     tables = set(
         conn.execute(
             text(
@@ -690,7 +711,7 @@ def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = Fa
         if ("alembic_version" in tables)
         else None
     )
-    if version != manifest.schema_version and replacing:
+    if replacing and (version != manifest.schema_version or _has_rows(conn, tables)):
         raise RestoreRefused(
             f"the hub's schema is at {version or 'an unknown version'}, this version's at "
             f"{head_revision()}: migrate it first (hubjobs migrate)",
