@@ -49,7 +49,8 @@ class BackupArchive(BaseModel):
     """What a finished backup wrote: the attempt's output, the result's source."""
 
     backup_id: uuid.UUID
-    scope: Scope
+    # An attempt of a build before scopes wrote a whole hub's archive.
+    scope: Scope = "hub"
     created_at: datetime
     size_bytes: int
     table_count: int

@@ -156,7 +156,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
     403: {
         "model": ErrorBody,
-        "description": "A member of the workspace who is not its administrator",
+        "description": "A member of the workspace who is not its administrator, or an "
+        "administrator asking for what is a hub operator's (hub_operator_required)",
     },
     404: {
         "model": ErrorBody,
