@@ -422,6 +422,7 @@ class _Restore:
         if self.replacing and _live_version(conn) == self.report.schema_version:
             self.live_hub = True
             self.report.replaced = True
+            self.store.adopt_identical = True
             replace.require_idle(conn, self._workspace)
             self.store.replaceable = frozenset(replace.live_attachment_paths(conn, self._workspace))
             return False

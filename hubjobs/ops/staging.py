@@ -18,8 +18,9 @@ descriptor, one path component at a time, with O_NOFOLLOW:
 ``install``  after the commit: links each staged file to its target (link never
              replaces and never follows) and unlinks the staged name, fsyncs the
              folders, removes the staging folder. A target in ``replaceable`` (a file
-             of the workspace a restore replaces) is renamed over instead: atomically,
-             never following a link.
+             of the workspace a restore replaces) or one found holding the
+             attachment's very bytes (``adopt_identical``) is renamed over instead:
+             atomically, never following a link.
 ``remove``   after the commit of a workspace's restore: unlinks the files of the
              attachments it removed (never following a link).
 ``discard``  on any failure before the commit: removes the staged files, the staging
@@ -32,6 +33,7 @@ into DIR, and then keeps the staging folder and says so (``attachments_incomplet
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import secrets
@@ -86,8 +88,12 @@ class AttachmentStore:
         self.root = Path(os.path.abspath(root))
         self.attachments = attachments
         # Targets that may exist already, and are replaced: the files of the attachments
-        # of a workspace whose restore replaces them.
+        # of a workspace whose restore replaces them. With ``adopt_identical``, also a
+        # file at a target that holds the attachment's very bytes (one a deletion left
+        # behind): replacing it changes nothing.
         self.replaceable: frozenset[str] = frozenset()
+        self.adopt_identical = False
+        self._identical: set[str] = set()
         self.staging_name: str | None = None
         self._root_fd: int | None = None
         self._staging_fd: int | None = None
@@ -163,11 +169,18 @@ class AttachmentStore:
                     )
                 known[folder] = True
             else:
-                if (
-                    attachment.storage_path not in self.replaceable
-                    and _lstat(root_fd, attachment.storage_path) is not None
-                ):
-                    raise _not_empty(attachment.storage_path)
+                if _lstat(root_fd, attachment.storage_path) is not None:
+                    self._require_replaceable(root_fd, attachment.storage_path, attachment)
+
+    def _require_replaceable(self, dir_fd: int, name: str, attachment: Attachment) -> None:
+        """A target that exists may be replaced, or the restore is refused."""
+        path = attachment.storage_path
+        if path in self.replaceable or path in self._identical:
+            return
+        if self.adopt_identical and _holds(dir_fd, name, attachment):
+            self._identical.add(path)
+            return
+        raise _not_empty(path)
 
     # --- staging ------------------------------------------------------------------------
 
@@ -228,11 +241,8 @@ class AttachmentStore:
                 folder = attachment.parts[:-1]
                 parent = self._walk(folder, create=True)
                 try:
-                    if (
-                        attachment.storage_path not in self.replaceable
-                        and _lstat(parent, attachment.parts[-1]) is not None
-                    ):
-                        raise _not_empty(attachment.storage_path)
+                    if _lstat(parent, attachment.parts[-1]) is not None:
+                        self._require_replaceable(parent, attachment.parts[-1], attachment)
                 finally:
                     os.close(parent)
             for folder in {c[:-1] for c in self._created} | {c for c in self._created}:
@@ -284,7 +294,8 @@ class AttachmentStore:
             try:
                 parent = self._walk(attachment.parts[:-1], create=True)
                 try:
-                    if attachment.storage_path in self.replaceable:
+                    path = attachment.storage_path
+                    if path in self.replaceable or path in self._identical:
                         os.rename(
                             attachment.id,
                             attachment.parts[-1],
@@ -395,6 +406,25 @@ class AttachmentStore:
             if fd is not None:
                 _quietly(os.close, fd)
         self._staging_fd = self._root_fd = None
+
+
+def _holds(dir_fd: int, name: str, attachment: Attachment) -> bool:
+    """Whether ``name`` (below ``dir_fd``, not followed if a link) is a plain file of
+    the attachment's size and sha256."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != attachment.size:
+            return False
+        digest = hashlib.sha256()
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+        return digest.hexdigest() == attachment.sha256
+    finally:
+        os.close(fd)
 
 
 def _lstat(dir_fd: int, path: str) -> os.stat_result | None:

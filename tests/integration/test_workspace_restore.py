@@ -128,6 +128,9 @@ async def test_a_workspace_archive_replaces_its_workspace_in_a_running_hub_and_n
     async with engine.begin() as conn:
         newcomer = await create_account(conn, a.workspace_id, name="Nina New")
         await conn.execute(text("DELETE FROM pages WHERE id = :p"), {"p": a.page_ids[-1]})
+        # A page with an attachment (the second file), deleted as a hub deleting rows
+        # would: its file stays behind, with the very bytes the archive holds.
+        await conn.execute(text("DELETE FROM pages WHERE id = :p"), {"p": a.page_ids[37]})
         await conn.execute(
             text("UPDATE user_accounts SET display_name = 'Sam Renamed' WHERE id = :u"),
             {"u": hub.shared},
@@ -185,6 +188,24 @@ async def test_a_workspace_archive_replaces_its_workspace_in_a_running_hub_and_n
     top = scalar(database_url, "SELECT max(id) FROM page_revisions")
     await edit(engine, a.page_ids[1], markdown="# after the restore")
     assert scalar(database_url, "SELECT max(id) FROM page_revisions") == int(str(top)) + 1
+
+
+async def test_a_stray_file_with_other_bytes_at_an_attachments_path_is_never_replaced(
+    engine: AsyncEngine, database_url: str, tmp_path: Path
+) -> None:
+    """A page deleted with its attachment's row, and other bytes written since where its
+    file was: no row names the file, and it is not the archive's; the restore refuses."""
+    folder = tmp_path / "attachments"
+    hub = await two_workspaces(engine, folder)
+    archive = await archive_of(database_url, folder, hub.a.workspace_id, tmp_path / "a.zip")
+    page = hub.a.page_ids[37]
+    path = str(
+        scalar(database_url, "SELECT storage_path FROM attachments WHERE page_id = %s", page)
+    )
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM pages WHERE id = :p"), {"p": page})
+    (folder / path).write_bytes(b"someone else's bytes")
+    await _refused_and_unchanged(archive, database_url, folder, "attachments_not_empty")
 
 
 async def test_a_hub_archive_does_not_replace_a_workspace(

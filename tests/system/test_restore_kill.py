@@ -418,6 +418,8 @@ def running_hub(databases: Databases, tmp_path_factory: pytest.TempPathFactory) 
             plain.execute(
                 "UPDATE pages SET title = 'changed' WHERE workspace_id = %s", (a.workspace_id,)
             )
+            # A page with an attachment too: its row goes, its file stays behind.
+            plain.execute("DELETE FROM pages WHERE id = %s", (a.page_ids[37],))
         return a.workspace_id, archived, b.workspace_id
 
     with ThreadPoolExecutor(1) as pool:
