@@ -157,6 +157,11 @@ class Settings(BaseSettings):
     # Only these actors may use the codec endpoint (comma-separated ids); empty: any
     # actor with a valid token.
     codec_actors: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
+    # Hub operators: the accounts (comma-separated ids, a token's ``sub``) that may act
+    # on the whole hub (a whole-hub backup, its schedule), a role above every
+    # workspace. A setting, not a column: the role is the deployment's, so no archive,
+    # restore or workspace administrator can grant it. Set alike on API and workers.
+    hub_operators: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
     # The embedded dev server's UI sends no token: with this on, a codec request from an
     # allowed origin needs none. Refused unless the API listens on loopback only, where
     # whoever can reach it can reach the (unauthenticated) dev server anyway.
@@ -316,6 +321,7 @@ class Settings(BaseSettings):
     @field_validator(
         "codec_cors_origins",
         "codec_actors",
+        "hub_operators",
         "webhook_allowed_hosts",
         "temporal_sqlite_pragmas",
         "kind_modules",

@@ -158,11 +158,27 @@ def health(as_json: JsonOpt = False) -> None:
 @command
 def restore(
     archive: Annotated[Path, typer.Argument(metavar="ARCHIVE", help="A backup archive.")],
-    database_url: Annotated[str, typer.Option(help="An empty database to restore into.")],
+    database_url: Annotated[
+        str,
+        typer.Option(
+            help="An empty database to restore into (or, with --replace-workspace, a running hub)."
+        ),
+    ],
     attachments_dir: Annotated[
         Path | None,
-        typer.Option(help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR)."),
+        typer.Option(
+            help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR when the "
+            "database is this hub's own, HUBJOBS_DATABASE_URL; required otherwise)."
+        ),
     ] = None,
+    replace_workspace: Annotated[
+        bool,
+        typer.Option(
+            "--replace-workspace",
+            help="Restore a workspace's archive into a running hub, replacing that "
+            "workspace (in one transaction; other workspaces untouched).",
+        ),
+    ] = False,
     connections: Annotated[
         int | None,
         typer.Option(
@@ -174,16 +190,26 @@ def restore(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild an empty database and its attachment files from an archive."""
+    """Rebuild an empty database and its attachment files from an archive (a hub's or a
+    workspace's), or replace a workspace of a running hub from its archive."""
     with imports_uncollected():
+        from hubjobs.ops.restore import default_attachments_dir
         from hubjobs.ops.restore import restore as restore_archive
 
-    folder = attachments_dir or settings_now().resolved_attachments_dir
-    report = restore_archive(archive, database_url, folder, connections=connections)
+    folder = attachments_dir or default_attachments_dir(database_url, settings_now())
+    report = restore_archive(
+        archive,
+        database_url,
+        folder,
+        connections=connections,
+        replace_workspace=replace_workspace,
+    )
     if as_json:
         print_json(report.as_dict())
         return
-    out().print(f"Restored backup {report.backup_id} of {report.created_at}")
+    what = "the hub" if report.workspace_id is None else f"workspace {report.workspace_id}"
+    how = "replaced in the running hub" if report.replaced else "restored"
+    out().print(f"Backup {report.backup_id} of {report.created_at}: {what}, {how}")
     for table, rows in report.tables.items():
         out().print(f"  {table:24} {rows:>10} rows")
     out().print(
