@@ -58,6 +58,7 @@ def up(
     s = settings_now()
     port = api_port(s.home, s.api_port)
     wanted_codec = codec_endpoint(s, port) if s.payload_codec else None
+    before = embedded.read_stack(s.home)
     info = embedded.up(
         s.home,
         postgres_port=s.postgres_port,
@@ -67,6 +68,11 @@ def up(
         sqlite_pragmas=s.temporal_sqlite_pragmas,
     )
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
+    # A stack of an older hubjobs whose database now authenticates: what runs with its
+    # old address starts again with the new one.
+    worker_ran = False
+    if before is not None and before.database_url != info.database_url:
+        worker_ran = stop_background(s.home)
     write_dev_secret(s)
     write_dev_webhook_secret(s)
     if s.stack_supervisor:
@@ -81,7 +87,7 @@ def up(
         worker_metrics,
     )
 
-    if worker:
+    if worker or worker_ran:
         start_worker(s.home, s.metrics_port)
     # What is true of them: served only once the worker holds their port.
     metrics = worker_metrics(s.home, s.metrics_host, wait=METRICS_START_SECONDS if worker else 0)
@@ -117,6 +123,19 @@ def up(
             markup=False,
             highlight=False,
         )
+
+
+def stop_background(home: Path) -> bool:
+    """Stops the stack's supervisor, API and worker; returns whether a worker ran."""
+    from hubjobs.devstack.background_api import stop_api
+    from hubjobs.devstack.background_worker import running_worker, stop_worker
+    from hubjobs.devstack.supervisor import stop_supervisor
+
+    stop_supervisor(home)
+    ran = running_worker(home) is not None
+    stop_worker(home)
+    stop_api(home)
+    return ran
 
 
 def page_url(api_url: str) -> str:
@@ -172,14 +191,9 @@ def down(as_json: JsonOpt = False) -> None:
     Their data and addresses stay in the state folder: the next `hubjobs up` brings the
     stack back on the same ports."""
     from hubjobs.devstack import embedded
-    from hubjobs.devstack.background_api import stop_api
-    from hubjobs.devstack.background_worker import stop_worker
-    from hubjobs.devstack.supervisor import stop_supervisor
 
     home = settings_now().home
-    stop_supervisor(home)
-    stop_worker(home)
-    stop_api(home)
+    stop_background(home)
     embedded.down(home)
     if as_json:
         print_json({"stopped": True})
