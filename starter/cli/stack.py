@@ -91,6 +91,7 @@ def up(
         start_worker(s.home, s.metrics_port)
     # What is true of them: served only once the worker holds their port.
     metrics = worker_metrics(s.home, s.metrics_host, wait=METRICS_START_SECONDS if worker else 0)
+    login = login_url(s, api_url)
     if as_json:
         print_json(
             {
@@ -99,6 +100,7 @@ def up(
                 "ui_url": info.ui_url,
                 "api_url": api_url,
                 "page_url": page_url(api_url),
+                "login_url": login,
                 "metrics_url": metrics.url,
                 "ui_codec_endpoint": codec,
             }
@@ -111,7 +113,9 @@ def up(
             highlight=False,
         )
         out().print(f"Temporal UI  {info.ui_url}")
-        out().print(f"Jobs page    {page_url(api_url)}", markup=False, highlight=False)
+        out().print(
+            f"Jobs page    {page_line(login, page_url(api_url))}", markup=False, highlight=False
+        )
         out().print(f"API          {api_url}  (the job commands call it)")
         out().print(f"Metrics      {metrics.note}", markup=False, highlight=False)
         if codec:
@@ -143,6 +147,26 @@ def page_url(api_url: str) -> str:
     return f"{api_url}/operator/"
 
 
+def login_url(settings: Settings, api_url: str, route: str = "/") -> str | None:
+    """A sign-in link to the operator page at ``route`` (its code good once, within
+    LOGIN_CODE_SECONDS), while the stack's API takes them: it checks tokens with the
+    development secret alone."""
+    from hubjobs.devstack.login_codes import issue, login_link
+
+    if not settings.uses_dev_token_secret:
+        return None
+    return login_link(page_url(api_url), issue(settings.home), route)
+
+
+def page_line(login: str | None, page: str) -> str:
+    """The *Jobs page* line: the sign-in link when there is one, else the page."""
+    from hubjobs.devstack.login_codes import LOGIN_CODE_SECONDS
+
+    if login is None:
+        return page
+    return f"{login}  (signs this browser in once, within {LOGIN_CODE_SECONDS / 60:.0f} minutes)"
+
+
 def temporal_cli_hint(address: str) -> str:
     """How the Temporal CLI (and the SDKs' environment configuration) reaches this stack:
     the variable it reads. Unset, it tries localhost:7233, where another server (another
@@ -156,10 +180,15 @@ def write_dev_secret(settings: Settings) -> None:
     written, nor read, while a token key is configured."""
     if settings.api_jwt_secret or settings.api_jwt_public_key or settings.api_jwks_url:
         return
+    from pydantic import SecretStr
+
     path = settings.home / DEV_SECRET_FILE
+    secret = secrets.token_urlsafe(32)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
-        out.write(secrets.token_urlsafe(32) + "\n")
+        out.write(secret + "\n")
+    # As the settings read it from now on (they were read before it was written).
+    settings.api_jwt_secret = SecretStr(secret)
 
 
 def write_dev_webhook_secret(settings: Settings) -> None:
@@ -288,6 +317,7 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
     stack = embedded.read_stack(settings.home)
     ui = stack.ui_url if stack else None
     api = recorded(settings.home, API_FILE).get("url")
+    route = f"/w/{ids['workspace_id']}/jobs/{job['id']}"
     metrics = worker_metrics(settings.home, settings.metrics_host, wait=METRICS_START_SECONDS)
     return {
         "workspace_id": ids["workspace_id"],
@@ -296,7 +326,8 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
         "temporal_address": settings.resolved_temporal_address(),
         "ui_url": ui
         and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
-        "page_url": api and f"{page_url(str(api))}#/w/{ids['workspace_id']}/jobs/{job['id']}",
+        "page_url": api and f"{page_url(str(api))}#{route}",
+        "login_url": api and login_url(settings, str(api), route),
         "metrics_url": metrics.url,
         "metrics": metrics.note,
         "next": [
@@ -324,7 +355,7 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         ("Root page", steps["root_page_id"]),
         ("Temporal", steps["temporal_address"]),
         ("Temporal UI", steps["ui_url"]),
-        ("Jobs page", steps["page_url"]),
+        ("Jobs page", steps["page_url"] and page_line(steps["login_url"], steps["page_url"])),
         ("Metrics", steps["metrics"]),
     ]
     out().print()

@@ -12,16 +12,19 @@ real subprocesses on a stack of the test's own:
 - piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
   stderr with the same exit codes; ``--version``; an empty setting means unset;
 - ``hubjobs token`` and ``hubjobs api`` work on the stack as they are (``up`` wrote a
-  development token secret); ``up`` without the [embedded] extra names it.
+  development token secret); the demo's *Jobs page* line is a sign-in link whose code
+  the API takes once; ``up`` without the [embedded] extra names it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -39,11 +42,27 @@ def get_json(url: str, token: str) -> Any:
         return json.loads(response.read())
 
 
-def demo_token(api_url: str) -> Any:
-    """What the operator page's demo-actor button asks the stack's API for."""
-    request = urllib.request.Request(f"{api_url}/operator/dev-token", method="POST", data=b"")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+def login_code(output: str) -> str:
+    """The code of the sign-in link on the output's *Jobs page* line."""
+    line = next(line for line in output.splitlines() if line.startswith("Jobs page"))
+    found = re.search(r"#/w/[0-9a-f-]+/jobs/[0-9a-f-]+\?login=([A-Za-z0-9_-]+)", line)
+    assert found, line
+    return found.group(1)
+
+
+def sign_in_by_link(api_url: str, code: str) -> tuple[int, Any]:
+    """What the operator page does with a sign-in link's code: its status and answer."""
+    request = urllib.request.Request(
+        f"{api_url}/operator/login",
+        method="POST",
+        data=json.dumps({"code": code}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
 
 
 # Runs a command with SIGINT as a terminal gives it (default action, not blocked),
@@ -135,13 +154,17 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
         ):
             assert value in demo.stdout, f"{value} not in the demo's output:\n{demo.stdout}"
-        # The page's demo-actor sign-in, on the stack's own API (the development secret):
-        # a token for the demo's actor, which lists the demo's workspace.
-        given = await asyncio.to_thread(demo_token, api_url)
+        # The page's sign-in by the printed link, on the stack's own API (the development
+        # secret): a token for the demo's actor, which lists the demo's workspace; once.
+        code = login_code(demo.stdout)
+        status, given = await asyncio.to_thread(sign_in_by_link, api_url, code)
+        assert status == 200, given
         assert (given["actor_id"], given["workspace_id"]) == (
             profile["actor_id"],
             profile["workspace_id"],
         )
+        status, again = await asyncio.to_thread(sign_in_by_link, api_url, code)
+        assert (status, again["error"]["code"]) == (401, "unauthorized")
         listed_jobs = await asyncio.to_thread(
             get_json, f"{api_url}/workspaces/{profile['workspace_id']}/jobs", given["token"]
         )

@@ -6,7 +6,11 @@ by ``hubjobs up``: nothing is open to them.
   a guessed one, is refused over TCP; the owner's URL, as ``up`` prints and records it,
   carries the password.
 - The stack's secrets (the database's password, its record, the token and webhook
-  secrets) are files of the owner's alone, which ``nobody`` cannot read.
+  secrets, the sign-in links' codes, the profile) are files of the owner's alone,
+  which ``nobody`` cannot read.
+- The stack's API gives ``nobody`` no token: there is no route handing one to whoever
+  asks (the old ``/operator/dev-token``), and a sign-in without a link's code, or with
+  a made-up one, is refused.
 - A stack home of the previous version (pg_hba.conf trusting every local connection, no
   password) is secured by the next ``hubjobs up``: the password set, every rule
   authenticating, the record's URL carrying it.
@@ -30,7 +34,13 @@ from tests.support.stacks import OwnStack, own_stack, timed_json
 
 PSQL = str(embedded._pg_bin_path() / "psql")
 # The stack's files that hold a secret, by name in its home.
-SECRET_FILES = ("postgres-password", "stack.json", "dev-token-secret", "dev-webhook-secret")
+SECRET_FILES = (
+    "postgres-password",
+    "stack.json",
+    "dev-token-secret",
+    "dev-webhook-secret",
+    "login-codes.json",
+)
 
 
 def psql_as_other_user(port: int, password: str | None = None) -> tuple[int, str]:
@@ -72,11 +82,37 @@ def assert_closed_to_other_users(stack: OwnStack, database_url: str) -> None:
         assert not readable_by_other_user(path), name
 
 
-def test_another_user_is_refused_by_the_database() -> None:
+def post_as_other_user(url: str, body: str | None = None) -> tuple[int, str]:
+    """``curl`` as ``nobody``: a POST with no Origin (not a browser), its status and body."""
+    args = ["curl", "-sS", "-X", "POST", "-w", "\n%{http_code}", url]
+    if body is not None:
+        args += ["-H", "Content-Type: application/json", "--data", body]
+    done = as_other_user(*args)
+    assert done.returncode == 0, done.stderr
+    answer, _, status = done.stdout.rpartition("\n")
+    return int(status), answer
+
+
+def test_another_user_is_refused_by_the_database_and_the_sign_in() -> None:
     with own_stack() as stack:
         recorded = json.loads((stack.home / "stack.json").read_text())
         assert recorded["database_url"] == stack.database_url
+        # A demo actor in the profile: what the page would sign in as.
+        seeded, _ = timed_json(stack.env, "seed-demo", "--pages", "3")
+        api = json.loads((stack.home / "api.json").read_text())["url"]
+        # No route hands a token to whoever asks; a sign-in needs a link's code, which
+        # nobody cannot read (login-codes.json above), and a made-up one gets nothing.
+        status, answer = post_as_other_user(f"{api}/operator/dev-token")
+        assert status == 404 and "token" not in answer, answer
+        for body in ("{}", json.dumps({"code": "x" * 43})):
+            status, answer = post_as_other_user(f"{api}/operator/login", body)
+            assert status in (401, 422) and "token" not in answer, (body, answer)
+        listed = as_other_user(
+            "curl", "-sS", "-w", "\n%{http_code}", f"{api}/workspaces/{seeded['workspace_id']}/jobs"
+        )
+        assert listed.stdout.endswith("\n401"), listed.stdout
         assert_closed_to_other_users(stack, stack.database_url)
+        assert stat.S_IMODE((stack.home / "profile.json").stat().st_mode) == 0o600
 
 
 def make_previous_version(home: Path) -> None:
