@@ -111,9 +111,17 @@ class Settings(BaseSettings):
     api_jwks_url: str | None = None
     # A token whose key id the cached key set lacks re-reads the set at most this often.
     api_jwks_refresh_seconds: float = Field(default=10.0, ge=0)
-    # When set, a token must carry this audience (`aud`) and this issuer (`iss`).
+    # A token must carry this audience (`aud`) and this issuer (`iss`); unset, "hubjobs"
+    # for each (what `hubjobs token` and the embedded stack mint): a token meant for
+    # another service, or from another issuer, is refused. Set both to an identity
+    # provider's values; allow_unscoped accepts a token without either (a provider
+    # whose tokens carry none), checking only the one that is set.
     api_jwt_audience: str | None = None
     api_jwt_issuer: str | None = None
+    api_jwt_allow_unscoped: bool = False
+    # The longest a token may be good for (exp - iat; without iat, exp - now): a longer
+    # one is refused, as a leaked token would otherwise open the API for good.
+    api_jwt_max_lifetime_seconds: float = Field(default=24 * 3600.0, gt=0)
     # A token's iat, nbf and exp are another host's clock (the identity provider's):
     # read with this leeway either way, so that a skew of seconds is no refusal.
     api_jwt_leeway_seconds: float = Field(default=60.0, ge=0, le=3600)

@@ -88,6 +88,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_status",
     "invalid_tag",
     "invalid_time_zone",
+    "invalid_ttl",
     "job_cancelled",
     "job_failed",
     "job_id_conflict",

@@ -133,7 +133,8 @@ def page_router(settings: Settings) -> APIRouter:
                     "this sign-in link is used or expired (each works once, for "
                     f"{LOGIN_CODE_SECONDS / 60:.0f} minutes): `hubjobs up` prints a new one"
                 )
-            token = mint(uuid.UUID(str(actor)), settings, ttl_seconds=SESSION_SECONDS)
+            lasts = min(SESSION_SECONDS, int(settings.api_jwt_max_lifetime_seconds))
+            token = mint(uuid.UUID(str(actor)), settings, ttl_seconds=lasts)
             return JSONResponse(
                 {"token": token, "actor_id": actor, "workspace_id": workspace},
                 headers={"Cache-Control": "no-store"},

@@ -64,11 +64,13 @@ def api(
 
     from hubjobs.errors import Unavailable
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.secret_checks import refuse_weak_secrets
     from starter.api import create_app
     from starter.api.listen import listening_socket
     from starter.api.receive_deadline import receive_deadline
 
     settings = settings_now()
+    refuse_weak_secrets(settings)
     # Bound first: a taken port is this command's one line of error, before the app is
     # built and the log set up.
     sock = listening_socket(host or settings.api_host, port or settings.api_port)

@@ -76,7 +76,8 @@ def subject_of(token: str) -> str | None:
 
 def sign(secret: str, actor: uuid.UUID, *, ttl_seconds: int) -> str:
     """A token for ``actor`` signed with the shared secret (HS256), with the audience and
-    issuer the API checks (HUBJOBS_API_JWT_AUDIENCE / _ISSUER) when set."""
+    issuer the API checks (HUBJOBS_API_JWT_AUDIENCE / _ISSUER, ``hubjobs`` for each
+    unset, as starter/api/tokens.py has them)."""
     import jwt
 
     now = int(time.time())
@@ -85,10 +86,8 @@ def sign(secret: str, actor: uuid.UUID, *, ttl_seconds: int) -> str:
         "iat": now,
         "exp": now + ttl_seconds,
         "iss": _setting("API_JWT_ISSUER") or "hubjobs",
+        "aud": _setting("API_JWT_AUDIENCE") or "hubjobs",
     }
-    audience = _setting("API_JWT_AUDIENCE")
-    if audience is not None:
-        claims["aud"] = audience
     return jwt.encode(claims, secret, algorithm="HS256")
 
 

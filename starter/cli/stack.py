@@ -236,8 +236,11 @@ def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.secret_checks import refuse_weak_secrets
 
     settings = settings_now()
+    # Before the log goes to stderr: a refusal is this command's one line.
+    refuse_weak_secrets(settings)
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
     run(worker_module.run(settings))
 
