@@ -25,6 +25,7 @@ from hubjobs.home import (
     PROFILE_FILE,
     STACK_FILE,
     nearest_home,
+    no_stack,
 )
 
 __all__ = [
@@ -392,10 +393,14 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         url = self.database_url or self._stack.get("database_url")
         if not url:
-            raise ConfigurationError(
-                "no database configured: run `hubjobs up` or set HUBJOBS_DATABASE_URL"
-            )
+            raise self._no_stack("HUBJOBS_DATABASE_URL")
         return url
+
+    def _no_stack(self, instead: str) -> ConfigurationError:
+        """Neither the setting nor a stack's record names a server: where it looked."""
+        if self._stack:
+            return ConfigurationError(f"{instead} is unset and the stack records none")
+        return no_stack(self.home, named="home" in self.model_fields_set, instead=instead)
 
     def recorded_ui_url(self) -> str | None:
         """The embedded stack's Temporal UI, as `hubjobs up` recorded it."""
@@ -419,7 +424,5 @@ class Settings(BaseSettings):
     def resolved_temporal_address(self) -> str:
         address = self.temporal_address or self._stack.get("temporal_address")
         if not address:
-            raise ConfigurationError(
-                "no Temporal server configured: run `hubjobs up` or set HUBJOBS_TEMPORAL_ADDRESS"
-            )
+            raise self._no_stack("HUBJOBS_TEMPORAL_ADDRESS")
         return address

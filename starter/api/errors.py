@@ -96,6 +96,7 @@ ERROR_CODES: tuple[str, ...] = (
     "job_not_found",
     "method_not_allowed",
     "missing_extra",
+    "no_stack",
     "not_configured",
     "not_found",
     "not_retryable",

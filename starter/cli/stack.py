@@ -21,6 +21,7 @@ from hubjobs.home import (
     DEV_SECRET_FILE,
     DEV_WEBHOOK_SECRET_FILE,
     recorded,
+    stack_home,
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
@@ -221,7 +222,7 @@ def down(as_json: JsonOpt = False) -> None:
     stack back on the same ports."""
     from hubjobs.devstack import embedded
 
-    home = settings_now().home
+    home = stack_home()  # none found: nothing to stop, and nothing written
     stop_background(home)
     embedded.down(home)
     if as_json:
@@ -241,6 +242,8 @@ def worker() -> None:
     settings = settings_now()
     # Before the log goes to stderr: a refusal is this command's one line.
     refuse_weak_secrets(settings)
+    settings.resolved_database_url()
+    settings.resolved_temporal_address()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
     run(worker_module.run(settings))
 
