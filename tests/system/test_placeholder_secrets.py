@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from hubjobs.devstack.embedded import choose_port
+from hubjobs.devstack.embedded import choose_port, port_holder
 from hubjobs.settings import Settings
 from tests.support.processes import HUBJOBS, REPO, hubjobs_env
 from tests.support.stacks import accepts
 
-EXIT_WITHIN_SECONDS = 60.0
+# Generous: a loaded machine takes seconds to import what a command needs.
+EXIT_WITHIN_SECONDS = 120.0
 
 
 def example_value(name: str) -> str:
@@ -75,7 +76,8 @@ def refusal(command: list[str], env: dict[str, str], port: int, what: object) ->
     deadline = time.monotonic() + EXIT_WITHIN_SECONDS
     try:
         while process.poll() is None:
-            assert not accepts(port), f"{command} started with {what}"
+            holder = port_holder(port) if accepts(port) else None
+            assert holder is None or holder.pid != process.pid, f"{command} serves with {what}"
             assert time.monotonic() < deadline, f"{command} still runs with {what}"
             time.sleep(0.2)
         assert process.stderr is not None
@@ -99,7 +101,7 @@ def test_a_placeholder_or_short_secret_is_refused_at_start(
         code, stderr = refusal(ENTRY_POINTS[entry], env, port, secret)
         return name, secret, code, stderr
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(run, CASES))
     for name, secret, code, stderr in outcomes:
         lines = stderr.strip().splitlines()
