@@ -69,9 +69,11 @@ class StackLog(logging.FileHandler):
     even a folder."""
 
     def __init__(self, home: Path, *, named: bool) -> None:
-        super().__init__(home / LOG_FILE, delay=True)
         self.home = home
         self.named = named
+        # Opened at once where it may be, as a command's log always was; else at the
+        # first line once it may (`up` made the folder).
+        super().__init__(home / LOG_FILE, delay=not self.writable())
 
     def writable(self) -> bool:
         return (self.named and self.home.is_dir()) or holds_stack(self.home)
