@@ -64,11 +64,15 @@ def api(
 
     from hubjobs.errors import Unavailable
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.secret_checks import refuse_weak_secrets
     from starter.api import create_app
     from starter.api.listen import listening_socket
     from starter.api.receive_deadline import receive_deadline
 
     settings = settings_now()
+    refuse_weak_secrets(settings)
+    settings.resolved_database_url()
+    settings.resolved_temporal_address()
     # Bound first: a taken port is this command's one line of error, before the app is
     # built and the log set up.
     sock = listening_socket(host or settings.api_host, port or settings.api_port)
@@ -106,9 +110,13 @@ def token(
     as_json: JsonOpt = False,
 ) -> None:
     """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
+    from hubjobs.home import stack_home
     from starter.api.tokens import mint
 
-    value = mint(actor_of(actor), settings_now(), ttl_seconds=ttl)
+    settings = settings_now()
+    if settings.api_jwt_secret is None:
+        stack_home(instead="HUBJOBS_API_JWT_SECRET")  # the stack's secret, were there one
+    value = mint(actor_of(actor), settings, ttl_seconds=ttl)
     if as_json:
         print_json({"token": value})
     else:
@@ -140,8 +148,12 @@ def health(as_json: JsonOpt = False) -> None:
     from starter.api.health import check_health
     from starter.client import HubJobsClient
 
+    settings = settings_now()
+    settings.resolved_database_url()  # no stack, nothing configured: said as such
+    settings.resolved_temporal_address()
+
     async def go() -> Any:
-        client = await HubJobsClient.connect(settings_now())
+        client = await HubJobsClient.connect(settings)
         async with client:
             return await check_health(client)
 
