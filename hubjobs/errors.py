@@ -42,6 +42,13 @@ class ConfigurationError(HubJobsError):
     code = "not_configured"
 
 
+class NoStack(ConfigurationError):
+    """A command needs the embedded stack's record (its addresses, its secrets) and
+    found no stack where it looked (hubjobs/home.py says where)."""
+
+    code = "no_stack"
+
+
 class InvalidInput(HubJobsError):
     code = "invalid_input"
 

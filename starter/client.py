@@ -518,8 +518,10 @@ class WorkspaceJobs:
             notify_url=notify_url,
         )
 
+        operators = self.client.settings.hub_operators
+
         async def create(conn: AsyncConnection) -> CreatedJob:
-            return await admit(conn, row)
+            return await admit(conn, row, operators=operators)
 
         # One trace from here through the workflow and its activities, with the
         # correlation id in its baggage.
@@ -600,7 +602,7 @@ class WorkspaceJobs:
                 source_job_id=source.id,
             )
             await release_empty_retry(conn, row)
-            return await admit(conn, row)
+            return await admit(conn, row, operators=self.client.settings.hub_operators)
 
         with job_span(
             "hubjobs.retry",

@@ -18,6 +18,7 @@ counters), ``expires_at`` from the kind's retention.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.access import require_administrator
+from hubjobs.domain.access import require_administrator, require_hub_operator
 from hubjobs.errors import HubJobsError, IdempotencyKeyReused, InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
 from hubjobs.readmodel import store
@@ -65,12 +66,15 @@ async def admit(
     conn: AsyncConnection,
     row: JobRow,
     *,
+    operators: Collection[uuid.UUID] = (),
     refused_kept_for: timedelta | None = None,
     refusal: HubJobsError | None = None,
 ) -> CreatedJob:
     """The one way a job's row comes to be, in the caller's transaction: created when the
     start passes its checks (the payload valid for its kind, the actor an enabled
-    administrator, the kind's own check), or its typed HubJobsError raised. A start no
+    administrator, a hub operator (one of ``operators``: HUBJOBS_HUB_OPERATORS) for a
+    start that acts on the whole hub, the kind's own check), or its typed HubJobsError
+    raised. A start no
     caller waits on (a firing, a direct start through Temporal) passes
     ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
     and kept that long, so that whoever started it sees why (the refusal is raised all
@@ -79,9 +83,9 @@ async def admit(
     if refusal is None:
         try:
             if refused_kept_for is None:
-                return await _create(conn, row)
+                return await _create(conn, row, operators)
             async with conn.begin_nested():
-                return await _create(conn, row)
+                return await _create(conn, row, operators)
         except HubJobsError as err:
             if refused_kept_for is None:
                 raise
@@ -108,12 +112,16 @@ async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
         await store.release_idempotency_key(conn, earlier.id)
 
 
-async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
+async def _create(
+    conn: AsyncConnection, row: JobRow, operators: Collection[uuid.UUID]
+) -> CreatedJob:
     kind = REGISTRY.get(row.kind)
     model = kind.validate(row.payload)
     # Before the idempotency lookup: a start naming an existing job is still a start,
     # and must not hand that job to an actor who may not start jobs here.
     await require_administrator(conn, row.workspace_id, row.actor_id)
+    if kind.hub_wide is not None and kind.hub_wide(model):
+        require_hub_operator(operators, row.actor_id)
     if row.idempotency_key is not None:
         existing = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
         if existing is not None:

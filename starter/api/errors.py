@@ -46,12 +46,14 @@ INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 # tests/unit/test_error_codes.py holds it to every code the code base names.
 ERROR_CODES: tuple[str, ...] = (
     "actor_not_administrator",
+    "archive_conflict",
     "archive_corrupt",
     "archive_path_invalid",
     "archive_too_large",
     "archive_unreadable",
     "attachment_corrupt",
     "attachment_missing",
+    "attachments_dir_required",
     "attachments_incomplete",
     "attachments_no_space",
     "attachments_not_empty",
@@ -62,10 +64,12 @@ ERROR_CODES: tuple[str, ...] = (
     "database_failed",
     "database_full",
     "database_not_empty",
+    "database_not_migrated",
     "database_read_only",
     "database_unavailable",
     "forbidden",
     "http_error",
+    "hub_operator_required",
     "idempotency_key_reused",
     "internal_error",
     "invalid_argument",
@@ -91,6 +95,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_status",
     "invalid_tag",
     "invalid_time_zone",
+    "invalid_ttl",
     "job_cancelled",
     "job_failed",
     "job_id_conflict",
@@ -98,6 +103,8 @@ ERROR_CODES: tuple[str, ...] = (
     "job_not_found",
     "method_not_allowed",
     "missing_extra",
+    "no_stack",
+    "not_a_workspace_archive",
     "not_configured",
     "not_found",
     "not_retryable",
@@ -118,6 +125,7 @@ ERROR_CODES: tuple[str, ...] = (
     "unknown_kind",
     "wait_timeout",
     "webhooks_not_configured",
+    "workspace_busy",
     "workspace_not_found",
 )
 
@@ -166,7 +174,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
     403: {
         "model": ErrorBody,
-        "description": "A member of the workspace who is not its administrator",
+        "description": "A member of the workspace who is not its administrator, or an "
+        "administrator asking for what is a hub operator's (hub_operator_required)",
     },
     404: {
         "model": ErrorBody,

@@ -246,14 +246,15 @@ async def test_authentication_and_workspace_isolation(
     missing = await http.get(base, headers={"Authorization": "Bearer nonsense"})
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthorized"
     assert missing.headers["WWW-Authenticate"] == "Bearer"
+    scope = {"aud": "hubjobs", "iss": "hubjobs"}
     forged = jwt.encode(
-        {"sub": str(course.actor_id), "exp": int(time.time()) + 60},
+        {"sub": str(course.actor_id), "exp": int(time.time()) + 60, **scope},
         "a-different-secret-of-enough-length-0123456789",
     )
     assert (await http.get(base, headers={"Authorization": f"Bearer {forged}"})).status_code == 401
     # Expired 5 s past the leeway for clocks (a token 5 s expired is still taken).
     past = int(time.time()) - 5 - int(api_settings.api_jwt_leeway_seconds)
-    expired = jwt.encode({"sub": str(course.actor_id), "exp": past}, API_SECRET)
+    expired = jwt.encode({"sub": str(course.actor_id), "exp": past, **scope}, API_SECRET)
     assert (await http.get(base, headers={"Authorization": f"Bearer {expired}"})).status_code == 401
 
     other = await seed(engine, 3)
