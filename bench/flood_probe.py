@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import time
@@ -92,7 +93,10 @@ async def scenario(stack: Stack, name: str, seconds: float) -> Result:
         tagging_batch_pause_seconds=0.1,
         metrics_port=free_port(),
     )
-    env = {f"HUBJOBS_{k.upper()}": str(v) for k, v in settings.model_dump().items() if v}
+    named = ("home", "database_url", "temporal_address", "task_queue", "maintenance")
+    named += ("tagging_batch_size", "tagging_batch_pause_seconds", "metrics_port")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+    env |= {f"HUBJOBS_{k.upper()}": str(getattr(settings, k)) for k in named}
     worker = Process(f"worker-{name}", [HUBJOBS, "worker"], env=env, logs=home)
     try:
         async with await HubJobsClient.connect(settings) as hub:
@@ -105,7 +109,11 @@ async def scenario(stack: Stack, name: str, seconds: float) -> Result:
             async def moving() -> bool:
                 return (await jobs.get(job.id)).processed >= 5
 
-            await poll_until(moving, interval=0.2, timeout=120, what="the job moving")
+            try:
+                await poll_until(moving, interval=0.2, timeout=120, what="the job moving")
+            except TimeoutError:
+                sys.stderr.write(worker.log_path.read_text()[-3000:])
+                raise
 
             async def rate(over: float) -> float:
                 first = (await jobs.get(job.id)).processed

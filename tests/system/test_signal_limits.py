@@ -123,7 +123,39 @@ def run_summaries(runs: list[list[Any]]) -> str:
             f"failed {dict(failed_task_causes([run]))}, "
             f"timed out {dict(timed_out_tasks([run]))}"
         )
+        lines.extend(f"  {line}" for line in tasks_timed_out_started(run))
     return "\n".join(lines)
+
+
+def tasks_timed_out_started(run: list[Any]) -> list[str]:
+    """Each workflow task a worker started and did not finish in time: when it was
+    scheduled, started (by which worker) and timed out, and the signals meanwhile."""
+    by_id = {e.event_id: e for e in run}
+    lines = []
+    for e in run:
+        if e.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            continue
+        timed_out = e.workflow_task_timed_out_event_attributes
+        if timed_out.timeout_type != TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE:
+            continue
+        started = by_id[timed_out.started_event_id]
+        scheduled = by_id[timed_out.scheduled_event_id]
+        between = sum(
+            1
+            for x in run
+            if started.event_id < x.event_id < e.event_id
+            and x.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        )
+        t0 = scheduled.event_time.ToDatetime()
+        lines.append(
+            f"task {scheduled.event_id}: started +"
+            f"{(started.event_time.ToDatetime() - t0).total_seconds():.1f} s by "
+            f"{started.workflow_task_started_event_attributes.identity}, timed out +"
+            f"{(e.event_time.ToDatetime() - t0).total_seconds():.1f} s, "
+            f"{between} signals meanwhile, attempt "
+            f"{scheduled.workflow_task_scheduled_event_attributes.attempt}"
+        )
+    return lines
 
 
 @asynccontextmanager
