@@ -210,6 +210,7 @@ class JobWorkflow:
         self.attempts_failed = 0
         self.stalls = 0
         self.refused_signals = 0
+        self.early_refusal: tuple[str, Refused] | None = None
         # Signals this run took, whatever they said (Temporal's limit counts them all).
         self.signals = 0
         self.outage_since: datetime | None = None
@@ -278,14 +279,31 @@ class JobWorkflow:
         """Counted; logged at the 1st, 2nd, 4th, 8th... refusal of the job, so that a
         flood of them costs the workflow (and each replay of it) no line apiece."""
         self.refused_signals += 1
+        if self.job is None:
+            # Before the run reads its input, its count lacks the earlier runs': counted
+            # from 0, it would log again what they logged. Logged once the input is read.
+            self.early_refusal = (name, refused)
+            return
         if self.refused_signals & (self.refused_signals - 1) == 0:
-            workflow.logger.warning(
-                "signal %.100s refused: %s (%d refused in all)",
-                name,
-                refused.reason,
-                self.refused_signals,
-                extra=self._log_ids(),
-            )
+            self._log_refusal(name, refused)
+
+    def _log_early_refusal(self, before: int) -> None:
+        """One line for the refusals a run took before it read its input, if the job's
+        count passed a power of two with them."""
+        if self.early_refusal is None:
+            return
+        if 1 << (self.refused_signals.bit_length() - 1) > before:
+            self._log_refusal(*self.early_refusal)
+        self.early_refusal = None
+
+    def _log_refusal(self, name: str, refused: Refused) -> None:
+        workflow.logger.warning(
+            "signal %.100s refused: %s (%d refused in all)",
+            name,
+            refused.reason,
+            self.refused_signals,
+            extra=self._log_ids(),
+        )
 
     def _run_full(self) -> bool:
         """This run has taken its job's signal budget: time to continue as new."""
@@ -310,6 +328,7 @@ class JobWorkflow:
         self.job = job
         if job.checkpoint is not None:
             self._restore(job.checkpoint)
+        self._log_early_refusal(job.checkpoint.refused_signals if job.checkpoint else 0)
         self.status = JobStatus.running
         workflow.upsert_search_attributes(
             [
