@@ -93,7 +93,8 @@ async def scenario(stack: Stack, name: str, seconds: float) -> Result:
         tagging_batch_pause_seconds=0.1,
         metrics_port=free_port(),
     )
-    named = ("home", "database_url", "temporal_address", "task_queue", "maintenance")
+    named: tuple[str, ...] = ("home", "database_url", "temporal_address", "task_queue")
+    named += ("maintenance",)
     named += ("tagging_batch_size", "tagging_batch_pause_seconds", "metrics_port")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
     env |= {f"HUBJOBS_{k.upper()}": str(getattr(settings, k)) for k in named}
