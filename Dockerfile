@@ -14,7 +14,10 @@ COPY hubjobs ./hubjobs
 COPY workflows ./workflows
 COPY activities ./activities
 COPY starter ./starter
-RUN pip install .
+# The one image runs every service: the API's packages and tracing's (the extras) too.
+# An image of workers alone: --build-arg EXTRAS=otel.
+ARG EXTRAS=api,otel
+RUN pip install ".[$EXTRAS]"
 
 USER hubjobs
 # The build id names this image's code for Worker Deployment versioning: a job workflow

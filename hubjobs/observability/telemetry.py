@@ -5,7 +5,9 @@ Metrics go through the Temporal SDK's runtime: one Prometheus endpoint on the wo
 with ``activity.metric_meter()``: job durations and outcomes by kind, items processed
 by outcome, and the queue state (refreshed from the read model every 10 s, as seed
 000 does). Traces: the SDK's OpenTelemetry interceptor links the start, the workflow
-and its activities in one trace; spans leave through OTLP when an endpoint is set.
+and its activities in one trace; spans leave through OTLP when an endpoint is set. Traces
+need the otel extra (``hubjobs[otel]``): without it tracing is off, and a setting that
+asks for it is refused (``missing_extra``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import baggage, context, trace
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
+from hubjobs.extras import installed, require
 from hubjobs.observability.core_logs import core_logging, forwarding_runtime
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import QueueState
@@ -135,11 +137,23 @@ async def refresh_queue_state(
             pass
 
 
+# What a refusal names when tracing is asked for without the otel extra.
+TRACING = "tracing (HUBJOBS_TRACING, HUBJOBS_OTLP_ENDPOINT)"
+
+
+def require_tracing(settings: Settings) -> None:
+    """Refuses settings that ask for traces when the otel extra is not installed."""
+    if settings.tracing_on:
+        require("otel", TRACING)
+
+
 def setup_tracing(settings: Settings) -> None:
     """With an OTLP endpoint, spans are exported there; without, the tracer is a no-op."""
     global _tracing_configured
-    if _tracing_configured or not settings.otlp_endpoint:
+    require_tracing(settings)
+    if _tracing_configured or not settings.otlp_endpoint or not installed("otel"):
         return
+    from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -159,6 +173,7 @@ def interceptors(*, tracing: bool = True) -> list[Any]:
     for them otherwise)."""
     if not tracing:
         return []
+    require("otel", TRACING)
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
     return [TracingInterceptor()]
@@ -167,7 +182,13 @@ def interceptors(*, tracing: bool = True) -> list[Any]:
 @contextmanager
 def job_span(name: str, **attributes: str) -> Iterator[None]:
     """A span around a client call, with the job's correlation id in the baggage that
-    the tracing interceptor carries to the workflow and its activities."""
+    the tracing interceptor carries to the workflow and its activities. Without the
+    otel extra there is nothing to record it with (nor a tracing interceptor)."""
+    if not installed("otel"):
+        yield
+        return
+    from opentelemetry import baggage, context, trace
+
     ctx = baggage.set_baggage("hubjobs.correlation_id", attributes.get("correlation_id", ""))
     token = context.attach(ctx)
     try:

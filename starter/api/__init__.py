@@ -39,7 +39,8 @@ a shorter deadline of its own (the database's by purpose, Temporal's), which nor
 answers first.
 
 The package: the app factory (app.py), one router module per resource (jobs.py,
-items.py, schedules.py, health.py, contract.py, codec.py), the callers' identity
+items.py, schedules.py, health.py, contract.py, codec.py), the health check itself
+(health_check.py: no FastAPI, for `hubjobs health`), the callers' identity
 (auth.py, tokens.py), the answers' shapes (resources.py), the errors (errors.py) and
 the outermost request layer (guard.py)."""
 

@@ -60,6 +60,14 @@ def api(
 ) -> None:
     """Serve the HTTP API until interrupted. A port another process holds is refused
     (port_taken, naming its holder)."""
+    from hubjobs.extras import require
+    from hubjobs.observability.telemetry import require_tracing
+
+    # FastAPI and uvicorn are the api extra: a worker-only install says so in one line.
+    require("api", "the HTTP API")
+    settings = settings_now()
+    require_tracing(settings)
+
     import uvicorn
 
     from hubjobs.errors import Unavailable
@@ -69,7 +77,6 @@ def api(
     from starter.api.listen import listening_socket
     from starter.api.receive_deadline import receive_deadline
 
-    settings = settings_now()
     refuse_weak_secrets(settings)
     settings.resolved_database_url()
     settings.resolved_temporal_address()
@@ -145,7 +152,7 @@ def health(as_json: JsonOpt = False) -> None:
     """Check that PostgreSQL and Temporal answer and PostgreSQL takes writes (exit 1 if
     not: `database full` or `read_only` when it refuses them): for container health
     checks."""
-    from starter.api.health import check_health
+    from starter.api.health_check import check_health
     from starter.client import HubJobsClient
 
     settings = settings_now()

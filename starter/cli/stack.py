@@ -237,11 +237,13 @@ def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.observability.telemetry import require_tracing
     from hubjobs.secret_checks import refuse_weak_secrets
 
     settings = settings_now()
     # Before the log goes to stderr: a refusal is this command's one line.
     refuse_weak_secrets(settings)
+    require_tracing(settings)
     settings.resolved_database_url()
     settings.resolved_temporal_address()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.errors import HubJobsError
 from hubjobs.settings import Settings
-from starter.api.health import check_health
+from starter.api.health_check import check_health
 from starter.client import HubJobsClient
 from tests.support.helpers import until
 from tests.support.servers import admin_url

@@ -56,7 +56,8 @@ def hubjobs_env(settings: Settings, home: Path, **overrides: EnvValue) -> dict[s
 
 class WorkerProcess:
     """``[*prefix] python worker.py`` (or python ``args``) in its own process, run in the
-    repository with ``env``; its output (stdout and stderr) goes to ``<logs>/<name>.log``."""
+    repository (or ``cwd``) with ``env``, by this interpreter (or ``python``, another
+    venv's); its output (stdout and stderr) goes to ``<logs>/<name>.log``."""
 
     def __init__(
         self,
@@ -65,13 +66,16 @@ class WorkerProcess:
         logs: Path,
         prefix: Sequence[str] = (),
         args: Sequence[str] = ("worker.py",),
+        *,
+        python: str = sys.executable,
+        cwd: Path = REPO,
     ) -> None:
         self.name = name
         self.log_path = logs / f"{name}.log"
         self._log: IO[bytes] = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, *args],
-            cwd=REPO,
+            [*prefix, python, *args],
+            cwd=cwd,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

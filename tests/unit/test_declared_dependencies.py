@@ -30,9 +30,15 @@ def installed_for_running() -> set[str]:
     """The distributions the project's run-time requirements install, transitively."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [Requirement(r) for r in project["dependencies"]]
-    for extra in RUN_EXTRAS:
-        wanted += [Requirement(r) for r in project["optional-dependencies"][extra]]
-    wanted = [r for r in wanted if _name(r.name) != "hubjobs"]
+    extras, taken = list(RUN_EXTRAS), set()
+    while extras:  # an extra may pull in others of the project's (hubjobs[api,otel])
+        extra = extras.pop()
+        taken.add(extra)
+        for req in map(Requirement, project["optional-dependencies"][extra]):
+            if _name(req.name) == "hubjobs":
+                extras += sorted(req.extras - taken)
+            else:
+                wanted.append(req)
     seen: set[str] = set()
     while wanted:
         req = wanted.pop()
