@@ -187,22 +187,29 @@ def busy_loops(count: int = 2) -> Iterator[None]:
             loop.wait()
 
 
-async def flood(temporal: Client, workflow_id: str, count: int) -> int:
+@dataclass
+class Sent:
+    """What a flood's signals met: refused by the server (a run that took its limit), or
+    unanswered within the call's deadline (taken or not: not sent again)."""
+
+    refused: int = 0
+    unanswered: int = 0
+
+
+async def flood(temporal: Client, workflow_id: str, count: int) -> Sent:
     """``count`` bad signals from FLOOD_SENDERS senders, each sending its next as soon as
-    the server took the last; returns how many the server refused (a run that took its
-    limit)."""
+    the server answered the last."""
     handle = temporal.get_workflow_handle(workflow_id)
     kinds = itertools.cycle(BAD_SIGNALS)
     left = iter(range(count))
-    refused = 0
+    sent = Sent()
 
     async def sender() -> None:
-        nonlocal refused
         for _ in left:
             name, args = next(kinds)
             while True:
                 try:
-                    await handle.signal(name, args=args)
+                    await handle.signal(name, args=args, rpc_timeout=timedelta(seconds=30))
                     break
                 except RPCError as err:
                     # "workflow is closing": a run continuing as new takes no signal until
@@ -211,12 +218,18 @@ async def flood(temporal: Client, workflow_id: str, count: int) -> int:
                     if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
                         await asyncio.sleep(0.2)
                         continue
+                    if err.status in (
+                        RPCStatusCode.CANCELLED,
+                        RPCStatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        sent.unanswered += 1
+                        break
                     assert err.status == RPCStatusCode.INVALID_ARGUMENT, err
-                    refused += 1
+                    sent.refused += 1
                     break
 
     await asyncio.gather(*(sender() for _ in range(FLOOD_SENDERS)))
-    return refused
+    return sent
 
 
 @dataclass
@@ -301,7 +314,7 @@ class Flooded:
     """One job's flood: its signals, the queries beside them, and what they met."""
 
     job: JobView
-    refused_by_server: int = 0
+    sent: Sent = field(default_factory=Sent)
     seconds: float = 0.0
     queries: Queries = field(default_factory=Queries)
     moved: tuple[int, int] = (0, 0)
@@ -314,7 +327,7 @@ async def flood_and_query(engine: AsyncEngine, temporal: Client, job: JobView) -
     queries = asyncio.ensure_future(query_while(temporal, job.workflow_id, querying))
     began = time.monotonic()
     try:
-        flooded.refused_by_server = await flood(temporal, job.workflow_id, FLOOD)
+        flooded.sent = await flood(temporal, job.workflow_id, FLOOD)
     finally:
         querying.set()
     flooded.seconds = time.monotonic() - began
@@ -399,7 +412,7 @@ async def check_flooded(
         f"{dict(timed_out_tasks(runs))} tasks timed out; "
         f"cancelled {cancelled_in:.1f} s after it was sent"
     )
-    assert flooded.refused_by_server == 0, summary
+    assert flooded.sent.refused == 0, summary
     assert max(per_run) < TEMPORAL_SIGNAL_LIMIT // 2, summary
     # The only failed tasks: a continue-as-new overtaken by signals, which the server
     # fails so that the run takes them first, then lets through.
@@ -414,7 +427,8 @@ async def check_flooded(
     # Every bad signal counted, across the runs; a log line for few of them.
     progress = await temporal.get_workflow_handle(job.workflow_id).query(PROGRESS_QUERY)
     names = signal_names(runs)
-    assert progress["refused_signals"] == FLOOD, (progress["refused_signals"], names)
+    counted = progress["refused_signals"]
+    assert FLOOD - flooded.sent.unanswered <= counted <= FLOOD, (counted, flooded.sent, names)
     refusals = [line for line in worker.log_text().splitlines() if "refused in all)" in line]
     logged = sum(str(job.id) in line for line in refusals)
     assert 0 < logged <= 2 * len(runs) + 20, logged
@@ -482,7 +496,7 @@ async def test_a_cancel_the_run_can_no_longer_take_is_ended_by_the_attempt(
                 "course_tagging", {"root_page_id": course.root_page_id, "tag": "full"}
             )
             await wait_until_processed(engine, job.id, 10, worker, timeout=60)
-            assert await flood(temporal, job.workflow_id, 2 * limit) > 0
+            assert (await flood(temporal, job.workflow_id, 2 * limit)).refused > 0
 
             asked = await jobs.cancel(job.id, reason="the run takes no signals")
             assert asked.cancel_requested_at is not None
