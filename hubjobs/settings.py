@@ -243,7 +243,7 @@ class Settings(BaseSettings):
     # A job run's workflow task may take this long on a worker before Temporal retries
     # it elsewhere: room for a loaded worker to replay the fullest run of the budget (and
     # the few thousand signals a flood lands past it) from its start.
-    workflow_task_timeout_seconds: float = Field(default=60.0, gt=0, le=120)
+    workflow_task_timeout_seconds: float = Field(default=30.0, gt=0, le=120)
     # Page exports: where their files go (pages per file is the job's own payload).
     export_dir: Path | None = None
     retention_hours: float = 24.0

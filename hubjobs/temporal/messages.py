@@ -81,7 +81,7 @@ class JobOptions(BaseModel):
         "may land a few thousand more before the new run takes over.",
     )
     workflow_task_timeout_seconds: float = Field(
-        60.0,
+        30.0,
         gt=0,
         le=120,
         description="How long a worker may take over one workflow task of the job's runs "
