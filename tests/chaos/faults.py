@@ -13,13 +13,15 @@ import os
 import signal
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from hubjobs.devstack import embedded
 from tests.chaos.ledger import Ledger
-from tests.chaos.plan import WORKERS, Fault
+from tests.chaos.plan import WORKERS, Fault, resources
 from tests.chaos.stack import ChaosStack, send
 from tests.support.cgroups import memory_cgroup
 from tests.support.faketime import step
@@ -57,6 +59,7 @@ class Thrower:
         self.ledger = ledger
         self.jobs = jobs  # the load's book of started jobs (the flood's target)
         self.thrown: list[dict[str, Any]] = []
+        self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.t0 = 0.0
         self.epoch0 = 0.0
 
@@ -66,14 +69,23 @@ class Thrower:
 
     async def throw(self, fault: Fault) -> None:
         await sleep_until(self.t0, fault.at)
-        started = time.time()
         notes: list[str] = []
-        handler = getattr(self, fault.kind)
-        try:
-            await handler(fault, notes)
-        except Exception as err:  # a fault that went wrong is noted, the campaign goes on
-            notes.append(f"error: {type(err).__name__}: {err}")
-        ended = time.time()
+        planned = time.monotonic()
+        # A fault before it on the same target may outlast its plan (a worker slow to
+        # start again): this one waits for it, so that two never hold one target.
+        async with AsyncExitStack() as holding:
+            for resource in sorted(resources(fault.kind, fault.target)):
+                await holding.enter_async_context(self.locks[resource])
+            waited = time.monotonic() - planned
+            if waited > 1:
+                notes.append(f"waited {waited:.1f} s for its target")
+            started = time.time()
+            handler = getattr(self, fault.kind)
+            try:
+                await handler(fault, notes)
+            except Exception as err:  # a fault that went wrong is noted, the campaign goes on
+                notes.append(f"error: {type(err).__name__}: {err}")
+            ended = time.time()
         record = {
             "type": "fault",
             "number": fault.number,

@@ -69,6 +69,7 @@ WORKER: dict[str, Any] = {
 }
 WORKER_START_SECONDS = 120.0
 WORKER_STOP_SECONDS = 60.0
+WORKER_START_TRIES = 3
 UP_TIMEOUT = 120.0
 
 
@@ -169,16 +170,22 @@ class ChaosStack:
     async def start_worker(self, name: str, prefix: Sequence[str] = ()) -> Worker:
         """A worker process (again, behind ``prefix``: in a cgroup), its log a new file;
         waits until it polls."""
-        previous = self.workers.get(name)
-        generation = previous.generation + 1 if previous else 1
-        env = previous.env if previous else self.worker_env(name)
-        process = WorkerProcess(f"{name}.{generation}", env, self.run_dir / "logs", prefix)
-        worker = Worker(name, env, process, generation)
-        self.workers[name] = worker
-        try:
-            await wait_started(process, timeout=WORKER_START_SECONDS)
-        except AssertionError as err:
-            print(f"{name} did not say it started: {str(err)[:300]}")
+        for _ in range(WORKER_START_TRIES):
+            previous = self.workers.get(name)
+            generation = previous.generation + 1 if previous else 1
+            env = previous.env if previous else self.worker_env(name)
+            process = WorkerProcess(f"{name}.{generation}", env, self.run_dir / "logs", prefix)
+            worker = Worker(name, env, process, generation)
+            self.workers[name] = worker
+            try:
+                await wait_started(process, timeout=WORKER_START_SECONDS)
+                return worker
+            except AssertionError:
+                code = process.process.poll()
+                print(f"{process.name} did not start (exit {code}): {process.tail(5)}")
+                if code is None:
+                    return worker  # still starting (a server it needs is down): let it
+                process.kill()
         return worker
 
     async def restart_worker(self, name: str, prefix: Sequence[str] = ()) -> str:

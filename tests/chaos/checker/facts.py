@@ -173,16 +173,17 @@ async def read_runs(client: Client, jobs: dict[str, Job]) -> dict[str, Run]:
     return dict(await asyncio.gather(*(one(job) for job in jobs.values())))
 
 
-async def open_runs(client: Client) -> list[tuple[str, str]]:
-    """Every run still open but maintenance's: (workflow id, type)."""
+async def open_runs(client: Client, task_queue: str) -> list[tuple[str, str]]:
+    """Every run of the task queue still open but maintenance's: (workflow id, type)."""
     found = []
-    async for execution in client.list_workflows('ExecutionStatus = "Running"'):
+    query = f'ExecutionStatus = "Running" AND TaskQueue = "{task_queue}"'
+    async for execution in client.list_workflows(query):
         if execution.workflow_type not in MAINTENANCE_TYPES:
             found.append((execution.id, execution.workflow_type))
     return found
 
 
-async def gather(home: Path, ledger_path: Path, faults_ended_at: float) -> Facts:
+async def gather(home: Path, ledger_path: Path, faults_ended_at: float, task_queue: str) -> Facts:
     addresses = StackAddresses.of(home)
     async with await psycopg.AsyncConnection.connect(
         addresses.database_url, autocommit=True, connect_timeout=10
@@ -190,7 +191,7 @@ async def gather(home: Path, ledger_path: Path, faults_ended_at: float) -> Facts
         jobs, items = await read_rows(conn)
     client = await Client.connect(addresses.temporal_address)
     runs = await read_runs(client, jobs)
-    still_open = await open_runs(client)
+    still_open = await open_runs(client, task_queue)
     return Facts(
         home=home,
         addresses=addresses,

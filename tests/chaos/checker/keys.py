@@ -40,8 +40,9 @@ def one_job_per_key(facts: Facts) -> Verdict:
         result.checked += 1
         stored = rows.get(named, [])
         if len(jobs) != 1 or set(stored) != jobs:
+            extra = sorted(jobs - set(stored)) or sorted(jobs)
             result.violated(
-                sorted(jobs)[0],
+                extra[0],
                 f"key {named[2]}: answered jobs {sorted(jobs)}, the database holds {stored}",
             )
     result.notes["conflicting_repeats"] = conflicts

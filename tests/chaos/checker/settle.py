@@ -41,17 +41,19 @@ class Unsettled:
         )
 
 
-async def unsettled(addresses: StackAddresses, client: Client) -> Unsettled:
+async def unsettled(addresses: StackAddresses, client: Client, task_queue: str) -> Unsettled:
     async with await psycopg.AsyncConnection.connect(
         addresses.database_url, autocommit=True, connect_timeout=5
     ) as conn:
         cursor = await conn.execute(UNSETTLED)
         row = await cursor.fetchone()
     rows, webhooks = (int(row[0]), int(row[1])) if row else (0, 0)
-    return Unsettled(rows, webhooks, len(await open_runs(client)))
+    return Unsettled(rows, webhooks, len(await open_runs(client, task_queue)))
 
 
-async def settle(home: Path, bound_until: float, say: object = print) -> tuple[float | None, str]:
+async def settle(
+    home: Path, bound_until: float, task_queue: str = "hubjobs", say: object = print
+) -> tuple[float | None, str]:
     """The epoch at which everything had settled (None when the bound passed first), and
     what was left last seen."""
     addresses = StackAddresses.of(home)
@@ -63,7 +65,7 @@ async def settle(home: Path, bound_until: float, say: object = print) -> tuple[f
             async with asyncio.timeout(20):
                 if client is None:
                     client = await Client.connect(addresses.temporal_address)
-                left = await unsettled(addresses, client)
+                left = await unsettled(addresses, client, task_queue)
             if not left:
                 return time.time(), "settled"
             last = str(left)
