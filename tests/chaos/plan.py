@@ -88,7 +88,7 @@ class Profile:
         return cls(
             courses=((20, 150, 800), (40, 400), (30,)),
             long_course=10_000,
-            flood_signals=3000,
+            flood_signals=2000,
             flood_senders=25,
             flood_queries_per_second=20,
             start_every=3.5,
