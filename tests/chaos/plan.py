@@ -449,7 +449,8 @@ class _Load:
                 workspace=long.workspace,
                 course=long.number,
                 method="client",
-                key=None,
+                # Keyed: a start that meets an outage is sent again (the flood needs it).
+                key=f"chaos-{self.seed}-flood-{number}",
                 notify=False,
                 watch=True,
                 tag=f"chaos-{number}",
