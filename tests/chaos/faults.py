@@ -21,6 +21,7 @@ from typing import Any
 
 from hubjobs.devstack import embedded
 from tests.chaos.ledger import Ledger
+from tests.chaos.load import JobBook
 from tests.chaos.plan import WORKERS, Fault, resources
 from tests.chaos.stack import ChaosStack, send
 from tests.support.cgroups import memory_cgroup
@@ -54,10 +55,10 @@ class Thrower:
     """Throws the plan's faults at the stack, each at its time; ``thrown`` holds each
     one's record once it ended."""
 
-    def __init__(self, chaos: ChaosStack, ledger: Ledger, jobs: Any) -> None:
+    def __init__(self, chaos: ChaosStack, ledger: Ledger, jobs: JobBook) -> None:
         self.chaos = chaos
         self.ledger = ledger
-        self.jobs = jobs  # the load's book of started jobs (the flood's target)
+        self.jobs = jobs  # the load's started jobs: a flood's target among them
         self.thrown: list[dict[str, Any]] = []
         self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.t0 = 0.0
