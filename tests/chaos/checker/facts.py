@@ -89,6 +89,9 @@ class Run:
     status: str | None = None
     job_status: str | None = None
     histories: list[list[HistoryEvent]] = field(default_factory=list)
+    # The attempt of the open run's workflow task (past the first, the attempts that
+    # failed before it are not in the history: Temporal writes only the first).
+    task_attempt: int = 0
 
 
 @dataclass
@@ -160,7 +163,9 @@ async def read_run(client: Client, workflow_id: str) -> Run:
     for run_id in reversed(runs):
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         histories.append(list(history.events))
-    return Run(True, status, job_status, histories)
+    pending = described.raw_description.pending_workflow_task
+    attempt = pending.attempt if described.raw_description.HasField("pending_workflow_task") else 0
+    return Run(True, status, job_status, histories, attempt)
 
 
 async def read_runs(client: Client, jobs: dict[str, Job]) -> dict[str, Run]:

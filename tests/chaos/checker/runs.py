@@ -100,8 +100,11 @@ async def nothing_stuck(facts: Facts, client: Client, task_queue: str) -> Verdic
         result.checked += 1
         if job.stuck_since is not None:
             result.violated(job.id, f"marked stuck: {job.stuck_reason}")
-        causes, benign_here = _failed_tasks(facts.runs.get(job.id, Run(found=False)), since)
+        run = facts.runs.get(job.id, Run(found=False))
+        causes, benign_here = _failed_tasks(run, since)
         benign += benign_here
+        if run.task_attempt > 1:
+            causes[f"its open run's workflow task on attempt {run.task_attempt}"] += 1
         if causes:
             listed = ", ".join(f"{n}× {cause}" for cause, n in causes.most_common())
             result.violated(job.id, f"workflow tasks failing after the faults stopped: {listed}")
