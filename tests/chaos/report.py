@@ -37,6 +37,7 @@ def build(
         },
         "load": load,
         "jobs": verdicts.get("jobs", {}),
+        "jobs_by_origin": verdicts.get("jobs_by_origin", {}),
         "job_count": verdicts.get("job_count", 0),
         "settle": settle,
         "invariants": verdicts.get("invariants", []),
@@ -68,6 +69,8 @@ def text(report: dict[str, Any]) -> str:
     for kind, outcomes in report["jobs"].items():
         listed = ", ".join(f"{outcome} {n}" for outcome, n in outcomes.items())
         lines.append(f"  {kind:<16} {listed}")
+    origins = ", ".join(f"{k} {v}" for k, v in report["jobs_by_origin"].items())
+    lines.append(f"  {'by origin':<16} {origins}")
     lines += ["", "load: " + ", ".join(f"{k} {v}" for k, v in sorted(report["load"].items()))]
     settle = report["settle"]
     took = settle.get("seconds_after_last_fault")

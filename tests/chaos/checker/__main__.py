@@ -42,6 +42,22 @@ def jobs_by_kind(facts: Facts) -> dict[str, dict[str, int]]:
     return {kind: dict(sorted(c.items())) for kind, c in sorted(table.items())}
 
 
+def jobs_by_origin(facts: Facts) -> dict[str, int]:
+    """How the jobs came: fired by a schedule, a retry of another's failed items, a
+    start (with an idempotency key or without)."""
+    origins: Counter[str] = Counter()
+    for job in facts.jobs.values():
+        if job.schedule_id is not None:
+            origins["scheduled"] += 1
+        elif job.source_job_id is not None:
+            origins["retry"] += 1
+        elif job.idempotency_key is not None:
+            origins["started with a key"] += 1
+        else:
+            origins["started"] += 1
+    return dict(sorted(origins.items()))
+
+
 async def check(
     home: Path,
     ledger: Path,
@@ -72,6 +88,7 @@ async def check(
     ]
     return {
         "jobs": jobs_by_kind(facts),
+        "jobs_by_origin": jobs_by_origin(facts),
         "job_count": len(facts.jobs),
         "invariants": [v.as_json() for v in verdicts],
         "violations": sum(len(v.violations) for v in verdicts),
