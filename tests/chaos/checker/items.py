@@ -114,10 +114,15 @@ def _exports(facts: Facts, result: Verdict) -> int:
                 result.violated(job.id, f"export {job.status} left {len(files)} files behind")
             continue
         lines: Counter[str] = Counter()
+        unreadable = 0
         for path in files:
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
+            for line in path.read_bytes().splitlines():
+                try:
                     lines[str(json.loads(line)["id"])] += 1
+                except (ValueError, KeyError, TypeError):
+                    unreadable += 1
+        if unreadable:
+            result.violated(job.id, f"export: {unreadable} lines that are no page")
         wanted = facts.items.get(job.id)
         total = wanted.items if wanted else 0
         checked += total
