@@ -258,8 +258,11 @@ class Thrower:
         """Every process of the cluster stopped (the postmaster first, so that it forks
         no new backend meanwhile): a hung database, connections open and silent."""
         postgres = embedded.EmbeddedPostgres(self.chaos.home)
-        lock = postgres.pgdata / "postmaster.pid"
-        postmaster = int(lock.read_text().split("\n", 1)[0])
+        try:
+            postmaster = int((postgres.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            notes.append("PostgreSQL was not running (a kill or a full disk before)")
+            return
         others = [p for p in embedded.processes_in(self.chaos.pgdata) if p != postmaster]
         await self._stopped([postmaster, *others], fault.seconds, notes)
 

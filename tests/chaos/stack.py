@@ -69,7 +69,7 @@ WORKER: dict[str, Any] = {
 }
 WORKER_START_SECONDS = 120.0
 WORKER_STOP_SECONDS = 60.0
-WORKER_START_TRIES = 3
+WORKER_RESTART_PAUSE = 2.0
 UP_TIMEOUT = 120.0
 
 
@@ -169,8 +169,11 @@ class ChaosStack:
 
     async def start_worker(self, name: str, prefix: Sequence[str] = ()) -> Worker:
         """A worker process (again, behind ``prefix``: in a cgroup), its log a new file;
-        waits until it polls."""
-        for _ in range(WORKER_START_TRIES):
+        waits until it polls. One that exits first (a worker refuses to start while
+        Temporal does not answer) is started again 2 s later, for as long as
+        WORKER_START_SECONDS, as a deployment's restart policy would."""
+        deadline = time.monotonic() + WORKER_START_SECONDS
+        while True:
             previous = self.workers.get(name)
             generation = previous.generation + 1 if previous else 1
             env = previous.env if previous else self.worker_env(name)
@@ -178,15 +181,15 @@ class ChaosStack:
             worker = Worker(name, env, process, generation)
             self.workers[name] = worker
             try:
-                await wait_started(process, timeout=WORKER_START_SECONDS)
+                await wait_started(process, timeout=max(1.0, deadline - time.monotonic()))
                 return worker
             except AssertionError:
                 code = process.process.poll()
-                print(f"{process.name} did not start (exit {code}): {process.tail(5)}")
-                if code is None:
-                    return worker  # still starting (a server it needs is down): let it
+                if code is None or time.monotonic() > deadline:
+                    print(f"{process.name} did not start (exit {code}): {process.tail(3)}")
+                    return worker
                 process.kill()
-        return worker
+                await asyncio.sleep(WORKER_RESTART_PAUSE)
 
     async def restart_worker(self, name: str, prefix: Sequence[str] = ()) -> str:
         """SIGTERM (a graceful stop, which costs a job nothing), then started again;
