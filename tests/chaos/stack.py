@@ -209,11 +209,15 @@ class ChaosStack:
         tried until it succeeds or its bound passes; what it said."""
         deadline = time.monotonic() + UP_TIMEOUT
         while True:
-            done = await asyncio.to_thread(hubjobs, self.stack.env, "up", "--json", timeout=90)
-            if done.returncode == 0:
-                return "hubjobs up: ok"
+            try:
+                done = await asyncio.to_thread(hubjobs, self.stack.env, "up", "--json", timeout=90)
+                said = done.stderr.strip()[-300:]
+                if done.returncode == 0:
+                    return "hubjobs up: ok"
+            except subprocess.TimeoutExpired:  # a server it waits on hangs (another fault)
+                said = "did not answer within 90 s"
             if time.monotonic() > deadline:
-                return f"hubjobs up failed: {done.stderr.strip()[-300:]}"
+                return f"hubjobs up failed: {said}"
             await asyncio.sleep(2)
 
 
