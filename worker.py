@@ -36,6 +36,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.limits import ConnectOptions, Purpose
+from hubjobs.errors import ConfigurationError
 from hubjobs.kinds import REGISTRY, JobKind, load_kinds
 from hubjobs.observability.activity_logs import LogContextInterceptor
 from hubjobs.observability.logs import setup_logging
@@ -45,6 +46,7 @@ from hubjobs.observability.telemetry import (
     refresh_queue_state,
     setup_tracing,
 )
+from hubjobs.secret_checks import refuse_weak_secrets
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
@@ -248,6 +250,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Runs until SIGINT/SIGTERM (or ``stop``), then drains: in-flight attempts hand
     their jobs over at their next step, and what does not is retried elsewhere."""
     stop = stop or asyncio.Event()
+    refuse_weak_secrets(settings)
     setup_tracing(settings)
     client = await connect(settings, runtime=metrics_runtime(settings))
     # A connection for each batch in flight (a tagging attempt has up to its lanes),
@@ -292,7 +295,14 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
 def main() -> None:
     settings = Settings()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    run_and_exit(lambda: asyncio.run(run(settings)))
+
+    def serve() -> None:
+        try:
+            asyncio.run(run(settings))
+        except ConfigurationError as error:  # one line, as `hubjobs worker` says it
+            raise SystemExit(f"error: {error.message} [{error.code}]") from None
+
+    run_and_exit(serve)
 
 
 if __name__ == "__main__":

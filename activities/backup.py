@@ -1,5 +1,6 @@
-"""The backup work: one consistent snapshot of every hub table and attachment, streamed
-into one archive (see hubjobs.archive.format).
+"""The backup work: one consistent snapshot of a workspace's rows and attachments (or, a
+hub operator's, of every hub table and attachment), streamed into one archive (see
+hubjobs.archive.format and hubjobs.archive.scope).
 
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
 rows agree; hubjobs.archive.writer streams COPY output and files into the zip in blocks
@@ -37,6 +38,7 @@ from temporalio import activity
 from activities.attempt import KindActivities
 from activities.context import WorkContext
 from activities.endings import ActorUnavailable, Done, Paused, Refused, Stopped, WorkEnd
+from activities.pauses import pause
 from activities.storage import storage_refusal
 from hubjobs.archive.format import (
     MANIFEST,
@@ -52,7 +54,7 @@ from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.domain.access import ADMINISTRATOR, role_of
 from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
 from hubjobs.readmodel import store
-from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.readmodel.views import Counters
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
@@ -73,17 +75,32 @@ class HandOver(Exception):
 class Progress:
     """Heartbeats after every chunk; the read model hears of the tables and attachments
     done about once a second, which is also when a cancellation request is looked for
-    and whether the worker is shutting down."""
+    and whether the worker is shutting down. With a pace (bytes a second, on average
+    since the stream began) it waits for the pace to catch up, beating through the wait
+    (activities/pauses.py) and still looking for a cancellation once a second."""
 
-    def __init__(self, ctx: WorkContext[BackupPayload]) -> None:
+    def __init__(self, ctx: WorkContext[BackupPayload], pace: float | None = None) -> None:
         self.ctx = ctx
+        self.pace = pace
         self.total = 0
         self.steps = 0
         self.bytes = 0
         self.stage = "starting"
         self._last = 0.0
+        self._began = time.monotonic()
         # The snapshot stream's stall bound, moved on at every chunk.
         self.stall: Deadline | None = None
+
+    def restart(self) -> None:
+        """A new stream (after an outage): counted, and paced, from nothing."""
+        self.steps = self.bytes = 0
+        self._began = time.monotonic()
+
+    def alive(self) -> None:
+        """The attempt and its stream are alive: a heartbeat, the stall bound moved on."""
+        if self.stall is not None:
+            self.stall.extend(self.ctx.settings.db_batch_timeout_seconds)
+        self.ctx.beat()
 
     async def advance(
         self, *, nbytes: int = 0, step: bool = False, stage: str | None = None
@@ -91,18 +108,26 @@ class Progress:
         self.bytes += nbytes
         self.steps += int(step)
         self.stage = stage or self.stage
-        if self.stall is not None:
-            self.stall.extend(self.ctx.settings.db_batch_timeout_seconds)
-        self.ctx.beat()
-        if self.ctx.shutting_down():
-            raise HandOver()
-        if time.monotonic() - self._last >= PROGRESS_EVERY:
-            await self.flush()
-        else:
-            # Compressing and hashing run on the event loop: hand it back after every
-            # chunk, so the worker's other activities, its heartbeats and its polling
-            # are not starved for a whole second at a time.
-            await asyncio.sleep(0)
+        self.alive()
+        while True:
+            if self.ctx.shutting_down():
+                raise HandOver()
+            if time.monotonic() - self._last >= PROGRESS_EVERY:
+                await self.flush()
+            ahead = self._ahead()
+            if ahead <= 0:
+                break
+            await pause(min(ahead, PROGRESS_EVERY), self.alive)
+        # Compressing and hashing run on the event loop: hand it back after every
+        # chunk, so the worker's other activities, its heartbeats and its polling are
+        # not starved for a whole second at a time.
+        await asyncio.sleep(0)
+
+    def _ahead(self) -> float:
+        """How far the stream is ahead of its pace, in seconds (0: no pace)."""
+        if not self.pace:
+            return 0.0
+        return self.bytes / self.pace - (time.monotonic() - self._began)
 
     async def __call__(self, nbytes: int, step_done: bool, stage: str) -> None:
         """The archive writer's progress callback."""
@@ -144,16 +169,16 @@ class BackupActivities(KindActivities[BackupPayload]):
         if final.exists():
             # An earlier attempt committed its archive but died before reporting it.
             return _committed(final, job.id)
-        progress = Progress(ctx)
+        progress = Progress(ctx, ctx.settings.backup_max_bytes_per_second)
 
         async def stream() -> Manifest:
             partial.unlink(missing_ok=True)  # what a killed or cut attempt left behind
-            progress.steps = progress.bytes = 0
+            progress.restart()
             return await self._write(ctx, partial, progress)
 
         try:
             manifest = await ctx.retrying(stream)
-            await ctx.db(lambda conn: self._require_administrator(conn, job))
+            await ctx.db(lambda conn: self._require_actor(conn, ctx))
             # A cancellation that came after the last progress beat ends the job
             # cancelled all the same: the archive must not be committed.
             await progress.flush()
@@ -181,9 +206,14 @@ class BackupActivities(KindActivities[BackupPayload]):
         return Done(_archive(final, manifest).model_dump(mode="json"))
 
     @staticmethod
-    async def _require_administrator(conn: AsyncConnection, job: JobView) -> None:
-        """Checked again before the archive is committed: the start's check is old news."""
+    async def _require_actor(conn: AsyncConnection, ctx: WorkContext[BackupPayload]) -> None:
+        """Checked again before the archive is committed (the start's check is old news):
+        an enabled administrator, and for the whole hub still a hub operator."""
+        job = ctx.job
         if await role_of(conn, job.workspace_id, job.actor_id) != ADMINISTRATOR:
+            raise ActorUnavailable()
+        hub_wide = ctx.payload.workspace_of(job.workspace_id) is None
+        if hub_wide and job.actor_id not in ctx.settings.hub_operators:
             raise ActorUnavailable()
 
     async def _write(
@@ -204,7 +234,8 @@ class BackupActivities(KindActivities[BackupPayload]):
                     await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
                     await conn.set_read_only(True)
                     async with conn.transaction():
-                        progress.total = await planned_steps(conn)
+                        workspace = ctx.payload.workspace_of(ctx.job.workspace_id)
+                        progress.total = await planned_steps(conn, workspace)
                         try:
                             manifest = await write_archive(
                                 conn,
@@ -212,7 +243,7 @@ class BackupActivities(KindActivities[BackupPayload]):
                                 raw,
                                 progress,
                                 backup_id=ctx.job.id,
-                                max_bytes_per_second=settings.backup_max_bytes_per_second,
+                                workspace_id=workspace,
                             )
                         except AttachmentUnavailable as err:
                             raise Refused(err.message, code=err.code) from None
@@ -264,6 +295,7 @@ def _fsync_dir(folder: Path) -> None:
 def _archive(path: Path, manifest: Manifest) -> BackupArchive:
     return BackupArchive(
         backup_id=manifest.backup_id,
+        scope=manifest.scope,
         created_at=manifest.created_at,
         size_bytes=path.stat().st_size,
         table_count=len(manifest.tables),

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -21,6 +20,7 @@ from temporalio.service import RPCError
 from activities.deps import Deps
 from activities.endings import job_not_found
 from activities.outages import ride_out_outages, with_outage_retry
+from activities.pauses import pause
 from hubjobs.kinds import JobKind, job_rows
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
@@ -102,6 +102,10 @@ class WorkContext(Generic[P]):
         if activity.is_worker_shutdown() or asked_to_hand_over():
             return True
         return time.monotonic() - self.started >= self.settings.work_slice_seconds
+
+    async def pause(self, seconds: float) -> None:
+        """Waits ``seconds`` (a throttle, a breath between batches), beating through it."""
+        await pause(seconds, self.beat)
 
     @staticmethod
     def shutting_down() -> bool:
@@ -206,20 +210,3 @@ async def _signal_progress(handle: WorkflowHandle[Any, Any], report: JobProgress
         await handle.signal(PROGRESS_SIGNAL, report, rpc_timeout=PROGRESS_RPC_TIMEOUT)
     except (RuntimeError, RPCError) as err:
         log.debug("progress report not delivered: %s", err)
-
-
-@asynccontextmanager
-async def beating(beat: Callable[[], None], every: float = 1.0) -> AsyncIterator[None]:
-    """Heartbeats every ``every`` seconds while the body runs: a step that may take long
-    in one statement (a snapshot of a million pages) still shows its attempt alive."""
-
-    async def keep_beating() -> None:
-        while True:
-            await asyncio.sleep(every)
-            beat()
-
-    task = asyncio.create_task(keep_beating())
-    try:
-        yield
-    finally:
-        task.cancel()

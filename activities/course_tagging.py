@@ -253,7 +253,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def breathe(ctx: WorkContext[CourseTaggingPayload]) -> None:
         pause = ctx.settings.tagging_batch_pause_seconds
         if pause:
-            await asyncio.sleep(pause)
+            await ctx.pause(pause)
 
     async def tag_batch(
         self,

@@ -11,10 +11,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from activities.context import beating
 from activities.deps import Deps
 from activities.endings import Refused
 from activities.outages import with_outage_retry
+from activities.pauses import beating
 from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.engine import set_local_budget
 from hubjobs.db.limits import Purpose, budget
@@ -74,10 +74,15 @@ async def open_for_attempt(
             payload=job.payload,
             workflow_id=workflow_id,
             notify_url=notify_url,
+            idempotency_key=job.idempotency_key,
         )
         try:
             await job_rows.admit(
-                conn, row, refused_kept_for=deps.default_retention, refusal=notify_refused
+                conn,
+                row,
+                operators=settings.hub_operators,
+                refused_kept_for=deps.default_retention,
+                refusal=notify_refused,
             )
         except HubJobsError as err:
             return err

@@ -5,7 +5,6 @@ hands over (``OutOfReach``) so that one that can takes the job on."""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import time
@@ -18,6 +17,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.exceptions import ApplicationError
 
+from activities import pauses
 from activities.clock import OneClock
 from activities.deps import Reach
 from hubjobs.db.deadline import deadline
@@ -120,6 +120,10 @@ def handing_over(reach: Reach | None = None) -> Iterator[None]:
         outage_clock.reset(token)
 
 
+def _unobserved() -> None:
+    """A wait nobody needs told of (a step without a heartbeat timeout)."""
+
+
 async def ride_out_outages(
     settings: Settings,
     work: Callable[[], Awaitable[T]],
@@ -177,11 +181,7 @@ async def ride_out_outages(
             pause = delay
             if clock.hand_over:
                 pause = min(pause, max(0.0, settings.outage_handover_seconds - waited))
-            deadline_at = time.monotonic() + pause
-            while time.monotonic() < deadline_at:
-                if on_wait is not None:
-                    on_wait()
-                await asyncio.sleep(min(1.0, max(0.0, deadline_at - time.monotonic())))
+            await pauses.pause(pause, on_wait or _unobserved)
             delay = min(delay * 2, settings.outage_retry_max_seconds)
 
 

@@ -53,7 +53,10 @@ class ScheduleActivities:
             )
             try:
                 created = await job_rows.admit(
-                    conn, row, refused_kept_for=self.deps.default_retention
+                    conn,
+                    row,
+                    operators=self.deps.settings.hub_operators,
+                    refused_kept_for=self.deps.default_retention,
                 )
                 return created.job, None
             except HubJobsError as refused:

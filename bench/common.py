@@ -155,7 +155,9 @@ class Stack:
         return self._pg_port
 
     def url(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/{database}"
+        port = self.pg_port
+        assert self._postgres is not None
+        return self._postgres.url(port, database)
 
     def admin(self, sql: str) -> None:
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:

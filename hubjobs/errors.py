@@ -7,6 +7,7 @@ what a person or another service can act on.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,12 +21,18 @@ class HubJobsError(Exception):
     """Base of every error the client raises. ``code`` is stable; ``message`` is plain."""
 
     code = INTERNAL_ERROR
+    # The job the error is about, when it names one (``idempotency_key_reused``).
+    job_id: uuid.UUID | None = None
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, job_id: uuid.UUID | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        if job_id is not None:
+            self.job_id = job_id
 
     def __str__(self) -> str:
         return self.message
@@ -33,6 +40,13 @@ class HubJobsError(Exception):
 
 class ConfigurationError(HubJobsError):
     code = "not_configured"
+
+
+class NoStack(ConfigurationError):
+    """A command needs the embedded stack's record (its addresses, its secrets) and
+    found no stack where it looked (hubjobs/home.py says where)."""
+
+    code = "no_stack"
 
 
 class InvalidInput(HubJobsError):
@@ -65,6 +79,21 @@ class JobNotFound(NotFound):
 
 class Forbidden(HubJobsError):
     code = "forbidden"
+
+
+class IdempotencyKeyReused(HubJobsError):
+    """The idempotency key names a job that another request started (another kind,
+    payload or notify_url, or another workflow): nothing is started, and ``job_id``
+    names that job. The API answers 409."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, job_id: uuid.UUID) -> None:
+        super().__init__(
+            f"the idempotency key names job {job_id}, started by another request: "
+            "a new job needs a new key",
+            job_id=job_id,
+        )
 
 
 class Unavailable(HubJobsError):

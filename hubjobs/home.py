@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hubjobs.errors import NoStack
+
 STACK_FILE = "stack.json"
 # The demo's workspace, actor and course (`hubjobs demo` writes it): the CLI's defaults
 # when neither a flag nor HUBJOBS_WORKSPACE / HUBJOBS_ACTOR names them.
@@ -24,6 +26,11 @@ DEV_WEBHOOK_SECRET_FILE = "dev-webhook-secret"
 HOME_FOLDER = ".hubjobs"
 
 
+def holds_stack(folder: Path) -> bool:
+    """Whether ``folder`` is a stack's home: it holds a stack's record or a profile."""
+    return (folder / STACK_FILE).is_file() or (folder / PROFILE_FILE).is_file()
+
+
 def nearest_home(start: Path | None = None) -> Path:
     """The nearest ``.hubjobs/`` holding a stack or a profile, from the working directory
     up (as git finds its repository): a command run in a subfolder finds the stack
@@ -32,9 +39,24 @@ def nearest_home(start: Path | None = None) -> Path:
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / HOME_FOLDER
-        if (candidate / STACK_FILE).is_file() or (candidate / PROFILE_FILE).is_file():
+        if holds_stack(candidate):
             return candidate
     return Path(HOME_FOLDER)
+
+
+def no_stack(home: Path, *, named: bool, instead: str = "") -> NoStack:
+    """The one line of a command that needs a stack and found none: where it looked
+    (HUBJOBS_HOME, or the working directory and the folders above it), and what would
+    do instead of a stack (``instead``: settings naming what the stack would give)."""
+    if named:
+        where = f"no stack in HUBJOBS_HOME ({home.resolve()})"
+    else:
+        where = (
+            f"no stack found: no {HOME_FOLDER}/ in {Path.cwd().resolve()} or a folder above "
+            "it, and HUBJOBS_HOME is unset"
+        )
+    other = f", or set {instead}" if instead else ""
+    return NoStack(f"{where}: run `hubjobs up`, set HUBJOBS_HOME to a stack's folder{other}")
 
 
 # The embedded stack's API (`hubjobs up` starts it): its address, for the CLI.
@@ -44,6 +66,20 @@ API_FILE = "api.json"
 def home_now() -> Path:
     """HUBJOBS_HOME when set (and not empty), else the nearest home."""
     return Path(os.environ.get("HUBJOBS_HOME") or nearest_home())
+
+
+def home_named() -> bool:
+    """Whether HUBJOBS_HOME names the state folder (rather than the search up the tree)."""
+    return bool(os.environ.get("HUBJOBS_HOME"))
+
+
+def stack_home(instead: str = "") -> Path:
+    """The state folder of a command that needs a stack's; ``NoStack`` when it holds
+    none (see ``no_stack``)."""
+    home = home_now()
+    if not holds_stack(home):
+        raise no_stack(home, named=home_named(), instead=instead)
+    return home
 
 
 def recorded(home: Path, name: str) -> dict[str, Any]:

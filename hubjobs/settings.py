@@ -25,6 +25,7 @@ from hubjobs.home import (
     PROFILE_FILE,
     STACK_FILE,
     nearest_home,
+    no_stack,
 )
 
 __all__ = [
@@ -111,9 +112,17 @@ class Settings(BaseSettings):
     api_jwks_url: str | None = None
     # A token whose key id the cached key set lacks re-reads the set at most this often.
     api_jwks_refresh_seconds: float = Field(default=10.0, ge=0)
-    # When set, a token must carry this audience (`aud`) and this issuer (`iss`).
+    # A token must carry this audience (`aud`) and this issuer (`iss`); unset, "hubjobs"
+    # for each (what `hubjobs token` and the embedded stack mint): a token meant for
+    # another service, or from another issuer, is refused. Set both to an identity
+    # provider's values; allow_unscoped accepts a token without either (a provider
+    # whose tokens carry none), checking only the one that is set.
     api_jwt_audience: str | None = None
     api_jwt_issuer: str | None = None
+    api_jwt_allow_unscoped: bool = False
+    # The longest a token may be good for (exp - iat; without iat, exp - now): a longer
+    # one is refused, as a leaked token would otherwise open the API for good.
+    api_jwt_max_lifetime_seconds: float = Field(default=24 * 3600.0, gt=0)
     # A token's iat, nbf and exp are another host's clock (the identity provider's):
     # read with this leeway either way, so that a skew of seconds is no refusal.
     api_jwt_leeway_seconds: float = Field(default=60.0, ge=0, le=3600)
@@ -157,6 +166,11 @@ class Settings(BaseSettings):
     # Only these actors may use the codec endpoint (comma-separated ids); empty: any
     # actor with a valid token.
     codec_actors: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
+    # Hub operators: the accounts (comma-separated ids, a token's ``sub``) that may act
+    # on the whole hub (a whole-hub backup, its schedule), a role above every
+    # workspace. A setting, not a column: the role is the deployment's, so no archive,
+    # restore or workspace administrator can grant it. Set alike on API and workers.
+    hub_operators: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
     # The embedded dev server's UI sends no token: with this on, a codec request from an
     # allowed origin needs none. Refused unless the API listens on loopback only, where
     # whoever can reach it can reach the (unauthenticated) dev server anyway.
@@ -316,6 +330,7 @@ class Settings(BaseSettings):
     @field_validator(
         "codec_cors_origins",
         "codec_actors",
+        "hub_operators",
         "webhook_allowed_hosts",
         "temporal_sqlite_pragmas",
         "kind_modules",
@@ -384,10 +399,14 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         url = self.database_url or self._stack.get("database_url")
         if not url:
-            raise ConfigurationError(
-                "no database configured: run `hubjobs up` or set HUBJOBS_DATABASE_URL"
-            )
+            raise self._no_stack("HUBJOBS_DATABASE_URL")
         return url
+
+    def _no_stack(self, instead: str) -> ConfigurationError:
+        """Neither the setting nor a stack's record names a server: where it looked."""
+        if self._stack:
+            return ConfigurationError(f"{instead} is unset and the stack records none")
+        return no_stack(self.home, named="home" in self.model_fields_set, instead=instead)
 
     def recorded_ui_url(self) -> str | None:
         """The embedded stack's Temporal UI, as `hubjobs up` recorded it."""
@@ -411,7 +430,5 @@ class Settings(BaseSettings):
     def resolved_temporal_address(self) -> str:
         address = self.temporal_address or self._stack.get("temporal_address")
         if not address:
-            raise ConfigurationError(
-                "no Temporal server configured: run `hubjobs up` or set HUBJOBS_TEMPORAL_ADDRESS"
-            )
+            raise self._no_stack("HUBJOBS_TEMPORAL_ADDRESS")
         return address

@@ -488,9 +488,11 @@ class WorkspaceJobs:
         notify_url: str | None = None,
     ) -> JobView:
         """Starts a job of any registered kind. Refused starts raise and leave nothing;
-        the same idempotency key gives the same job (and repairs one whose workflow
-        never started). The idempotency key and correlation id are 1–128 characters of
-        ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``). With
+        the same idempotency key and request (kind, payload as its kind validates it,
+        ``notify_url``) gives the same job (and repairs one whose workflow never
+        started); the key with another request raises ``IdempotencyKeyReused``, its
+        ``job_id`` the job the key names. The idempotency key and correlation id are
+        1–128 characters of ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (``hubjobs.domain.text``). With
         ``notify_url``, a signed completion webhook is POSTed there when the job is
         final: refused ``invalid_notify_url`` for a host the deployment does not allow,
         ``webhooks_not_configured`` without a signing secret."""
@@ -516,8 +518,10 @@ class WorkspaceJobs:
             notify_url=notify_url,
         )
 
+        operators = self.client.settings.hub_operators
+
         async def create(conn: AsyncConnection) -> CreatedJob:
-            return await admit(conn, row)
+            return await admit(conn, row, operators=operators)
 
         # One trace from here through the workflow and its activities, with the
         # correlation id in its baggage.
@@ -598,7 +602,7 @@ class WorkspaceJobs:
                 source_job_id=source.id,
             )
             await release_empty_retry(conn, row)
-            return await admit(conn, row)
+            return await admit(conn, row, operators=self.client.settings.hub_operators)
 
         with job_span(
             "hubjobs.retry",

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio.client import Client, ScheduleDescription, ScheduleHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from hubjobs.domain.access import require_administrator, require_member
+from hubjobs.domain.access import require_administrator, require_hub_operator, require_member
 from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
 from hubjobs.kinds import Registry
 from hubjobs.schedules.definition import (
@@ -122,7 +122,8 @@ class WorkspaceSchedules:
         ``keep`` keeps the newest N successful runs (older ones expire). Refusals:
         ``unknown_kind``, ``invalid_payload``, ``invalid_schedule``, ``invalid_cron``,
         ``invalid_interval``, ``invalid_time_zone``, ``invalid_keep``, then
-        ``workspace_not_found`` / ``actor_not_administrator``."""
+        ``workspace_not_found`` / ``actor_not_administrator``, and for a payload that
+        acts on the whole hub ``hub_operator_required``."""
         kind = self.client.kinds().get(kind_name)
         when = timing(cron=cron, every=every, time_zone=time_zone)
         keep = check_keep(keep)
@@ -132,6 +133,9 @@ class WorkspaceSchedules:
             raise InvalidPayload("the payload must be a JSON object")
         model = kind.validate(raw)
         await self.client.db(self._require_administrator)
+        if kind.hub_wide is not None and kind.hub_wide(model):
+            # Checked again at every firing, as the start checks are.
+            require_hub_operator(self.client.settings.hub_operators, self.actor_id)
         definition = ScheduleDefinition(
             id=new_schedule_id(kind.name),
             kind=kind.name,

@@ -713,6 +713,7 @@ class JobWorkflow:
             options=start.options,
             checkpoint=start.checkpoint,
             notify_url=start.notify_url,
+            idempotency_key=start.idempotency_key,
         )
 
     async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:

@@ -5,14 +5,17 @@
                              do not compress)
     attachments/index.jsonl  one line per attachment: id, storage path, size, sha256
     manifest.json            written last: format, backup id, created at, schema version
-                             (Alembic's), per-table rows/bytes/sha256, the index's
-                             size and sha256, attachment count and bytes
+                             (Alembic's), scope (hub, or workspace and its id),
+                             per-table rows/bytes/sha256, the index's size and sha256,
+                             attachment count and bytes
 
-Every checksum is sha256 over the member's bytes as written. Format 2 (this one) adds
-the index's size to the manifest, so a reader can bound every member it reads by a
-size it was told beforehand; format 1 (archives written before it) is still read, its
-index bounded by its line count. Writing: hubjobs.archive.writer; reading and
-validating: hubjobs.archive.reader.
+Every checksum is sha256 over the member's bytes as written. Format 3 (this one) says
+its scope: a workspace's archive holds that workspace's rows alone
+(hubjobs.archive.scope). Format 2 added the index's size to the manifest, so a reader
+can bound every member it reads by a size it was told beforehand; formats 1 and 2
+(archives written before) are still read, each a whole hub's, format 1's index bounded
+by its line count. Writing: hubjobs.archive.writer; reading and validating:
+hubjobs.archive.reader.
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import unicodedata
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-FORMAT = "hubjobs-backup/2"
+FORMAT = "hubjobs-backup/3"
 FORMAT_1 = "hubjobs-backup/1"
-READABLE_FORMATS = (FORMAT_1, FORMAT)
+FORMAT_2 = "hubjobs-backup/2"
+READABLE_FORMATS = (FORMAT_1, FORMAT_2, FORMAT)
+# What an archive holds: the whole hub, or one workspace.
+HUB: Final = "hub"
+WORKSPACE: Final = "workspace"
 MANIFEST = "manifest.json"
 ATTACHMENT_INDEX = "attachments/index.jsonl"
 
@@ -111,6 +119,16 @@ class Manifest(BaseModel):
     attachment_index_sha256: str = Field(pattern=SHA256_PATTERN)
     # Format 2 on; None in a format 1 archive.
     attachment_index_bytes: int | None = Field(default=None, ge=0)
+    # Format 3 on (earlier formats hold the whole hub): the workspace a workspace's
+    # archive holds, alone.
+    scope: Literal["hub", "workspace"] = HUB
+    workspace_id: uuid.UUID | None = None
+
+    @model_validator(mode="after")
+    def _scope_names_its_workspace(self) -> Self:
+        if (self.scope == WORKSPACE) != (self.workspace_id is not None):
+            raise ValueError("a workspace's archive, and only one, names its workspace")
+        return self
 
 
 def storage_path_parts(path: str) -> tuple[str, ...]:

@@ -42,7 +42,9 @@ from pydantic import ValidationError
 
 from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
+    FORMAT,
     FORMAT_1,
+    HUB,
     HUB_TABLES,
     INDEX_LINE_MAX_BYTES,
     MANIFEST,
@@ -207,6 +209,8 @@ class Archive:
             )
         if manifest.format != FORMAT_1 and manifest.attachment_index_bytes is None:
             raise _corrupt("the manifest does not give the attachment index's size")
+        if manifest.format != FORMAT and manifest.scope != HUB:
+            raise _corrupt(f"a {manifest.format} archive holds a whole hub")
         return manifest
 
     def _check_tables(self) -> dict[str, TableEntry]:

@@ -33,7 +33,6 @@ import logging
 import os
 import stat
 import tempfile
-import time
 import uuid
 import zipfile
 import zlib
@@ -47,11 +46,14 @@ from typing import IO, Any, TypeVar
 import psycopg
 from psycopg import pq
 
+from hubjobs.archive import scope
 from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     FORMAT,
+    HUB,
     HUB_TABLES,
     MANIFEST,
+    WORKSPACE,
     AttachmentEntry,
     Manifest,
     TableEntry,
@@ -86,10 +88,12 @@ class AttachmentUnavailable(HubJobsError):
     code = "attachment_missing"
 
 
-async def planned_steps(conn: psycopg.AsyncConnection[Any]) -> int:
+async def planned_steps(
+    conn: psycopg.AsyncConnection[Any], workspace_id: uuid.UUID | None = None
+) -> int:
     """How many steps the archive takes (tables, then attachment files), counted on the
-    caller's snapshot."""
-    row = await (await conn.execute("SELECT count(*) FROM attachments")).fetchone()
+    caller's snapshot; a workspace's archive (``workspace_id``) counts its own."""
+    row = await (await conn.execute(scope.count_attachments(workspace_id))).fetchone()
     assert row is not None
     return len(HUB_TABLES) + int(row[0])
 
@@ -101,16 +105,15 @@ async def write_archive(
     progress: Progress,
     *,
     backup_id: uuid.UUID,
+    workspace_id: uuid.UUID | None = None,
     compress_level: int = COMPRESS_LEVEL,
-    max_bytes_per_second: float | None = None,
 ) -> Manifest:
     """Writes the whole archive to ``out`` and returns its manifest (also its last
-    member). ``progress(nbytes, step_done, stage)`` is awaited about once per MiB.
-    With ``max_bytes_per_second`` the writer reads no faster than that (on average
-    since it began), so that a backup need not saturate the disk or the server."""
+    member): the whole hub, or with ``workspace_id`` that workspace's rows and files
+    alone (hubjobs.archive.scope). ``progress(nbytes, step_done, stage)`` is awaited
+    about once per MiB; it may take its time (a caller that paces the backup waits
+    there)."""
     await _require_snapshot(conn)
-    if max_bytes_per_second:
-        progress = _Paced(progress, max_bytes_per_second)
     head = await (
         await conn.execute("SELECT (SELECT version_num FROM alembic_version), now()")
     ).fetchone()
@@ -118,11 +121,15 @@ async def write_archive(
     schema_version, created_at = head
     sink = _Sink(out, compress_level)
     try:
-        tables = [await _dump_table(conn, sink, table, progress) for table, _ in HUB_TABLES]
+        tables = [
+            await _dump_table(conn, sink, table, workspace_id, progress) for table, _ in HUB_TABLES
+        ]
         count, nbytes, index_sha, index_size = await _dump_attachments(
-            conn, sink, attachments_root, progress
+            conn, sink, attachments_root, workspace_id, progress
         )
         manifest = Manifest(
+            scope=HUB if workspace_id is None else WORKSPACE,
+            workspace_id=workspace_id,
             format=FORMAT,
             backup_id=backup_id,
             created_at=created_at,
@@ -155,16 +162,31 @@ async def _require_snapshot(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def _dump_table(
-    conn: psycopg.AsyncConnection[Any], sink: _Sink, table: str, progress: Progress
+    conn: psycopg.AsyncConnection[Any],
+    sink: _Sink,
+    table: str,
+    workspace_id: uuid.UUID | None,
+    progress: Progress,
 ) -> TableEntry:
+    columns = [] if workspace_id is None else await _columns(conn, table)
     await sink.call(sink.open_member, table_member(table), True)
-    async with aclosing(_copy_out(conn, f"COPY {table} TO STDOUT")) as blocks:
+    async with aclosing(_copy_out(conn, scope.copy_out(table, workspace_id, columns))) as blocks:
         async for block in blocks:
             await sink.submit(sink.write, block)
             await progress(len(block), False, table)
     sha, size, rows = await sink.call(sink.close_member)
     await progress(0, True, table)
     return TableEntry(name=table, rows=rows, bytes=size, sha256=sha)
+
+
+async def _columns(conn: psycopg.AsyncConnection[Any], table: str) -> list[str]:
+    """The table's columns in their order (COPY's), as the snapshot sees them."""
+    cursor = await conn.execute(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (table,),
+    )
+    return [str(row[0]) for row in await cursor.fetchall()]
 
 
 async def _copy_out(
@@ -275,7 +297,11 @@ async def _ready(fd: int, *, write: bool = False) -> None:
 
 
 async def _dump_attachments(
-    conn: psycopg.AsyncConnection[Any], sink: _Sink, root: Path, progress: Progress
+    conn: psycopg.AsyncConnection[Any],
+    sink: _Sink,
+    root: Path,
+    workspace_id: uuid.UUID | None,
+    progress: Progress,
 ) -> tuple[int, int, str, int]:
     """Each file into the archive, checked against its row; the index goes last (zip
     takes one member at a time, so it waits in a spooled file)."""
@@ -285,9 +311,7 @@ async def _dump_attachments(
     try:
         with tempfile.SpooledTemporaryFile(max_size=BLOCK) as index:
             async with conn.cursor(name="backup_attachments") as cursor:
-                await cursor.execute(
-                    "SELECT id, storage_path, size_bytes, sha256 FROM attachments ORDER BY id"
-                )
+                await cursor.execute(scope.attachment_rows(workspace_id))
                 async for row in cursor:
                     entry = AttachmentEntry(
                         id=row[0], storage_path=row[1], size_bytes=row[2], sha256=row[3]
@@ -357,23 +381,6 @@ def _open_below(root_fd: int, entry: AttachmentEntry) -> int:
         os.close(fd)
         raise missing
     return fd
-
-
-class _Paced:
-    """A progress callback that first waits for the pace to catch up."""
-
-    def __init__(self, progress: Progress, rate: float) -> None:
-        self._progress = progress
-        self._rate = rate
-        self._started = time.monotonic()
-        self._done = 0
-
-    async def __call__(self, nbytes: int, step_done: bool, stage: str) -> None:
-        self._done += nbytes
-        ahead = self._done / self._rate - (time.monotonic() - self._started)
-        if ahead > 0:
-            await asyncio.sleep(ahead)
-        await self._progress(nbytes, step_done, stage)
 
 
 class _Sink:

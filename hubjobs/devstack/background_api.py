@@ -1,22 +1,27 @@
 """The embedded stack's HTTP API: ``hubjobs api`` in a process of its own, started by
 ``hubjobs up`` on a free port (the one it had, else HUBJOBS_API_PORT, else any), which
 it records in ``<home>/api.json`` for the CLI's job commands; its pid in
-``<home>/api.pid``, its output in ``<home>/api.log``, stopped by ``hubjobs down``."""
+``<home>/api.pid``, its output in ``<home>/api.log``, stopped by ``hubjobs down``. One
+that dies the stack's supervisor starts again on its recorded port (``restart_api``).
+Each start holds the stack's lock, so that ``up`` and the supervisor never start two."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hubjobs.devstack.daemons import Daemon
 from hubjobs.devstack.embedded import (
     PORT_TRIES,
     choose_port,
+    describe_holder,
     port_holder,
+    stack_lock,
     venv_binary,
     wait_for_port,
 )
-from hubjobs.errors import Unavailable
+from hubjobs.errors import PortTaken, Unavailable
 from hubjobs.home import API_FILE, recorded
 
 API = Daemon("api.pid", "api.log", marker="api")
@@ -37,17 +42,44 @@ def start_api(home: Path, host: str, port: int) -> str:
     another process took meanwhile (two stacks starting at once) is given up for a
     free one: the address recorded is always the one this stack's API holds."""
     client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    for _ in range(PORT_TRIES):
-        pid = API.start(home, [venv_binary("hubjobs"), "api"], env={"HUBJOBS_API_PORT": str(port)})
-        url = f"http://{client_host}:{port}"
-        (home / API_FILE).write_text(json.dumps({"url": url, "port": port}) + "\n")
-        wait_for_port(port, START_SECONDS, "the API", host=client_host)
-        holder = port_holder(port)
-        if holder is None or holder.pid == pid:
-            return url
-        API.stop(home)  # another process's port: ours cannot serve on it
-        port = choose_port(0)
+    with stack_lock(home):
+        for _ in range(PORT_TRIES):
+            url = f"http://{client_host}:{port}"
+            (home / API_FILE).write_text(json.dumps({"url": url, "port": port}) + "\n")
+            if _serves(home, client_host, port):
+                return url
+            port = choose_port(0)
     raise Unavailable(f"the API found no free port; its output is in {home / API.log_file}")
+
+
+def restart_api(home: Path) -> None:
+    """Starts the API again on its recorded address, as ``up`` started it (the caller
+    holds the stack's lock: the supervisor); ``PortTaken`` when another process holds
+    that port, ``Unavailable`` when there is no record or it does not listen."""
+    record = recorded(home, API_FILE)
+    port, url = record.get("port"), record.get("url")
+    if not isinstance(port, int) or not isinstance(url, str):
+        raise Unavailable(f"no record of the API's address in {home / API_FILE}")
+    host = urlsplit(url).hostname or "127.0.0.1"
+    if not _serves(home, host, port):
+        raise PortTaken(f"the API's port {port} is held by {describe_holder(port)}")
+
+
+def _serves(home: Path, host: str, port: int) -> bool:
+    """Starts the API on ``port`` unless it runs, and waits until it listens: whether it
+    is the API that holds the port (another process's port: ours is stopped)."""
+    pid = API.start(home, [venv_binary("hubjobs"), "api"], env={"HUBJOBS_API_PORT": str(port)})
+    wait_for_port(port, START_SECONDS, "the API", host=host)
+    holder = port_holder(port)
+    if holder is None or holder.pid == pid:
+        return True
+    API.stop(home)  # another process's port: ours cannot serve on it
+    return False
+
+
+def recorded_api(home: Path) -> bool:
+    """Whether the stack has an API to keep running (``up`` started one here)."""
+    return (home / API_FILE).is_file()
 
 
 def stop_api(home: Path, timeout: float = 15) -> None:

@@ -42,8 +42,9 @@ async def create_account(
     role: str = ADMINISTRATOR,
     enabled: bool = True,
     name: str = "Ada Admin",
+    account_id: uuid.UUID | None = None,
 ) -> uuid.UUID:
-    account_id = uuid.uuid4()
+    account_id = account_id or uuid.uuid4()
     await conn.execute(
         text(
             "INSERT INTO user_accounts (id, email, display_name, enabled) "

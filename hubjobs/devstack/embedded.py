@@ -23,11 +23,13 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -304,8 +306,47 @@ def _pg_bin_path() -> Path:
     return Path(POSTGRES_BIN_PATH)
 
 
+# Every connection to the embedded PostgreSQL authenticates with this, on TCP and on
+# a socket alike (pg_hba.conf), against the password in PASSWORD_FILE.
+AUTH_METHOD = "scram-sha-256"
+PASSWORD_FILE = "postgres-password"
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by this user only, replacing it in one step."""
+    partial = path.with_name(f".{path.name}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+    os.replace(partial, path)
+
+
+def _hba_rules(text: str) -> list[list[str]]:
+    return [
+        line.split()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def _trusting_lines(text: str) -> bool:
+    return any("trust" in rule for rule in _hba_rules(text))
+
+
+def _without_trust(text: str) -> str:
+    """pg_hba.conf with every ``trust`` rule authenticating instead (comments kept)."""
+    lines = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and not line.lstrip().startswith("#") and "trust" in words:
+            line = " ".join(AUTH_METHOD if word == "trust" else word for word in words)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 class EmbeddedPostgres:
-    """A PostgreSQL cluster in ``<home>/pgdata`` listening on 127.0.0.1 only."""
+    """A PostgreSQL cluster in ``<home>/pgdata`` listening on 127.0.0.1 only, every
+    connection authenticated with the password in ``<home>/postgres-password``."""
 
     def __init__(
         self,
@@ -327,6 +368,9 @@ class EmbeddedPostgres:
         # project's own test hosts in network namespaces. Loopback only by default.
         self.listen = listen
         self.trusted_network = trusted_network
+        # The superuser's password (generated at initdb), readable by this user only:
+        # every connection authenticates, so another user of the machine gets nothing.
+        self.password_file = self.home / PASSWORD_FILE
 
     def _bin(self, name: str) -> str:
         return str(_pg_bin_path() / name)
@@ -413,39 +457,111 @@ class EmbeddedPostgres:
         self.start_on(port)
 
     def _create(self) -> str | None:
-        """initdb on first use, configured for loopback (or ``listen``) over TCP only.
-        Returns the user PostgreSQL runs as (None: this one)."""
+        """initdb on first use, configured for loopback (or ``listen``) over TCP only,
+        with a new password for the superuser. Returns the user PostgreSQL runs as
+        (None: this one)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self.logfile.touch()
         run_as = self._run_as()
         if not (self.pgdata / "PG_VERSION").exists():
-            subprocess.run(
-                [
-                    self._bin("initdb"),
-                    "-D",
-                    str(self.pgdata),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--no-instructions",
-                ],
-                check=True,
-                capture_output=True,
-                user=run_as,
-            )
+            with self._password_for_initdb(run_as) as pwfile:
+                subprocess.run(
+                    [
+                        self._bin("initdb"),
+                        "-D",
+                        str(self.pgdata),
+                        "-U",
+                        "postgres",
+                        f"--auth={AUTH_METHOD}",
+                        f"--pwfile={pwfile}",
+                        "--encoding=UTF8",
+                        "--no-instructions",
+                    ],
+                    check=True,
+                    capture_output=True,
+                    user=run_as,
+                )
             with open(self.pgdata / "postgresql.auto.conf", "a") as conf:
                 conf.write(f"listen_addresses = '{self.listen}'\nunix_socket_directories = ''\n")
                 conf.write("max_connections = 200\n")
+                conf.write(f"password_encryption = '{AUTH_METHOD}'\n")
                 if not self.durable:
                     conf.write("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
                 for name, value in self.settings.items():
                     conf.write(f"{name} = '{value}'\n")
             if self.trusted_network:
                 with open(self.pgdata / "pg_hba.conf", "a") as hba:
-                    hba.write(f"host all all {self.trusted_network} trust\n")
+                    hba.write(f"host all all {self.trusted_network} {AUTH_METHOD}\n")
         return run_as
+
+    def password(self) -> str | None:
+        """The superuser's password (None: a cluster of an older hubjobs, not secured yet)."""
+        try:
+            return self.password_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _new_password(self) -> str:
+        """The password file's, else a new one written there (0600) first: a crash
+        between writing it and setting it leaves the file, which the next try sets."""
+        known = self.password()
+        if known is not None:
+            return known
+        password = secrets.token_urlsafe(24)  # URL-safe: it goes into URLs as it is
+        write_private(self.password_file, password + "\n")
+        return password
+
+    @contextlib.contextmanager
+    def _password_for_initdb(self, run_as: str | None) -> Iterator[Path]:
+        """The password in a file initdb (running as ``run_as``) can read, and only it;
+        removed once read."""
+        password = self._new_password()
+        descriptor, name = tempfile.mkstemp(dir=self.home, prefix=".pwfile-")
+        path = Path(name)
+        try:
+            with os.fdopen(descriptor, "w") as out:
+                out.write(password + "\n")
+            if run_as is not None:
+                import pwd
+
+                entry = pwd.getpwnam(run_as)
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    def secure(self, port: int) -> bool:
+        """A running cluster of an older hubjobs (pg_hba.conf trusting every local
+        connection) made to authenticate: the superuser gets the password (generated
+        now, kept in the password file) and every ``trust`` line of pg_hba.conf becomes
+        scram-sha-256, read again at once. Returns whether anything changed."""
+        import psycopg
+        from psycopg import sql
+
+        hba_path = self.pgdata / "pg_hba.conf"
+        hba = hba_path.read_text()
+        if not _trusting_lines(hba):
+            if self.password() is None:
+                raise Unavailable(
+                    f"PostgreSQL in {self.pgdata} authenticates, but its password file "
+                    f"{self.password_file} is gone"
+                )
+            return False
+        password = self._new_password()
+        # Trusted still: the one connection that needs no password.
+        with psycopg.connect(self._url(port, "postgres", None), autocommit=True) as conn:
+            conn.execute(f"SET password_encryption = '{AUTH_METHOD}'")
+            conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
+            partial = hba_path.with_name("pg_hba.conf.partial")
+            partial.write_text(_without_trust(hba))
+            shutil.copystat(hba_path, partial)
+            stat = hba_path.stat()
+            os.chown(partial, stat.st_uid, stat.st_gid)
+            os.replace(partial, hba_path)
+            conn.execute("SELECT pg_reload_conf()")
+        log.warning("PostgreSQL in %s now authenticates (scram-sha-256)", self.pgdata)
+        return True
 
     def _clear_stale_lock(self, timeout: float = 15) -> None:
         """PostgreSQL clears the lock file of a postmaster that died, unless that
@@ -482,9 +598,15 @@ class EmbeddedPostgres:
             user=self._run_as(),
         )
 
-    def url(self, port: int, database: str = DATABASE) -> str:
-        host = self.listen.split(",")[0].strip()
-        return f"postgresql://postgres@{host}:{port}/{database}"
+    def url(self, port: int, database: str = DATABASE, host: str | None = None) -> str:
+        """The superuser's URL, its password included (on the first address it listens
+        on, or ``host``)."""
+        return self._url(port, database, self.password(), host)
+
+    def _url(self, port: int, database: str, password: str | None, host: str | None = None) -> str:
+        host = host or self.listen.split(",")[0].strip()
+        user = "postgres" if password is None else f"postgres:{password}"
+        return f"postgresql://{user}@{host}:{port}/{database}"
 
     def ensure_database(self, port: int, database: str = DATABASE) -> str:
         import psycopg
@@ -693,10 +815,9 @@ def read_stack(home: Path) -> StackInfo | None:
 
 def write_stack(home: Path, info: StackInfo) -> None:
     """Replaces the record in one step: a command reading it meanwhile sees the old one
-    or the new one, never half of one."""
-    partial = home / f"{STACK_FILE}.partial"
-    partial.write_text(json.dumps(asdict(info), indent=2))
-    os.replace(partial, home / STACK_FILE)
+    or the new one, never half of one. Its owner's only: the database URL carries the
+    password."""
+    write_private(home / STACK_FILE, json.dumps(asdict(info), indent=2))
 
 
 LOCK_FILE = "stack.lock"
@@ -780,6 +901,7 @@ def _up(
             record=home / STACK_FILE,
         )
         pg_port = ports.postgres
+    postgres.secure(pg_port)
     database_url = postgres.ensure_database(pg_port)
     upgrade(database_url)
     if temporal.running_pid() is None:

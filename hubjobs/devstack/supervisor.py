@@ -1,6 +1,7 @@
 """The embedded stack's supervisor: brings back a server of the stack that died (a
-PostgreSQL PANIC whose crash recovery failed, an OOM kill, a SIGKILL), as compose's
-restart policy does in production. ``hubjobs up`` starts it (unless
+PostgreSQL PANIC whose crash recovery failed, an OOM kill, a SIGKILL), and the stack's
+API (which the CLI's job commands call), as compose's restart policy does in
+production. ``hubjobs up`` starts it (unless
 HUBJOBS_STACK_SUPERVISOR is off) and ``hubjobs down`` stops it before the servers; its
 pid in ``<home>/supervisor.pid``, its log in ``<home>/supervisor.log``.
 
@@ -9,7 +10,8 @@ A process of its own rather than the background worker: the stack runs without a
 
 Every second it looks at each server. A dead one it starts again on its recorded
 address with its data, as it was (PostgreSQL's cluster on the port in ``stack.json``;
-the dev server with the command it was last started with), under the stack's lock, so
+the dev server with the command it was last started with; the API on the port in
+``api.json``, with the environment ``up`` gave it), under the stack's lock, so
 that ``up`` never starts the same server beside it. A start that fails (crash recovery
 failing for lack of space, a port another process holds) is tried again 1 s, 2 s, 4 s…
 later, at most HUBJOBS_STACK_RESTART_MAX_SECONDS apart, for as long as the stack is
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hubjobs.devstack.background_api import API, recorded_api, restart_api
 from hubjobs.devstack.daemons import Daemon
 from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, read_stack, stack_lock
 from hubjobs.observability.logs import setup_logging
@@ -105,6 +108,8 @@ class Watched:
 
 
 def watched_servers(home: Path, retry_max_seconds: float) -> list[Watched]:
+    """PostgreSQL, the Temporal dev server and the stack's API (once ``up`` started
+    one: the job commands call it)."""
     postgres = EmbeddedPostgres(home)
     temporal = EmbeddedTemporal(home)
 
@@ -125,6 +130,12 @@ def watched_servers(home: Path, retry_max_seconds: float) -> list[Watched]:
             "Temporal",
             lambda: temporal.running_pid() is not None,
             temporal.restart,
+            retry_max_seconds,
+        ),
+        Watched(
+            "API",
+            lambda: API.running(home) is not None or not recorded_api(home),
+            lambda: restart_api(home),
             retry_max_seconds,
         ),
     ]

@@ -9,6 +9,7 @@ e.g. that starting or cancelling needs an administrator."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from hubjobs.errors import Forbidden, NotFound
@@ -59,4 +60,16 @@ async def require_administrator(
         raise Forbidden(
             "the actor is not an enabled administrator of the workspace",
             code="actor_not_administrator",
+        )
+
+
+def require_hub_operator(operators: Collection[uuid.UUID], actor_id: uuid.UUID) -> None:
+    """An action on the whole hub (a whole-hub backup) is a hub operator's: an account
+    HUBJOBS_HUB_OPERATORS names. A workspace's administrator is refused with a code of
+    its own, whatever workspaces it administers."""
+    if actor_id not in operators:
+        raise Forbidden(
+            "the whole hub is a hub operator's (HUBJOBS_HUB_OPERATORS); a workspace's "
+            "administrator may back up that workspace",
+            code="hub_operator_required",
         )

@@ -1,7 +1,8 @@
-"""Backup (seed 000): one consistent archive of every hub table and attachment. It has no
-items: its progress is tables and attachments streamed, and its only durable progress
-is the finished archive (a backup cut mid-stream made none; the next attempt starts a
-new snapshot). When the job expires, its archive goes with it."""
+"""Backup (seed 000): one consistent archive of a workspace (its row, memberships and the
+accounts they name, pages, revisions, attachments) or, a hub operator's, of the whole
+hub. It has no items: its progress is tables and attachments streamed, and its only
+durable progress is the finished archive (a backup cut mid-stream made none; the next
+attempt starts a new snapshot). When the job expires, its archive goes with it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import logging
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.archive.format import HUB_TABLES, temporary_files
+from hubjobs.archive.scope import count_attachments
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -24,16 +26,31 @@ from hubjobs.settings import Settings
 log = logging.getLogger(__name__)
 
 
+Scope = Literal["workspace", "hub"]
+
+
 class BackupPayload(BaseModel):
-    """Nothing to choose: a backup takes everything."""
+    """What the archive holds: the job's workspace (the default), or the whole hub."""
 
     model_config = ConfigDict(extra="forbid")
+
+    scope: Scope = Field(
+        default="workspace",
+        description="workspace: the job's workspace alone; hub: every workspace (a hub "
+        "operator's, HUBJOBS_HUB_OPERATORS)",
+    )
+
+    def workspace_of(self, job_workspace: uuid.UUID) -> uuid.UUID | None:
+        """The workspace the archive holds, None for the whole hub."""
+        return job_workspace if self.scope == "workspace" else None
 
 
 class BackupArchive(BaseModel):
     """What a finished backup wrote: the attempt's output, the result's source."""
 
     backup_id: uuid.UUID
+    # An attempt of a build before scopes wrote a whole hub's archive.
+    scope: Scope = "hub"
     created_at: datetime
     size_bytes: int
     table_count: int
@@ -49,6 +66,7 @@ PATH_MAX_LENGTH = 4096
 
 class BackupResult(Result):
     backup_id: uuid.UUID
+    scope: Scope
     created_at: datetime
     size_bytes: int
     table_count: int
@@ -72,18 +90,23 @@ def progress_line(steps: int, total: int, nbytes: int, stage: str) -> str:
     return f"{steps} of {total} {what}, {nbytes / 1e6:.1f} MB read ({stage})"
 
 
+def _title(payload: BackupPayload) -> str:
+    return "Back up the hub" if payload.scope == "hub" else "Back up the workspace"
+
+
 async def check(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> str:
-    """Nothing to check but the actor (the shared start's): any administrator may."""
-    return "Back up the hub"
+    """Nothing to check but the actor (the shared start's: an administrator, and for the
+    whole hub a hub operator)."""
+    return _title(payload)
 
 
 async def prepare(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> Prepared:
     """By the first attempt: what the backup holds (the attachments, counted then)."""
-    attachments = (await conn.execute(text("SELECT count(*) FROM attachments"))).scalar_one()
-    return Prepared(
-        total=len(HUB_TABLES) + int(attachments),
-        summary=f"Back up the hub: {what_is_backed_up(len(HUB_TABLES), int(attachments))}",
-    )
+    attachments = (
+        await conn.execute(text(count_attachments(payload.workspace_of(job.workspace_id))))
+    ).scalar_one()
+    what = what_is_backed_up(len(HUB_TABLES), int(attachments))
+    return Prepared(total=len(HUB_TABLES) + int(attachments), summary=f"{_title(payload)}: {what}")
 
 
 def build_result(
@@ -114,7 +137,10 @@ BACKUP = JobKind(
     expire=expire,
     # Tables streamed are not durable: only the finished archive is.
     durable_progress=lambda job: 0,
+    # A whole hub is above any workspace: its start is a hub operator's.
+    hub_wide=lambda payload: payload.scope == "hub",
     # Bulk: behind interactive kinds when workers are busy.
     priority=4,
-    help="Back up every hub table and attachment into one archive (HUBJOBS_BACKUP_DIR).",
+    help="Back up the workspace (--scope hub: the whole hub, a hub operator's) into one "
+    "archive (HUBJOBS_BACKUP_DIR).",
 )

@@ -117,6 +117,10 @@ class JobKind(Generic[P]):
     # committing work moved (only attempts that moved it nothing count against the
     # kind's attempts). Items recorded, by default.
     durable_progress: Callable[[JobView], int] = items_recorded
+    # Whether a start of this payload acts on the whole hub, above any workspace (a
+    # whole-hub backup): then it is a hub operator's (HUBJOBS_HUB_OPERATORS) besides
+    # an administrator's of the job's workspace. None: never.
+    hub_wide: Callable[[Any], bool] | None = None
     # Whether `retry` may start a new job over a finished job's failed items.
     retryable_items: bool = False
     # The model of its attempts' cursor (where the next attempt carries on: heartbeat

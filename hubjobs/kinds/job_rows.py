@@ -18,15 +18,17 @@ counters), ``expires_at`` from the kind's retention.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.domain.access import require_administrator
-from hubjobs.errors import HubJobsError, InvalidInput
-from hubjobs.kinds import REGISTRY, NewJob, Prepared
+from hubjobs.domain.access import require_administrator, require_hub_operator
+from hubjobs.errors import HubJobsError, IdempotencyKeyReused, InvalidInput
+from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.store import Finished
@@ -64,12 +66,15 @@ async def admit(
     conn: AsyncConnection,
     row: JobRow,
     *,
+    operators: Collection[uuid.UUID] = (),
     refused_kept_for: timedelta | None = None,
     refusal: HubJobsError | None = None,
 ) -> CreatedJob:
     """The one way a job's row comes to be, in the caller's transaction: created when the
     start passes its checks (the payload valid for its kind, the actor an enabled
-    administrator, the kind's own check), or its typed HubJobsError raised. A start no
+    administrator, a hub operator (one of ``operators``: HUBJOBS_HUB_OPERATORS) for a
+    start that acts on the whole hub, the kind's own check), or its typed HubJobsError
+    raised. A start no
     caller waits on (a firing, a direct start through Temporal) passes
     ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
     and kept that long, so that whoever started it sees why (the refusal is raised all
@@ -78,9 +83,9 @@ async def admit(
     if refusal is None:
         try:
             if refused_kept_for is None:
-                return await _create(conn, row)
+                return await _create(conn, row, operators)
             async with conn.begin_nested():
-                return await _create(conn, row)
+                return await _create(conn, row, operators)
         except HubJobsError as err:
             if refused_kept_for is None:
                 raise
@@ -97,9 +102,7 @@ async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
     pages back since. One still to take its items is returned as ever."""
     if row.idempotency_key is None or row.source_job_id is None:
         return
-    earlier = await store.find_by_idempotency_key(
-        conn, row.workspace_id, row.kind, row.idempotency_key
-    )
+    earlier = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
     if (
         earlier is not None
         and earlier.is_final
@@ -109,18 +112,20 @@ async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
         await store.release_idempotency_key(conn, earlier.id)
 
 
-async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
+async def _create(
+    conn: AsyncConnection, row: JobRow, operators: Collection[uuid.UUID]
+) -> CreatedJob:
     kind = REGISTRY.get(row.kind)
     model = kind.validate(row.payload)
     # Before the idempotency lookup: a start naming an existing job is still a start,
     # and must not hand that job to an actor who may not start jobs here.
     await require_administrator(conn, row.workspace_id, row.actor_id)
+    if kind.hub_wide is not None and kind.hub_wide(model):
+        require_hub_operator(operators, row.actor_id)
     if row.idempotency_key is not None:
-        existing = await store.find_by_idempotency_key(
-            conn, row.workspace_id, kind.name, row.idempotency_key
-        )
+        existing = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
         if existing is not None:
-            return CreatedJob(existing, created=False)
+            return CreatedJob(_named_by_key(existing, row, kind, model), created=False)
     new_job = NewJob(
         row.job_id, row.workspace_id, row.actor_id, row.correlation_id, row.source_job_id
     )
@@ -142,16 +147,39 @@ async def _create(conn: AsyncConnection, row: JobRow) -> CreatedJob:
     )
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
-        found = None
         if row.idempotency_key is not None:
-            found = await store.find_by_idempotency_key(
-                conn, row.workspace_id, kind.name, row.idempotency_key
-            )
-        found = found or await store.get_job(conn, row.job_id, row.workspace_id)
+            found = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
+            if found is not None:
+                return CreatedJob(_named_by_key(found, row, kind, model), created=False)
+        found = await store.get_job(conn, row.job_id, row.workspace_id)
         if found is None or (row.workflow_id is not None and found.workflow_id != row.workflow_id):
             raise InvalidInput("the job id is taken", code="job_id_conflict")
         return CreatedJob(found, created=False)
     return CreatedJob(inserted, created=True)
+
+
+def _named_by_key(existing: JobView, row: JobRow, kind: JobKind[Any], model: BaseModel) -> JobView:
+    """The job the start's idempotency key names, when the start is the request that
+    made it; else ``IdempotencyKeyReused`` naming it. The same request: the same kind,
+    payload (its validated model's JSON: key order and defaulted fields do not count)
+    and notify_url; who asks and the correlation id do not count. A start straight
+    through Temporal is its own workflow's job, and never answers with another's."""
+    if existing.id == row.job_id:
+        return existing
+    if row.workflow_id is not None or not _same_request(existing, row, kind, model):
+        raise IdempotencyKeyReused(existing.id)
+    return existing
+
+
+def _same_request(existing: JobView, row: JobRow, kind: JobKind[Any], model: BaseModel) -> bool:
+    if existing.kind != kind.name or existing.notify_url != row.notify_url:
+        return False
+    try:
+        # Both through today's model: a field added since, defaulted, is on both sides.
+        earlier: BaseModel = kind.validate(existing.payload)
+    except HubJobsError:
+        return False
+    return earlier.model_dump(mode="json") == model.model_dump(mode="json")
 
 
 async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:

@@ -33,6 +33,13 @@ archive, all or nothing.
 6. **After the commit** the staged files are linked into place (never replacing,
    never following a link) and the staging folder goes.
 
+A workspace's archive (format 3, ``scope`` workspace) restores so into an empty
+database too. With ``replace_workspace`` it goes into a running hub at this version's
+schema instead: steps 1, 3 and 4 as above (its staged rows must all be its
+workspace's), then one final transaction replaces that workspace's rows and nothing
+else (hubjobs.ops.replace), and after the commit its files are renamed over the old
+ones and the files of the attachments it removed are unlinked.
+
 A refusal or an error before the commit leaves the live schema and DIR exactly as they
 were (the staging schema is dropped on the way out), and is a HubJobsError with one of
 these codes (details go to the log):
@@ -63,6 +70,14 @@ these codes (details go to the log):
                            target's folder should be
 ``attachments_unwritable`` DIR (or where it would go) cannot be written
 ``attachments_no_space``   DIR's file system has no room for the attachments
+``attachments_dir_required`` no attachments folder given for a database that is not
+                           the hub's own (the command line's default)
+``not_a_workspace_archive`` ``replace_workspace`` with a hub's archive
+``database_not_migrated``  ``replace_workspace`` into a hub at another schema version
+``workspace_busy``         ``replace_workspace`` while the workspace has jobs queued or
+                           running
+``archive_conflict``       ``replace_workspace`` would touch another workspace's rows
+                           or files (hubjobs.ops.replace)
 ``attachments_incomplete`` (the only one after the commit) the database is restored
                            but some files could not be moved into place because
                            something else wrote to DIR meanwhile; they stay in the
@@ -82,6 +97,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,6 +105,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -96,12 +113,12 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
-from hubjobs.db.engine import sync_engine
+from hubjobs.db.engine import plain_url, sync_engine
 from hubjobs.db.errors import is_outage, refused_writes
 from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
-from hubjobs.ops import keys, staging_schema
+from hubjobs.ops import keys, replace, staging_schema
 from hubjobs.ops.fanout import run_groups
 from hubjobs.ops.parallel_copy import ParallelCopy
 from hubjobs.ops.prefetch import prefetched
@@ -121,6 +138,11 @@ RESTORE_ERROR_CODES = (
     "attachments_unwritable",
     "attachments_no_space",
     "attachments_incomplete",
+    "attachments_dir_required",
+    "not_a_workspace_archive",
+    "database_not_migrated",
+    "workspace_busy",
+    "archive_conflict",
 )
 # Loading connections when neither the caller nor HUBJOBS_RESTORE_CONNECTIONS says:
 # one per core (each COPY keeps a backend's core busy compressing), at most this many.
@@ -178,9 +200,16 @@ class RestoreReport:
     created_at: str
     archive_schema_version: str
     schema_version: str
+    # What the archive holds: "hub", or "workspace" and its id.
+    scope: str = "hub"
+    workspace_id: str | None = None
+    # Whether it replaced its workspace in a running hub (else: an empty database).
+    replaced: bool = False
     tables: dict[str, int] = field(default_factory=dict)
     attachments: int = 0
     attachment_bytes: int = 0
+    # Files of the workspace's former attachments that the archive does not hold, removed.
+    attachments_removed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -193,12 +222,14 @@ def restore(
     *,
     max_bytes: int | None = None,
     connections: int | None = None,
+    replace_workspace: bool = False,
 ) -> RestoreReport:
     """Restores ``archive`` into the empty database at ``database_url`` and the folder
-    ``attachments_dir`` (see the module's docstring). ``max_bytes`` defaults to
-    HUBJOBS_RESTORE_MAX_BYTES, and that to 100 times the archive's size (1 GiB at
-    least); ``connections`` (how many load at once) to HUBJOBS_RESTORE_CONNECTIONS, and
-    that to the machine's cores (at most 4)."""
+    ``attachments_dir`` (see the module's docstring); with ``replace_workspace``, a
+    workspace's archive into a running hub, replacing that workspace. ``max_bytes``
+    defaults to HUBJOBS_RESTORE_MAX_BYTES, and that to 100 times the archive's size
+    (1 GiB at least); ``connections`` (how many load at once) to
+    HUBJOBS_RESTORE_CONNECTIONS, and that to the machine's cores (at most 4)."""
     settings = Settings()
     if max_bytes is None:
         max_bytes = settings.restore_max_bytes
@@ -208,17 +239,27 @@ def restore(
         archive, max_bytes=max_bytes, known_schema_versions=known_revisions()
     ) as source:
         manifest = source.manifest
+        if replace_workspace and manifest.workspace_id is None:
+            engine.dispose()
+            raise RestoreRefused(
+                "only a workspace's archive replaces its workspace in a running hub; this "
+                "one holds a whole hub (restore it into an empty database)",
+                code="not_a_workspace_archive",
+            )
         store = AttachmentStore(attachments_dir, source.attachments)
         report = RestoreReport(
             backup_id=str(manifest.backup_id),
             created_at=manifest.created_at.isoformat(),
             archive_schema_version=manifest.schema_version,
             schema_version=head_revision(),
+            scope=manifest.scope,
+            workspace_id=None if manifest.workspace_id is None else str(manifest.workspace_id),
             attachments=len(source.attachments),
             attachment_bytes=manifest.attachment_bytes,
         )
         run = _Restore(engine, source, store, report, bulk_settings(settings), loaders)
         run.pause_at = settings.restore_pause_at
+        run.replacing = replace_workspace
         try:
             run.run()
         except (sa_exc.DBAPIError, psycopg.Error) as err:
@@ -226,9 +267,43 @@ def restore(
         finally:
             engine.dispose()
         store.install()
+        if run.removed:
+            report.attachments_removed = store.remove(run.removed)
         _lap("install")
     log.info("restored backup %s into %s", report.backup_id, database_url.rsplit("@", 1)[-1])
     return report
+
+
+def _database_of(url: str) -> tuple[str, str, str] | None:
+    """(host, port, database) a URL names, None when it does not parse."""
+    try:
+        given = conninfo_to_dict(plain_url(url))
+    except psycopg.ProgrammingError:
+        return None
+    return (
+        str(given.get("host") or "localhost"),
+        str(given.get("port") or "5432"),
+        str(given.get("dbname") or ""),
+    )
+
+
+def default_attachments_dir(database_url: str, settings: Settings) -> Path:
+    """Where a restore into ``database_url`` writes attachment files when not told: the
+    folder of the hub whose database that is (HUBJOBS_ATTACHMENTS_DIR, else the embedded
+    stack's). Into any other database it must be told (``attachments_dir_required``):
+    another hub's files never land in this hub's folder."""
+    try:
+        own = settings.resolved_database_url()
+    except HubJobsError:
+        own = None
+    target = _database_of(database_url)
+    if own is None or target is None or target != _database_of(own):
+        raise InvalidInput(
+            "this database is not the hub's own (HUBJOBS_DATABASE_URL): say where its "
+            "attachment files go with --attachments-dir",
+            code="attachments_dir_required",
+        )
+    return settings.resolved_attachments_dir
 
 
 def _engine(database_url: str, settings: Settings, loaders: int) -> Engine:
@@ -266,6 +341,12 @@ class _Restore:
         self.session = session
         self.loaders = loaders
         self.pause_at: str | None = None
+        # Asked to replace the archive's workspace in a running hub (hubjobs.ops.replace);
+        # ``live_hub`` once the database turned out to be one (else: as an empty one).
+        self.replacing = False
+        self.live_hub = False
+        # The storage paths of the attachments a workspace's replacement removed.
+        self.removed: list[str] = []
         self.schema = staging_schema.new_name()
         self._opened: list[PoolProxiedConnection] = []
         self._stop = threading.Event()
@@ -293,7 +374,7 @@ class _Restore:
         staged = False
         try:
             with conn.begin():
-                has_schema = _require_empty(conn, self.source.manifest)
+                has_schema = self._check_target(conn)
             self.store.check()  # the last refusal: nothing has been written anywhere yet
             staged = True
             aside = self._create_schema(conn, has_schema)
@@ -304,11 +385,17 @@ class _Restore:
             self._build(aside)
             self._finish_schema(conn)
             self._wait_for_files()
+            if self.live_hub:
+                with conn.begin():
+                    replace.check_scope(conn, self.schema, self._workspace)
+                    self.store.replaceable = frozenset(
+                        replace.live_attachment_paths(conn, self._workspace)
+                    )
             self.store.prepare()
             _lap("folders")
-            self._swap(conn)
+            self._final(conn)
         except CommitUnknown:
-            raise  # the staged files stay (see _swap)
+            raise  # the staged files stay (see _final)
         except BaseException as err:
             self._stop.set()
             self._close_loaders()
@@ -322,6 +409,24 @@ class _Restore:
         finally:
             self._close_loaders()
             self._pool.shutdown(wait=True)
+
+    @property
+    def _workspace(self) -> uuid.UUID:
+        workspace = self.source.manifest.workspace_id
+        assert workspace is not None, "a workspace's archive"
+        return workspace
+
+    def _check_target(self, conn: Connection) -> bool:
+        """The database is empty (True: with the archive's schema), or, replacing a
+        workspace, a running hub at this version (then ``live_hub``; False)."""
+        if self.replacing and _live_version(conn) == self.report.schema_version:
+            self.live_hub = True
+            self.report.replaced = True
+            self.store.adopt_identical = True
+            replace.require_idle(conn, self._workspace)
+            self.store.replaceable = frozenset(replace.live_attachment_paths(conn, self._workspace))
+            return False
+        return _require_empty(conn, self.source.manifest, replacing=self.replacing)
 
     def _create_schema(self, conn: Connection, has_schema: bool) -> keys.KeysAside:
         """The staging schema at the archive's version, keys set aside; leftovers of
@@ -396,21 +501,27 @@ class _Restore:
             _set_sequences(conn, self.schema)
             if self.source.manifest.schema_version != self.report.schema_version:
                 upgrade_on(conn, "head")
+        if self.live_hub:
+            return  # its rows are copied into the live tables, whose statistics stay
         loaders = [self._driver(c) for c in self._opened]
         tables = sorted((t for t, _ in HUB_TABLES), key=self._bytes_of, reverse=True)
         run_groups(loaders, [[f"ANALYZE {self._qualified(t)}"] for t in tables])
         _lap("migration and analyze")
 
-    def _swap(self, conn: Connection) -> None:
-        """The final transaction: the live schema checked again under lock, the staged
-        one moved in; its commit is the restore."""
+    def _final(self, conn: Connection) -> None:
+        """The final transaction: into an empty database, the live schema checked again
+        under lock and the staged one moved in; into a running hub, the workspace's rows
+        replaced by the staged ones (hubjobs.ops.replace). Its commit is the restore."""
         reached("swap", self.pause_at)
         committing = False
         try:
             with conn.begin():
-                _lock_live(conn)
-                has_schema = _require_empty(conn, self.source.manifest)
-                staging_schema.swap_in(conn, self.schema, replace=has_schema)
+                if self.live_hub:
+                    self._replace(conn)
+                else:
+                    _lock_live(conn)
+                    has_schema = _require_empty(conn, self.source.manifest)
+                    staging_schema.swap_in(conn, self.schema, replace=has_schema)
                 reached("swapped", self.pause_at)
                 committing = True
             _lap("commit")
@@ -428,6 +539,24 @@ class _Restore:
                     code="database_unavailable",
                 ) from None
             raise
+
+    def _replace(self, conn: Connection) -> None:
+        """In the final transaction: the workspace's row locked (no page or membership
+        can be added to it meanwhile), checked again, its rows replaced; the staging
+        schema dropped."""
+        workspace = self._workspace
+        conn.execute(
+            text("SELECT id FROM public.workspaces WHERE id = :w FOR UPDATE"), {"w": workspace}
+        )
+        if _live_version(conn) != self.report.schema_version:
+            raise RestoreRefused(
+                "the hub's schema changed under the restore", code="database_not_migrated"
+            )
+        replace.require_idle(conn, workspace)
+        replace.advance_sequences(conn, self.schema)
+        replace.find_conflicts(conn, self.schema, workspace)
+        self.removed = replace.replace(conn, self.schema, workspace)
+        staging_schema.drop(conn, self.schema)
 
     # --- helpers --------------------------------------------------------------------
 
@@ -548,9 +677,26 @@ def _lock_live(conn: Connection) -> None:
         conn.execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
 
 
-def _require_empty(conn: Connection, manifest: Manifest) -> bool:
+def _has_rows(conn: Connection, tables: set[str]) -> bool:
+    return any(
+        conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar()
+        for table in sorted(tables - {"alembic_version"})
+    )
+
+
+def _live_version(conn: Connection) -> str | None:
+    """The live schema's Alembic version, None without one."""
+    found = conn.execute(text("SELECT to_regclass('public.alembic_version') IS NOT NULL"))
+    if not found.scalar():
+        return None
+    return conn.execute(text("SELECT version_num FROM public.alembic_version")).scalar()
+
+
+def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = False) -> bool:
     """Refuses a live schema with rows or with a schema of another version; True when
-    it has the archive's schema already (without rows), False when it has none."""
+    it has the archive's schema already (without rows), False when it has none.
+    ``replacing`` (a running hub was asked for, and this one is not at this version's
+    schema): a hub with rows, or at another version, is ``database_not_migrated``."""
     tables = set(
         conn.execute(
             text(
@@ -566,6 +712,12 @@ def _require_empty(conn: Connection, manifest: Manifest) -> bool:
         if ("alembic_version" in tables)
         else None
     )
+    if replacing and (version != manifest.schema_version or _has_rows(conn, tables)):
+        raise RestoreRefused(
+            f"the hub's schema is at {version or 'an unknown version'}, this version's at "
+            f"{head_revision()}: migrate it first (hubjobs migrate)",
+            code="database_not_migrated",
+        )
     if version != manifest.schema_version:
         raise RestoreRefused(
             f"the database already has a schema ({version or 'unknown'}); restore needs an "
@@ -574,8 +726,17 @@ def _require_empty(conn: Connection, manifest: Manifest) -> bool:
         )
     for table in sorted(tables - {"alembic_version"}):
         if conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar():
+            hint = (
+                ""
+                if manifest.workspace_id is None
+                else (
+                    "; a workspace's archive replaces its workspace in a running hub with "
+                    "--replace-workspace"
+                )
+            )
             raise RestoreRefused(
-                f"the database is not empty (table {table} has rows)", code="database_not_empty"
+                f"the database is not empty (table {table} has rows){hint}",
+                code="database_not_empty",
             )
     return True
 

@@ -17,7 +17,12 @@ descriptor, one path component at a time, with O_NOFOLLOW:
              what it created.
 ``install``  after the commit: links each staged file to its target (link never
              replaces and never follows) and unlinks the staged name, fsyncs the
-             folders, removes the staging folder.
+             folders, removes the staging folder. A target in ``replaceable`` (a file
+             of the workspace a restore replaces) or one found holding the
+             attachment's very bytes (``adopt_identical``) is renamed over instead:
+             atomically, never following a link.
+``remove``   after the commit of a workspace's restore: unlinks the files of the
+             attachments it removed (never following a link).
 ``discard``  on any failure before the commit: removes the staged files, the staging
              folder and every folder ``open`` or ``prepare`` created, so DIR is as it was.
 
@@ -28,6 +33,7 @@ into DIR, and then keeps the staging folder and says so (``attachments_incomplet
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import secrets
@@ -37,7 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hubjobs.archive.format import RESERVED_PREFIX
+from hubjobs.archive.format import RESERVED_PREFIX, storage_path_parts
 from hubjobs.archive.reader import Archive, Attachment
 from hubjobs.errors import HubJobsError
 
@@ -81,6 +87,13 @@ class AttachmentStore:
     def __init__(self, root: Path, attachments: Sequence[Attachment]) -> None:
         self.root = Path(os.path.abspath(root))
         self.attachments = attachments
+        # Targets that may exist already, and are replaced: the files of the attachments
+        # of a workspace whose restore replaces them. With ``adopt_identical``, also a
+        # file at a target that holds the attachment's very bytes (one a deletion left
+        # behind): replacing it changes nothing.
+        self.replaceable: frozenset[str] = frozenset()
+        self.adopt_identical = False
+        self._identical: set[str] = set()
         self.staging_name: str | None = None
         self._root_fd: int | None = None
         self._staging_fd: int | None = None
@@ -157,7 +170,17 @@ class AttachmentStore:
                 known[folder] = True
             else:
                 if _lstat(root_fd, attachment.storage_path) is not None:
-                    raise _not_empty(attachment.storage_path)
+                    self._require_replaceable(root_fd, attachment.storage_path, attachment)
+
+    def _require_replaceable(self, dir_fd: int, name: str, attachment: Attachment) -> None:
+        """A target that exists may be replaced, or the restore is refused."""
+        path = attachment.storage_path
+        if path in self.replaceable or path in self._identical:
+            return
+        if self.adopt_identical and _holds(dir_fd, name, attachment):
+            self._identical.add(path)
+            return
+        raise _not_empty(path)
 
     # --- staging ------------------------------------------------------------------------
 
@@ -219,7 +242,7 @@ class AttachmentStore:
                 parent = self._walk(folder, create=True)
                 try:
                     if _lstat(parent, attachment.parts[-1]) is not None:
-                        raise _not_empty(attachment.storage_path)
+                        self._require_replaceable(parent, attachment.parts[-1], attachment)
                 finally:
                     os.close(parent)
             for folder in {c[:-1] for c in self._created} | {c for c in self._created}:
@@ -271,16 +294,25 @@ class AttachmentStore:
             try:
                 parent = self._walk(attachment.parts[:-1], create=True)
                 try:
-                    os.link(
-                        attachment.id,
-                        attachment.parts[-1],
-                        src_dir_fd=self._staging_fd,
-                        dst_dir_fd=parent,
-                        follow_symlinks=False,
-                    )
+                    path = attachment.storage_path
+                    if path in self.replaceable or path in self._identical:
+                        os.rename(
+                            attachment.id,
+                            attachment.parts[-1],
+                            src_dir_fd=self._staging_fd,
+                            dst_dir_fd=parent,
+                        )
+                    else:
+                        os.link(
+                            attachment.id,
+                            attachment.parts[-1],
+                            src_dir_fd=self._staging_fd,
+                            dst_dir_fd=parent,
+                            follow_symlinks=False,
+                        )
+                        os.unlink(attachment.id, dir_fd=self._staging_fd)
                 finally:
                     os.close(parent)
-                os.unlink(attachment.id, dir_fd=self._staging_fd)
                 folders.add(attachment.parts[:-1])
             except (OSError, AttachmentsRefused) as err:
                 log.error("attachment %s not moved into place: %s", attachment.storage_path, err)
@@ -309,6 +341,37 @@ class AttachmentStore:
         _quietly(os.rmdir, self.staging_name, dir_fd=self._root_fd)
         _quietly(os.fsync, self._root_fd)
         self._close()
+
+    def remove(self, paths: Sequence[str]) -> int:
+        """After the commit of a workspace's restore: unlinks the files of ``paths``
+        (attachments it removed; a path that is not a plain relative one, or a file
+        that is gone, is skipped), reached without following a link. Never raises;
+        returns how many went."""
+        removed = 0
+        try:
+            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            log.warning("attachments folder: the old files stay (%s)", err)
+            return 0
+        self._root_fd = root_fd
+        try:
+            for path in paths:
+                try:
+                    parts = storage_path_parts(path)
+                    parent = self._walk(parts[:-1], create=False)
+                except (ValueError, OSError, AttachmentsRefused):
+                    continue
+                try:
+                    os.unlink(parts[-1], dir_fd=parent)
+                    os.fsync(parent)
+                    removed += 1
+                except OSError as err:
+                    log.info("attachment file %s not removed: %s", path, err)
+                finally:
+                    os.close(parent)
+        finally:
+            self._close()
+        return removed
 
     def abandon(self) -> None:
         """Leaves everything staged where it is (the caller says where), closing up."""
@@ -343,6 +406,25 @@ class AttachmentStore:
             if fd is not None:
                 _quietly(os.close, fd)
         self._staging_fd = self._root_fd = None
+
+
+def _holds(dir_fd: int, name: str, attachment: Attachment) -> bool:
+    """Whether ``name`` (below ``dir_fd``, not followed if a link) is a plain file of
+    the attachment's size and sha256."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != attachment.size:
+            return False
+        digest = hashlib.sha256()
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+        return digest.hexdigest() == attachment.sha256
+    finally:
+        os.close(fd)
 
 
 def _lstat(dir_fd: int, path: str) -> os.stat_result | None:

@@ -244,16 +244,16 @@ async def get_job(
 
 
 BY_IDEMPOTENCY_KEY = Statement.of(
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace "
-    "AND kind = :kind AND idempotency_key = :key",
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = :workspace AND idempotency_key = :key",
     prepared=True,
 )
 
 
 async def find_by_idempotency_key(
-    conn: AsyncConnection, workspace_id: uuid.UUID, kind: str, key: str
+    conn: AsyncConnection, workspace_id: uuid.UUID, key: str
 ) -> JobView | None:
-    params = {"workspace": workspace_id, "kind": kind, "key": key}
+    """The job the key names in the workspace, whatever its kind."""
+    params = {"workspace": workspace_id, "key": key}
     return _job_or_none(await direct.first(conn, BY_IDEMPOTENCY_KEY, params))
 
 

@@ -38,11 +38,10 @@ class Job(Base):
     __table_args__ = (
         CheckConstraint(f"status IN {sql_list(JobStatus)}", name="status"),
         CheckConstraint(f"notify_state IN {sql_list(NotifyState)}", name="notify_state"),
-        # The same idempotency key in one workspace names one job of a kind.
+        # An idempotency key names one job in a workspace, whatever its kind (0011).
         Index(
             "uq_jobs_idempotency",
             "workspace_id",
-            "kind",
             "idempotency_key",
             unique=True,
             postgresql_where=text("idempotency_key IS NOT NULL"),

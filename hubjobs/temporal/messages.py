@@ -130,6 +130,9 @@ class JobInput(BaseModel):
     # Where a direct start's completion webhook goes, for its first attempt to check and
     # record on the row (where it then lives); a client's start has it on the row only.
     notify_url: str | None = Field(None, max_length=URL_MAX_LENGTH)
+    # A direct start's idempotency key, for its first attempt to record on the row (a
+    # client's start has it on the row only).
+    idempotency_key: str | None = Field(None, max_length=KEY_MAX_LENGTH)
 
 
 class StartInput(BaseModel):
@@ -181,6 +184,16 @@ class StartInput(BaseModel):
         "final (see the 'From another service' guide). Its host must be one the "
         "deployment allows; else the job fails with invalid_notify_url (or "
         "webhooks_not_configured without a signing secret).",
+    )
+    idempotency_key: str | None = Field(
+        None,
+        pattern=KEY_PATTERN,
+        max_length=KEY_MAX_LENGTH,
+        description="A key naming this start's request in the workspace, recorded on the "
+        "job's row as a start through the API records its Idempotency-Key. A key that "
+        "names another job already (started through the API or under another workflow "
+        "id, whatever its payload) fails this job with idempotency_key_reused, its "
+        "message naming that job; resending under the same workflow id is the same job.",
     )
     # Written by the workflow itself when it continues as new; not for callers.
     checkpoint: SkipJsonSchema[Checkpoint | None] = None

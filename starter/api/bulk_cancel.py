@@ -76,7 +76,9 @@ def result_of(outcome: CancelOutcome) -> CancelResult:
     return CancelResult(
         id=outcome.job_id,
         job=job,
-        error=None if error is None else ErrorDetail(code=error.code, message=error.message),
+        error=None
+        if error is None
+        else ErrorDetail(code=error.code, message=error.message, job_id=error.job_id),
     )
 
 

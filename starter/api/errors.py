@@ -6,6 +6,7 @@ values)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +24,7 @@ from hubjobs.errors import (
     ConfigurationError,
     Forbidden,
     HubJobsError,
+    IdempotencyKeyReused,
     InvalidInput,
     NotFound,
     Unavailable,
@@ -44,12 +46,14 @@ INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 # tests/unit/test_error_codes.py holds it to every code the code base names.
 ERROR_CODES: tuple[str, ...] = (
     "actor_not_administrator",
+    "archive_conflict",
     "archive_corrupt",
     "archive_path_invalid",
     "archive_too_large",
     "archive_unreadable",
     "attachment_corrupt",
     "attachment_missing",
+    "attachments_dir_required",
     "attachments_incomplete",
     "attachments_no_space",
     "attachments_not_empty",
@@ -60,10 +64,13 @@ ERROR_CODES: tuple[str, ...] = (
     "database_failed",
     "database_full",
     "database_not_empty",
+    "database_not_migrated",
     "database_read_only",
     "database_unavailable",
     "forbidden",
     "http_error",
+    "hub_operator_required",
+    "idempotency_key_reused",
     "internal_error",
     "invalid_argument",
     "invalid_correlation_id",
@@ -88,6 +95,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_status",
     "invalid_tag",
     "invalid_time_zone",
+    "invalid_ttl",
     "job_cancelled",
     "job_failed",
     "job_id_conflict",
@@ -95,6 +103,8 @@ ERROR_CODES: tuple[str, ...] = (
     "job_not_found",
     "method_not_allowed",
     "missing_extra",
+    "no_stack",
+    "not_a_workspace_archive",
     "not_configured",
     "not_found",
     "not_retryable",
@@ -115,6 +125,7 @@ ERROR_CODES: tuple[str, ...] = (
     "unknown_kind",
     "wait_timeout",
     "webhooks_not_configured",
+    "workspace_busy",
     "workspace_not_found",
 )
 
@@ -122,6 +133,13 @@ ERROR_CODES: tuple[str, ...] = (
 class ErrorDetail(BaseModel):
     code: str = Field(json_schema_extra={"enum": list(ERROR_CODES)})
     message: str
+    job_id: uuid.UUID | None = Field(
+        None,
+        description="The job the error names, when it names one (idempotency_key_reused: "
+        "the job the key names); absent otherwise.",
+        # Absent rather than null: every other error keeps its two fields.
+        exclude_if=lambda job_id: job_id is None,
+    )
 
 
 class ErrorBody(BaseModel):
@@ -129,16 +147,22 @@ class ErrorBody(BaseModel):
 
 
 def error(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    job_id: uuid.UUID | None = None,
 ) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message))
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, job_id=job_id))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 STATUS_OF: list[tuple[type[HubJobsError], int]] = [
     (Unauthorized, 401),
     (Forbidden, 403),
     (NotFound, 404),
+    (IdempotencyKeyReused, 409),
     (InvalidInput, 422),
     (Unavailable, 503),
     (ConfigurationError, 503),
@@ -150,7 +174,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
     403: {
         "model": ErrorBody,
-        "description": "A member of the workspace who is not its administrator",
+        "description": "A member of the workspace who is not its administrator, or an "
+        "administrator asking for what is a hub operator's (hub_operator_required)",
     },
     404: {
         "model": ErrorBody,
@@ -164,6 +189,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "model": ErrorBody,
         "description": "PostgreSQL, Temporal or the identity provider's keys unavailable",
     },
+}
+
+
+# A start's own: its idempotency key names a job another request started.
+KEY_REUSED: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorBody,
+        "description": "The Idempotency-Key names a job started by another request (another "
+        "kind, payload or notify_url): idempotency_key_reused, with that job's id as "
+        "error.job_id; nothing was started",
+    }
 }
 
 
@@ -199,7 +235,7 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         if status >= 500:
             log.warning("API call failed: %s (%s)", exc.code, exc.message)
-        return error(status, exc.code, exc.message, headers)
+        return error(status, exc.code, exc.message, headers, job_id=exc.job_id)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -28,7 +28,7 @@ from hubjobs.schedules.definition import (
 )
 from starter.api.auth import Jobs
 from starter.api.bodies import no_duplicate_keys
-from starter.api.errors import ERRORS, error
+from starter.api.errors import ERRORS, KEY_REUSED, error
 from starter.api.resources import (
     JobPage,
     JobRecord,
@@ -47,7 +47,7 @@ router = APIRouter(tags=["jobs"])
     "/workspaces/{workspace_id}/jobs/{kind}",
     status_code=202,
     response_model=JobResource,
-    responses={**ERRORS},
+    responses={**ERRORS, **KEY_REUSED},
     summary="Start a job of a kind (course_tagging, backup, …)",
     dependencies=[Depends(no_duplicate_keys)],
 )
@@ -58,8 +58,9 @@ async def start_job(
     idempotency_key: Annotated[
         str | None,
         Header(
-            description="Same key, same job: 1 to 128 characters of "
-            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_idempotency_key)",
+            description="Same key and request (kind, payload, notify_url), same job; the "
+            "same key with another request, 409 idempotency_key_reused. 1 to 128 "
+            "characters of A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_idempotency_key)",
             min_length=1,
             max_length=KEY_MAX_LENGTH,
             pattern=KEY_PATTERN,

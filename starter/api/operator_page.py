@@ -8,15 +8,18 @@ Each file is sent with a Content-Security-Policy that runs only this origin's sc
 and style (no inline script, no ``eval``), lets the page call only this origin, and
 forbids framing, forms and ``<base>``; the script builds every node with ``textContent``.
 
-``POST /operator/dev-token`` mints a token for the embedded stack's demo actor (the
-profile's, ``hubjobs demo``): only while the API checks tokens with the stack's
-development secret and nothing else (the route does not exist otherwise), only for a
-caller on loopback, addressed by a loopback name (no DNS rebinding), from this origin
-(a browser's Origin header, when sent, must be the page's own).
+``POST /operator/login`` takes the code of a sign-in link (``hubjobs up`` and ``hubjobs
+demo`` print one: hubjobs/devstack/login_codes.py) and gives a token for the embedded
+stack's demo actor (the profile's, ``hubjobs demo``), once per code: only while the
+API checks tokens with the stack's development secret and nothing else (the route does
+not exist otherwise), only for a caller on loopback, addressed by a loopback name (no
+DNS rebinding), from this origin (a browser's Origin header, when sent, must be the
+page's own). No route gives a token to a caller without a code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import uuid
 from importlib import resources
@@ -24,11 +27,13 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
 
+from hubjobs.devstack.login_codes import CODE_MAX_LENGTH, LOGIN_CODE_SECONDS, redeem
 from hubjobs.errors import Forbidden, NotFound
 from hubjobs.home import PROFILE_FILE, recorded
 from hubjobs.settings import Settings
-from starter.api.tokens import mint
+from starter.api.tokens import Unauthorized, mint
 
 PREFIX = "/operator"
 CONTENT_SECURITY_POLICY = (
@@ -47,8 +52,15 @@ FILES = {
     "app.js": ("app.js", "text/javascript; charset=utf-8"),
     "app.css": ("app.css", "text/css; charset=utf-8"),
 }
-DEV_TOKEN_SECONDS = 8 * 3600
+# How long the token a sign-in link gives holds (a working day).
+SESSION_SECONDS = 8 * 3600
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+class LoginCode(BaseModel):
+    """The code of a sign-in link."""
+
+    code: str = Field(min_length=1, max_length=CODE_MAX_LENGTH)
 
 
 def page_file(name: str) -> bytes:
@@ -73,7 +85,7 @@ def page_router(settings: Settings) -> APIRouter:
     """The page's routes (none in the OpenAPI document: they are not the API)."""
     router = APIRouter(include_in_schema=False)
     served = {path: (page_file(name), media) for path, (name, media) in FILES.items()}
-    dev_token = settings.uses_dev_token_secret
+    login_links = settings.uses_dev_token_secret
 
     @router.get(PREFIX)
     async def operator_page_root() -> Response:
@@ -92,31 +104,37 @@ def page_router(settings: Settings) -> APIRouter:
 
     @router.get(f"{PREFIX}/config")
     async def operator_page_config() -> JSONResponse:
-        """What the page needs beyond the API: where the Temporal UI is, and whether a
-        demo token is to be had."""
+        """What the page needs beyond the API: where the Temporal UI is, and whether
+        sign-in links are taken (the embedded stack's)."""
         config: dict[str, Any] = {
             "temporal_ui_url": settings.resolved_ui_url(),
             "namespace": settings.temporal_namespace,
-            "dev_token": dev_token,
+            "login_links": login_links,
         }
         return JSONResponse(config, headers={"Cache-Control": "no-store"})
 
-    if dev_token:
+    if login_links:
 
-        @router.post(f"{PREFIX}/dev-token")
-        async def operator_page_dev_token(request: Request) -> JSONResponse:
+        @router.post(f"{PREFIX}/login")
+        async def operator_page_login(request: Request, body: LoginCode) -> JSONResponse:
             host = host_name(request.headers.get("host", ""))
             origin = request.headers.get("origin")
             client = request.client.host if request.client else None
             if not is_loopback(client) or host not in LOOPBACK_NAMES:
-                raise Forbidden("a demo token is given only on this machine's loopback")
+                raise Forbidden("sign-in links work only on this machine's loopback")
             if origin is not None and origin != f"{request.url.scheme}://{request.headers['host']}":
-                raise Forbidden("a demo token is given only to the operator page itself")
+                raise Forbidden("sign-in links work only on the operator page itself")
             profile = recorded(settings.home, PROFILE_FILE)
             actor, workspace = profile.get("actor_id"), profile.get("workspace_id")
             if not actor or not workspace:
                 raise NotFound("no demo actor: run `hubjobs demo` first", code="not_found")
-            token = mint(uuid.UUID(str(actor)), settings, ttl_seconds=DEV_TOKEN_SECONDS)
+            if not await asyncio.to_thread(redeem, settings.home, body.code):
+                raise Unauthorized(
+                    "this sign-in link is used or expired (each works once, for "
+                    f"{LOGIN_CODE_SECONDS / 60:.0f} minutes): `hubjobs up` prints a new one"
+                )
+            lasts = min(SESSION_SECONDS, int(settings.api_jwt_max_lifetime_seconds))
+            token = mint(uuid.UUID(str(actor)), settings, ttl_seconds=lasts)
             return JSONResponse(
                 {"token": token, "actor_id": actor, "workspace_id": workspace},
                 headers={"Cache-Control": "no-store"},

@@ -11,10 +11,14 @@ Where the keys come from, first configured first:
 - ``HUBJOBS_API_JWT_PUBLIC_KEY``: one PEM public key (RS256 / ES256).
 - ``HUBJOBS_API_JWT_SECRET``: a shared secret (HS256); ``hubjobs token`` mints these.
 
-``HUBJOBS_API_JWT_AUDIENCE`` and ``HUBJOBS_API_JWT_ISSUER``, when set, must match the
-token's ``aud`` and ``iss`` (which it must then carry); unset, they are not checked.
-Its ``iat``, ``nbf`` and ``exp`` are the issuer's clock: they are read with
-``HUBJOBS_API_JWT_LEEWAY_SECONDS`` (60) of leeway either way.
+A token must carry an ``aud`` and an ``iss``: ``HUBJOBS_API_JWT_AUDIENCE`` and
+``HUBJOBS_API_JWT_ISSUER``, or ``hubjobs`` for each unset (what ``mint`` puts in), so
+that a token meant for another service, or from another issuer, is refused wherever
+the API runs; ``HUBJOBS_API_JWT_ALLOW_UNSCOPED`` leaves an unset one unchecked. A
+token good for longer than ``HUBJOBS_API_JWT_MAX_LIFETIME_SECONDS`` (24 h: ``exp`` less
+``iat``, or less now without ``iat``) is refused. Its ``iat``, ``nbf`` and ``exp`` are
+the issuer's clock: they are read with ``HUBJOBS_API_JWT_LEEWAY_SECONDS`` (60) of
+leeway either way.
 
 With a configured key (PEM or secret), a token that verified is remembered until its
 ``exp`` (at most ``VERIFIED_TOKENS`` of them): the key cannot change while the process
@@ -33,9 +37,11 @@ from typing import Any
 import jwt
 from jwt.types import Options
 
-from hubjobs.errors import ConfigurationError, HubJobsError, Unavailable
+from hubjobs.errors import ConfigurationError, HubJobsError, InvalidInput, Unavailable
 from hubjobs.settings import Settings
 
+# The audience and issuer of a token when none is configured.
+AUDIENCE = "hubjobs"
 ISSUER = "hubjobs"
 PEM_ALGORITHMS = ["RS256", "ES256"]
 # What a key from a JWKS may sign with: asymmetric algorithms only.
@@ -110,9 +116,11 @@ class TokenVerifier:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.audience = settings.api_jwt_audience
-        self.issuer = settings.api_jwt_issuer
+        scoped = not settings.api_jwt_allow_unscoped
+        self.audience = settings.api_jwt_audience or (AUDIENCE if scoped else None)
+        self.issuer = settings.api_jwt_issuer or (ISSUER if scoped else None)
         self.leeway = settings.api_jwt_leeway_seconds
+        self.max_lifetime = settings.api_jwt_max_lifetime_seconds
         self.key_set = (
             KeySet(settings.api_jwks_url, refresh_seconds=settings.api_jwks_refresh_seconds)
             if settings.api_jwks_url
@@ -171,9 +179,19 @@ class TokenVerifier:
             actor = uuid.UUID(str(claims["sub"]))
         except (jwt.PyJWTError, ValueError, TypeError):
             raise _refused() from None
+        if self._lifetime(claims) > self.max_lifetime:
+            raise _refused()
         if self.key_set is None:
             self._remember(token, actor, float(claims["exp"]))
         return actor
+
+    def _lifetime(self, claims: dict[str, Any]) -> float:
+        """How long the token is good for: from its ``iat``, or from now (less the
+        leeway: its ``exp`` is another clock) without one. PyJWT checked both are
+        numbers."""
+        if "iat" in claims:
+            return float(claims["exp"]) - float(claims["iat"])
+        return float(claims["exp"]) - time.time() - self.leeway
 
     def _remember(self, token: str, actor: uuid.UUID, expires: float) -> None:
         """Until ``expires`` and the leeway (PyJWT refuses a token from then on)."""
@@ -190,16 +208,22 @@ def actor_of(authorization: str | None, settings: Settings) -> uuid.UUID:
 
 def mint(actor_id: uuid.UUID, settings: Settings, *, ttl_seconds: int = 3600) -> str:
     """A token for ``actor_id`` signed with the configured secret (for tools and tests),
-    with the configured audience and issuer."""
+    with the configured audience and issuer (``hubjobs`` for each unset); one good for
+    longer than the API takes is refused."""
     if settings.api_jwt_secret is None:
         raise ConfigurationError("minting tokens needs HUBJOBS_API_JWT_SECRET")
+    if ttl_seconds > settings.api_jwt_max_lifetime_seconds:
+        raise InvalidInput(
+            f"a token may be good for {settings.api_jwt_max_lifetime_seconds:.0f} s at most "
+            "(HUBJOBS_API_JWT_MAX_LIFETIME_SECONDS)",
+            code="invalid_ttl",
+        )
     now = int(time.time())
     claims: dict[str, Any] = {
         "sub": str(actor_id),
         "iat": now,
         "exp": now + ttl_seconds,
         "iss": settings.api_jwt_issuer or ISSUER,
+        "aud": settings.api_jwt_audience or AUDIENCE,
     }
-    if settings.api_jwt_audience is not None:
-        claims["aud"] = settings.api_jwt_audience
     return jwt.encode(claims, settings.api_jwt_secret.get_secret_value(), algorithm="HS256")

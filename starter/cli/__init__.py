@@ -4,7 +4,9 @@ Every command takes ``--json``. Errors are one plain line on stderr,
 ``error: <message> [<code>]``, and a non-zero exit: 2 for what the caller got wrong
 (codes ``invalid_…``, ``unknown_kind``; a usage error is ``invalid_argument``), 1
 otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and error
-types, never the text a caller passed. Text that is not valid UTF-8 (argv bytes Python
+types, never the text a caller passed; outside a stack (none found, no HUBJOBS_HOME
+folder) nothing is written, and a command that needs one says where it looked
+(``no_stack``). Text that is not valid UTF-8 (argv bytes Python
 decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
 
 The job commands (each kind's start, status, list, items, retry, cancel, watch,

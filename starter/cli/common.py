@@ -22,7 +22,7 @@ from hubjobs.errors import (
     InvalidInput,
     describe_validation_errors,
 )
-from hubjobs.home import PROFILE_FILE, home_now, recorded
+from hubjobs.home import PROFILE_FILE, holds_stack, home_named, home_now, recorded
 from hubjobs.observability.logs import handler_for, log_failure
 from starter.cli.output import error_line, errors_as_json, exit_code_of
 
@@ -59,15 +59,39 @@ ActorOpt = Annotated[
 ]
 
 
-def _setup_logging(home: Path) -> None:
-    """The command's log lines go to HUBJOBS_HOME/hubjobs.log, one JSON object a line
-    with HUBJOBS_LOG_JSON (as a worker's and the API's)."""
-    home.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(home / "hubjobs.log")
+LOG_FILE = "hubjobs.log"
+
+
+class StackLog(logging.FileHandler):
+    """The command's log file in its state folder, written only once that folder is
+    there to write in: one that HUBJOBS_HOME names, or a stack's (found up the tree, or
+    made by this command: ``up``). A command run outside a stack writes nothing, not
+    even a folder."""
+
+    def __init__(self, home: Path, *, named: bool) -> None:
+        self.home = home
+        self.named = named
+        # Opened at once where it may be, as a command's log always was; else at the
+        # first line once it may (`up` made the folder).
+        super().__init__(home / LOG_FILE, delay=not self.writable())
+
+    def writable(self) -> bool:
+        return (self.named and self.home.is_dir()) or holds_stack(self.home)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is not None or self.writable():
+            super().emit(record)
+
+
+def _setup_logging(home: Path) -> StackLog:
+    """The command's log lines go to HUBJOBS_HOME/hubjobs.log (see StackLog), one JSON
+    object a line with HUBJOBS_LOG_JSON (as a worker's and the API's)."""
+    handler = StackLog(home, named=home_named())
     json_lines = (os.environ.get("HUBJOBS_LOG_JSON") or "").lower() in ("1", "true", "yes", "on")
     logging.basicConfig(level=logging.INFO, handlers=[handler_for(handler, json_lines=json_lines)])
     # httpx logs each request's URL, which holds the caller's text (a reason, a filter).
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    return handler
 
 
 def check_encoding(kwargs: dict[str, Any]) -> None:
@@ -109,20 +133,22 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
     def wrapper(*args: Any, **kwargs: Any) -> R:
         errors_as_json(bool(kwargs.get("as_json")))
         home = home_now()
-        _setup_logging(home)
+        stack_log = _setup_logging(home)
         try:
             check_encoding(kwargs)
             return fn(*args, **kwargs)
         except HubJobsError as error:
             # The code only: a message is plain, but the log keeps to codes and ids.
             log.info("command %s failed: %s", fn.__name__, error.code)
-            error_line(error.message, error.code)
+            error_line(error.message, error.code, error.job_id)
             raise typer.Exit(exit_code_of(error.code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as failure:
             log_failure(log, f"command {fn.__name__} failed", failure)
-            error_line(f"internal error; the detail is in {home / 'hubjobs.log'}", INTERNAL_ERROR)
+            logged = stack_log.writable()
+            where = f"the detail is in {home / LOG_FILE}" if logged else "no stack to log it in"
+            error_line(f"internal error; {where}", INTERNAL_ERROR)
             raise typer.Exit(1) from None
 
     return wrapper

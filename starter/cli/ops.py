@@ -64,11 +64,15 @@ def api(
 
     from hubjobs.errors import Unavailable
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.secret_checks import refuse_weak_secrets
     from starter.api import create_app
     from starter.api.listen import listening_socket
     from starter.api.receive_deadline import receive_deadline
 
     settings = settings_now()
+    refuse_weak_secrets(settings)
+    settings.resolved_database_url()
+    settings.resolved_temporal_address()
     # Bound first: a taken port is this command's one line of error, before the app is
     # built and the log set up.
     sock = listening_socket(host or settings.api_host, port or settings.api_port)
@@ -106,9 +110,13 @@ def token(
     as_json: JsonOpt = False,
 ) -> None:
     """Mint an API token for an actor, signed with HUBJOBS_API_JWT_SECRET."""
+    from hubjobs.home import stack_home
     from starter.api.tokens import mint
 
-    value = mint(actor_of(actor), settings_now(), ttl_seconds=ttl)
+    settings = settings_now()
+    if settings.api_jwt_secret is None:
+        stack_home(instead="HUBJOBS_API_JWT_SECRET")  # the stack's secret, were there one
+    value = mint(actor_of(actor), settings, ttl_seconds=ttl)
     if as_json:
         print_json({"token": value})
     else:
@@ -140,8 +148,12 @@ def health(as_json: JsonOpt = False) -> None:
     from starter.api.health import check_health
     from starter.client import HubJobsClient
 
+    settings = settings_now()
+    settings.resolved_database_url()  # no stack, nothing configured: said as such
+    settings.resolved_temporal_address()
+
     async def go() -> Any:
-        client = await HubJobsClient.connect(settings_now())
+        client = await HubJobsClient.connect(settings)
         async with client:
             return await check_health(client)
 
@@ -158,11 +170,27 @@ def health(as_json: JsonOpt = False) -> None:
 @command
 def restore(
     archive: Annotated[Path, typer.Argument(metavar="ARCHIVE", help="A backup archive.")],
-    database_url: Annotated[str, typer.Option(help="An empty database to restore into.")],
+    database_url: Annotated[
+        str,
+        typer.Option(
+            help="An empty database to restore into (or, with --replace-workspace, a running hub)."
+        ),
+    ],
     attachments_dir: Annotated[
         Path | None,
-        typer.Option(help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR)."),
+        typer.Option(
+            help="Where attachment files go (default: HUBJOBS_ATTACHMENTS_DIR when the "
+            "database is this hub's own, HUBJOBS_DATABASE_URL; required otherwise)."
+        ),
     ] = None,
+    replace_workspace: Annotated[
+        bool,
+        typer.Option(
+            "--replace-workspace",
+            help="Restore a workspace's archive into a running hub, replacing that "
+            "workspace (in one transaction; other workspaces untouched).",
+        ),
+    ] = False,
     connections: Annotated[
         int | None,
         typer.Option(
@@ -174,16 +202,26 @@ def restore(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild an empty database and its attachment files from an archive."""
+    """Rebuild an empty database and its attachment files from an archive (a hub's or a
+    workspace's), or replace a workspace of a running hub from its archive."""
     with imports_uncollected():
+        from hubjobs.ops.restore import default_attachments_dir
         from hubjobs.ops.restore import restore as restore_archive
 
-    folder = attachments_dir or settings_now().resolved_attachments_dir
-    report = restore_archive(archive, database_url, folder, connections=connections)
+    folder = attachments_dir or default_attachments_dir(database_url, settings_now())
+    report = restore_archive(
+        archive,
+        database_url,
+        folder,
+        connections=connections,
+        replace_workspace=replace_workspace,
+    )
     if as_json:
         print_json(report.as_dict())
         return
-    out().print(f"Restored backup {report.backup_id} of {report.created_at}")
+    what = "the hub" if report.workspace_id is None else f"workspace {report.workspace_id}"
+    how = "replaced in the running hub" if report.replaced else "restored"
+    out().print(f"Backup {report.backup_id} of {report.created_at}: {what}, {how}")
     for table, rows in report.tables.items():
         out().print(f"  {table:24} {rows:>10} rows")
     out().print(

@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import uuid
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from hubjobs.errors import (
+    IdempotencyKeyReused,
     UnknownKind,
 )
 from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus, status_label
@@ -73,20 +75,24 @@ def err() -> Console:
     return _console(True)
 
 
-CALLER_CODES = frozenset({UnknownKind.code})
+CALLER_CODES = frozenset({UnknownKind.code, IdempotencyKeyReused.code})
 
 _json_errors = False
 
 
 def errors_as_json(on: bool) -> None:
-    """With ``--json`` an error is ``{"error": {"code", "message"}}`` on stderr."""
+    """With ``--json`` an error is ``{"error": {"code", "message"}}`` on stderr, and
+    ``job_id`` when it names a job (as the API's error body)."""
     global _json_errors
     _json_errors = on
 
 
-def error_line(message: str, code: str) -> None:
+def error_line(message: str, code: str, job_id: uuid.UUID | None = None) -> None:
     if _json_errors:
-        sys.stderr.write(json.dumps({"error": {"code": code, "message": message}}) + "\n")
+        detail = {"code": code, "message": message}
+        if job_id is not None:
+            detail["job_id"] = str(job_id)
+        sys.stderr.write(json.dumps({"error": detail}) + "\n")
         return
     err().print(
         f"error: {message} [{code}]",

@@ -4,7 +4,8 @@ it (the CLI is to the API what ``temporal`` is to its frontend).
 Where it calls and as whom, first found first:
 
 - the address: HUBJOBS_API_URL, the profile's ``api_url`` (``hubjobs login``), the API
-  the embedded stack runs (``hubjobs up`` records it), else http://127.0.0.1:8080;
+  the embedded stack runs (``hubjobs up`` records it), else http://127.0.0.1:8080 for
+  a stack's folder, and for none one line saying where no stack was found;
 - the token: HUBJOBS_API_TOKEN, the profile's ``api_token`` (``hubjobs login``), else
   one signed here for ``--actor`` (or HUBJOBS_ACTOR, or the profile's actor) with the
   token secret (HUBJOBS_API_JWT_SECRET, or the one ``hubjobs up`` writes);
@@ -34,7 +35,16 @@ from hubjobs.errors import (
     InvalidInput,
     Unavailable,
 )
-from hubjobs.home import API_FILE, DEV_SECRET_FILE, PROFILE_FILE, home_now, recorded
+from hubjobs.home import (
+    API_FILE,
+    DEV_SECRET_FILE,
+    PROFILE_FILE,
+    holds_stack,
+    home_named,
+    home_now,
+    no_stack,
+    recorded,
+)
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # A call waits at most the API's own budget (30 s) and a little; connecting is quick or
@@ -76,7 +86,8 @@ def subject_of(token: str) -> str | None:
 
 def sign(secret: str, actor: uuid.UUID, *, ttl_seconds: int) -> str:
     """A token for ``actor`` signed with the shared secret (HS256), with the audience and
-    issuer the API checks (HUBJOBS_API_JWT_AUDIENCE / _ISSUER) when set."""
+    issuer the API checks (HUBJOBS_API_JWT_AUDIENCE / _ISSUER, ``hubjobs`` for each
+    unset, as starter/api/tokens.py has them)."""
     import jwt
 
     now = int(time.time())
@@ -85,10 +96,8 @@ def sign(secret: str, actor: uuid.UUID, *, ttl_seconds: int) -> str:
         "iat": now,
         "exp": now + ttl_seconds,
         "iss": _setting("API_JWT_ISSUER") or "hubjobs",
+        "aud": _setting("API_JWT_AUDIENCE") or "hubjobs",
     }
-    audience = _setting("API_JWT_AUDIENCE")
-    if audience is not None:
-        claims["aud"] = audience
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
@@ -103,22 +112,25 @@ class Target:
     @classmethod
     def find(cls, workspace: uuid.UUID | None, actor: uuid.UUID | None) -> Target:
         home = home_now()
+        url = api_url()
         profile = recorded(home, PROFILE_FILE)
         # The workspace first: a command naming neither is told of it before the actor.
         workspace_id = scope_id(workspace, "workspace", profile)
-        return cls(url=api_url(), token=_token(profile, actor, home), workspace=workspace_id)
+        return cls(url=url, token=_token(profile, actor, home), workspace=workspace_id)
 
 
 def api_url() -> str:
-    """The API's address (the first of the module's list that names one)."""
+    """The API's address (the first of the module's list that names one). With none
+    named and no stack found, ``NoStack``: the default address is the stack's API's."""
     home = home_now()
     url = (
         _setting("API_URL")
         or recorded(home, PROFILE_FILE).get("api_url")
         or recorded(home, API_FILE).get("url")
-        or DEFAULT_API_URL
     )
-    return str(url).rstrip("/")
+    if not url and not holds_stack(home):
+        raise no_stack(home, named=home_named(), instead="HUBJOBS_API_URL")
+    return str(url or DEFAULT_API_URL).rstrip("/")
 
 
 def unreachable(url: str) -> Unavailable:
@@ -178,11 +190,17 @@ def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Path) -> s
 
 
 def error_of(response: httpx.Response) -> HubJobsError:
-    """The API's error answer as the error it names: its code and plain message."""
+    """The API's error answer as the error it names: its code and plain message, and
+    the job it names, if any (``idempotency_key_reused``)."""
     try:
         detail = response.json()["error"]
-        return HubJobsError(str(detail["message"]), code=str(detail["code"]))
-    except (ValueError, KeyError, TypeError):
+        job_id = detail.get("job_id")
+        return HubJobsError(
+            str(detail["message"]),
+            code=str(detail["code"]),
+            job_id=None if job_id is None else uuid.UUID(str(job_id)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return Unavailable(f"the API answered {response.status_code} without an error body")
 
 

@@ -21,6 +21,7 @@ from hubjobs.home import (
     DEV_SECRET_FILE,
     DEV_WEBHOOK_SECRET_FILE,
     recorded,
+    stack_home,
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
@@ -58,6 +59,7 @@ def up(
     s = settings_now()
     port = api_port(s.home, s.api_port)
     wanted_codec = codec_endpoint(s, port) if s.payload_codec else None
+    before = embedded.read_stack(s.home)
     info = embedded.up(
         s.home,
         postgres_port=s.postgres_port,
@@ -67,6 +69,11 @@ def up(
         sqlite_pragmas=s.temporal_sqlite_pragmas,
     )
     codec = embedded.EmbeddedTemporal(s.home).ui_codec_endpoint()
+    # A stack of an older hubjobs whose database now authenticates: what runs with its
+    # old address starts again with the new one.
+    worker_ran = False
+    if before is not None and before.database_url != info.database_url:
+        worker_ran = stop_background(s.home)
     write_dev_secret(s)
     write_dev_webhook_secret(s)
     if s.stack_supervisor:
@@ -81,10 +88,11 @@ def up(
         worker_metrics,
     )
 
-    if worker:
+    if worker or worker_ran:
         start_worker(s.home, s.metrics_port)
     # What is true of them: served only once the worker holds their port.
     metrics = worker_metrics(s.home, s.metrics_host, wait=METRICS_START_SECONDS if worker else 0)
+    login = login_url(s, api_url)
     if as_json:
         print_json(
             {
@@ -93,6 +101,7 @@ def up(
                 "ui_url": info.ui_url,
                 "api_url": api_url,
                 "page_url": page_url(api_url),
+                "login_url": login,
                 "metrics_url": metrics.url,
                 "ui_codec_endpoint": codec,
             }
@@ -105,7 +114,9 @@ def up(
             highlight=False,
         )
         out().print(f"Temporal UI  {info.ui_url}")
-        out().print(f"Jobs page    {page_url(api_url)}", markup=False, highlight=False)
+        out().print(
+            f"Jobs page    {page_line(login, page_url(api_url))}", markup=False, highlight=False
+        )
         out().print(f"API          {api_url}  (the job commands call it)")
         out().print(f"Metrics      {metrics.note}", markup=False, highlight=False)
         if codec:
@@ -119,9 +130,42 @@ def up(
         )
 
 
+def stop_background(home: Path) -> bool:
+    """Stops the stack's supervisor, API and worker; returns whether a worker ran."""
+    from hubjobs.devstack.background_api import stop_api
+    from hubjobs.devstack.background_worker import running_worker, stop_worker
+    from hubjobs.devstack.supervisor import stop_supervisor
+
+    stop_supervisor(home)
+    ran = running_worker(home) is not None
+    stop_worker(home)
+    stop_api(home)
+    return ran
+
+
 def page_url(api_url: str) -> str:
     """The operator page the API serves (starter/api/operator_page.py)."""
     return f"{api_url}/operator/"
+
+
+def login_url(settings: Settings, api_url: str, route: str = "/") -> str | None:
+    """A sign-in link to the operator page at ``route`` (its code good once, within
+    LOGIN_CODE_SECONDS), while the stack's API takes them: it checks tokens with the
+    development secret alone."""
+    from hubjobs.devstack.login_codes import issue, login_link
+
+    if not settings.uses_dev_token_secret:
+        return None
+    return login_link(page_url(api_url), issue(settings.home), route)
+
+
+def page_line(login: str | None, page: str) -> str:
+    """The *Jobs page* line: the sign-in link when there is one, else the page."""
+    from hubjobs.devstack.login_codes import LOGIN_CODE_SECONDS
+
+    if login is None:
+        return page
+    return f"{login}  (signs this browser in once, within {LOGIN_CODE_SECONDS / 60:.0f} minutes)"
 
 
 def temporal_cli_hint(address: str) -> str:
@@ -137,10 +181,15 @@ def write_dev_secret(settings: Settings) -> None:
     written, nor read, while a token key is configured."""
     if settings.api_jwt_secret or settings.api_jwt_public_key or settings.api_jwks_url:
         return
+    from pydantic import SecretStr
+
     path = settings.home / DEV_SECRET_FILE
+    secret = secrets.token_urlsafe(32)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
-        out.write(secrets.token_urlsafe(32) + "\n")
+        out.write(secret + "\n")
+    # As the settings read it from now on (they were read before it was written).
+    settings.api_jwt_secret = SecretStr(secret)
 
 
 def write_dev_webhook_secret(settings: Settings) -> None:
@@ -172,14 +221,9 @@ def down(as_json: JsonOpt = False) -> None:
     Their data and addresses stay in the state folder: the next `hubjobs up` brings the
     stack back on the same ports."""
     from hubjobs.devstack import embedded
-    from hubjobs.devstack.background_api import stop_api
-    from hubjobs.devstack.background_worker import stop_worker
-    from hubjobs.devstack.supervisor import stop_supervisor
 
-    home = settings_now().home
-    stop_supervisor(home)
-    stop_worker(home)
-    stop_api(home)
+    home = stack_home()  # none found: nothing to stop, and nothing written
+    stop_background(home)
     embedded.down(home)
     if as_json:
         print_json({"stopped": True})
@@ -193,8 +237,13 @@ def worker() -> None:
     """Run a worker until interrupted (same as `python worker.py`)."""
     import worker as worker_module
     from hubjobs.observability.logs import setup_logging
+    from hubjobs.secret_checks import refuse_weak_secrets
 
     settings = settings_now()
+    # Before the log goes to stderr: a refusal is this command's one line.
+    refuse_weak_secrets(settings)
+    settings.resolved_database_url()
+    settings.resolved_temporal_address()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
     run(worker_module.run(settings))
 
@@ -274,6 +323,7 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
     stack = embedded.read_stack(settings.home)
     ui = stack.ui_url if stack else None
     api = recorded(settings.home, API_FILE).get("url")
+    route = f"/w/{ids['workspace_id']}/jobs/{job['id']}"
     metrics = worker_metrics(settings.home, settings.metrics_host, wait=METRICS_START_SECONDS)
     return {
         "workspace_id": ids["workspace_id"],
@@ -282,7 +332,8 @@ def next_steps(settings: Settings, ids: dict[str, Any], job: Job) -> dict[str, A
         "temporal_address": settings.resolved_temporal_address(),
         "ui_url": ui
         and f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{job['workflow_id']}",
-        "page_url": api and f"{page_url(str(api))}#/w/{ids['workspace_id']}/jobs/{job['id']}",
+        "page_url": api and f"{page_url(str(api))}#{route}",
+        "login_url": api and login_url(settings, str(api), route),
         "metrics_url": metrics.url,
         "metrics": metrics.note,
         "next": [
@@ -310,7 +361,7 @@ def print_next_steps(steps: dict[str, Any]) -> None:
         ("Root page", steps["root_page_id"]),
         ("Temporal", steps["temporal_address"]),
         ("Temporal UI", steps["ui_url"]),
-        ("Jobs page", steps["page_url"]),
+        ("Jobs page", steps["page_url"] and page_line(steps["login_url"], steps["page_url"])),
         ("Metrics", steps["metrics"]),
     ]
     out().print()

@@ -109,3 +109,47 @@ def test_0010_goes_down_and_up_again(empty_databases: list[str]) -> None:
     command.upgrade(alembic_config(url), "head")
     upgrade(fresh)
     assert _schema(url) == _schema(fresh)
+
+
+def test_0011_keeps_the_oldest_job_of_a_key_shared_across_kinds(
+    empty_databases: list[str],
+) -> None:
+    """Before 0011 a key named one job a kind: the upgrade keeps the key on the oldest
+    job of each (workspace, key), releases it on the newer ones (every job stays), and
+    from then on the key takes no second job of any kind."""
+    url = empty_databases[0]
+    command.upgrade(alembic_config(url), "0010")
+    workspace, elsewhere = uuid.uuid4(), uuid.uuid4()
+    rows = [  # (workspace, kind, created, id)
+        (workspace, "course_tagging", "2026-01-01", uuid.uuid4()),
+        (workspace, "page_export", "2026-01-02", uuid.uuid4()),
+        (workspace, "backup", "2026-01-03", uuid.uuid4()),
+        (elsewhere, "page_export", "2026-01-04", uuid.uuid4()),
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for ws, kind, created, job_id in rows:
+            conn.execute(
+                "INSERT INTO jobs (id, workflow_id, kind, workspace_id, actor_id, "
+                "correlation_id, idempotency_key, payload, created_at) "
+                "VALUES (%s, %s, %s, %s, gen_random_uuid(), 'c', 'shared', '{}', %s)",
+                (job_id, f"{kind}-{job_id}", kind, ws, created),
+            )
+    command.upgrade(alembic_config(url), "head")
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT id, idempotency_key FROM jobs").fetchall()
+        keys: dict[uuid.UUID, str | None] = dict(found)
+        assert keys == {
+            rows[0][3]: "shared",
+            rows[1][3]: None,
+            rows[2][3]: None,
+            rows[3][3]: "shared",
+        }
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "INSERT INTO jobs (id, workflow_id, kind, workspace_id, actor_id, "
+                "correlation_id, idempotency_key, payload) VALUES (gen_random_uuid(), 'w', "
+                "'toy_echo', %s, gen_random_uuid(), 'c', 'shared', '{}')",
+                (workspace,),
+            )
+    command.downgrade(alembic_config(url), "0010")
+    command.upgrade(alembic_config(url), "head")

@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 import worker as worker_module
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.errors import IdempotencyKeyReused
 from hubjobs.kinds import REGISTRY
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.kinds.job_rows import JobRow, admit
@@ -47,7 +48,12 @@ def platform_worker(worker: None) -> None:
     assert toy_kind.TOY.name in REGISTRY.names()
 
 
-def direct_input(job_id: uuid.UUID, course: DemoCourse, payload: dict[str, Any]) -> dict[str, Any]:
+def direct_input(
+    job_id: uuid.UUID,
+    course: DemoCourse,
+    payload: dict[str, Any],
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
     """A course-tagging workflow input as another service would send it, as JSON."""
     return JobInput(
         job_id=job_id,
@@ -56,6 +62,7 @@ def direct_input(job_id: uuid.UUID, course: DemoCourse, payload: dict[str, Any])
         actor_id=course.actor_id,
         correlation_id="other-service",
         payload=payload,
+        idempotency_key=idempotency_key,
     ).model_dump(mode="json")
 
 
@@ -135,6 +142,76 @@ async def test_a_good_start_straight_through_temporal_creates_its_row(
     await handle.result()
     row = await row_of(engine, job_id)
     assert row is not None and row.status == "succeeded" and row.succeeded == 30
+
+
+async def test_a_direct_start_whose_key_names_another_job_fails_with_its_code(
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    course: DemoCourse,
+    platform_worker: None,
+    temporal: Client,
+    settings: Settings,
+) -> None:
+    """A start straight through Temporal carrying a key that names a job started
+    through the client fails ``idempotency_key_reused`` naming it, with another payload
+    and with the same one under its own workflow id, and never touches that job; a key
+    of its own is recorded, and a client's start with it and another payload is refused
+    naming the direct start's job."""
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    root = str(course.root_page_id)
+    first = await jobs.start(
+        "course_tagging", {"root_page_id": root, "tag": "svc-1"}, idempotency_key="shared"
+    )
+    for tag in ("svc-2", "svc-1"):
+        job_id = uuid.uuid4()
+        handle = await temporal.start_workflow(
+            COURSE_TAGGING.workflow_type,
+            direct_input(job_id, course, {"root_page_id": root, "tag": tag}, "shared"),
+            id=f"course_tagging-{job_id}",
+            task_queue=settings.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        assert isinstance(failure.value.cause, ApplicationError)
+        assert failure.value.cause.type == "idempotency_key_reused"
+        assert str(first.id) in failure.value.cause.message
+        row = await row_of(engine, job_id)
+        assert row is not None and (row.status, row.error_code) == (
+            "failed",
+            "idempotency_key_reused",
+        )
+        assert row.idempotency_key is None and str(first.id) in (row.error_message or "")
+    done = await jobs.wait(first.id, timeout=60)
+    assert (done.status, done.succeeded, done.payload["tag"]) == ("succeeded", 30, "svc-1")
+    assert done.idempotency_key == "shared"
+    async with engine.connect() as conn:
+        svc_2 = await conn.execute(
+            text("SELECT count(*) FROM page_revisions WHERE change_summary = :s"),
+            {"s": "Course tag svc-2 added"},
+        )
+        assert svc_2.scalar_one() == 0
+
+    job_id = uuid.uuid4()
+    await temporal.execute_workflow(
+        COURSE_TAGGING.workflow_type,
+        direct_input(job_id, course, {"root_page_id": root, "tag": "svc-3"}, "direct-key"),
+        id=f"course_tagging-{job_id}",
+        task_queue=settings.task_queue,
+    )
+    direct = await row_of(engine, job_id)
+    assert direct is not None and (direct.status, direct.idempotency_key) == (
+        "succeeded",
+        "direct-key",
+    )
+    with pytest.raises(IdempotencyKeyReused) as caught:
+        await jobs.start(
+            "course_tagging", {"root_page_id": root, "tag": "svc-4"}, idempotency_key="direct-key"
+        )
+    assert caught.value.job_id == job_id
+    again = await jobs.start(
+        "course_tagging", {"root_page_id": root, "tag": "svc-3"}, idempotency_key="direct-key"
+    )
+    assert again.id == job_id and again.status == "succeeded"
 
 
 async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(

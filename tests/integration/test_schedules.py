@@ -381,3 +381,37 @@ async def test_keep_one_on_a_backup_schedule_leaves_one_archive(
     assert sorted(p.name for p in backups.iterdir()) == [Path(newest.result["archivePath"]).name]
     left = await runs_of(engine, created.id)
     assert [j.id for j in left if j.status == "succeeded"] == [newest.id]
+
+
+async def test_a_hub_backup_schedule_is_a_hub_operators_at_creation_and_at_every_firing(
+    temporal: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    course: DemoCourse,
+    cleanup: list[str],
+) -> None:
+    """A workspace administrator may not schedule the whole hub's backup; a hub
+    operator may, and each firing checks again: once the deployment no longer names
+    them (the worker's HUBJOBS_HUB_OPERATORS), the firing is a failed job with the code,
+    and no backup runs."""
+    async with engine.begin() as conn:
+        operator = await create_account(conn, course.workspace_id, name="Otto Operator")
+    starter = HubJobsClient(
+        temporal, engine, settings.model_copy(update={"hub_operators": [operator]})
+    )
+    hub_wide = {"scope": "hub"}
+    with pytest.raises(Exception) as refused:
+        await starter.schedules(course.workspace_id, course.actor_id).create(
+            "backup", every="1h", payload=hub_wide
+        )
+    assert getattr(refused.value, "code", None) == "hub_operator_required"
+    schedules = starter.schedules(course.workspace_id, operator)
+    created = await schedules.create("backup", every="1h", payload=hub_wide)
+    cleanup.append(created.id)
+    assert created.payload == hub_wide
+
+    async with running_worker(temporal, settings):  # a worker that names no operator
+        await schedules.trigger(created.id)
+        runs = await until("the refused firing's row", lambda: runs_of(engine, created.id))
+    assert [(job.status, job.error_code) for job in runs] == [("failed", "hub_operator_required")]
+    assert runs[0].actor_id == operator and runs[0].result is None

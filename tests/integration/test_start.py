@@ -1,6 +1,6 @@
 """Starting, reading and cancelling jobs through the client on the real servers: refused
-starts leave nothing behind, idempotency keys give one job, and one workspace never
-sees another's jobs."""
+starts leave nothing behind, idempotency keys give one job (and refuse another request,
+racing or not), and one workspace never sees another's jobs."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_course, create_workspace
-from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
+from hubjobs.errors import Forbidden, HubJobsError, IdempotencyKeyReused, InvalidInput, NotFound
+from hubjobs.kinds.job_rows import JobRow, admit
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.support.helpers import edit
+from tests.support.helpers import edit, until
 
 TAG = "Onboarding-2026"
 
@@ -235,6 +237,133 @@ async def test_the_same_idempotency_key_gives_the_same_job(
     assert again.id == a.id and again.status == "succeeded"
     assert await _workflows_with_id(temporal, a.workflow_id) == 1
     assert (await jobs.wait(first.id, timeout=60)).status == "succeeded"
+
+
+async def test_the_same_key_with_another_request_is_refused_naming_the_first_job(
+    engine: AsyncEngine, course: DemoCourse, temporal: Client, settings: Settings
+) -> None:
+    """A key names one request: another tag, another kind or another notify_url is
+    ``idempotency_key_reused`` naming the first job, and starts nothing; the same request
+    written otherwise (the tag's spaces, a defaulted field spelled out, another key
+    order), or asked by another administrator, is the same job."""
+    signing = settings.model_copy(update={"webhook_secret": SecretStr("s" * 32)})
+    hub = HubJobsClient(temporal, engine, signing)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    root = course.root_page_id
+    first = await jobs.start(
+        "course_tagging", {"root_page_id": root, "tag": "svc-1"}, idempotency_key="K"
+    )
+    others: list[tuple[str, dict[str, object], str | None]] = [
+        ("course_tagging", {"root_page_id": root, "tag": "svc-2"}, None),
+        ("page_export", {"root_page_id": root}, None),
+        ("course_tagging", {"root_page_id": root, "tag": "svc-1"}, "http://127.0.0.1:9/hook"),
+    ]
+    for kind, payload, notify_url in others:
+        with pytest.raises(IdempotencyKeyReused) as caught:
+            await jobs.start(kind, payload, idempotency_key="K", notify_url=notify_url)
+        assert caught.value.code == "idempotency_key_reused"
+        assert caught.value.job_id == first.id and str(first.id) in caught.value.message
+    assert await _count(engine, "jobs") == 1
+    assert await _workflows_on_queue(temporal, settings) == 1
+
+    same = await jobs.start(
+        "course_tagging",
+        {"tag": "  svc-1 ", "root_page_id": str(root)},
+        idempotency_key="K",
+        correlation_id="another-correlation",
+    )
+    assert same.id == first.id and same.payload == {"root_page_id": str(root), "tag": "svc-1"}
+    other_admin = await _account(engine, course.workspace_id)
+    by_other = await hub.scope(course.workspace_id, other_admin).start(
+        "course_tagging", {"root_page_id": root, "tag": "svc-1"}, idempotency_key="K"
+    )
+    assert by_other.id == first.id
+    export = await jobs.start("page_export", {"root_page_id": root}, idempotency_key="E")
+    spelled_out = await jobs.start(
+        "page_export", {"pages_per_file": 1000, "root_page_id": str(root)}, idempotency_key="E"
+    )
+    assert spelled_out.id == export.id
+    assert await _count(engine, "jobs") == 2
+    for job in (first, export):
+        await temporal.get_workflow_handle(job.workflow_id).terminate("test over")
+
+
+async def _waiting_on_a_lock(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        waiting: int = (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            )
+        ).scalar_one()
+    return waiting > 0
+
+
+async def test_racing_starts_of_two_requests_under_one_key_make_one_job(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse, temporal: Client
+) -> None:
+    """Two starts at once with one key and different tags: one job, and the other start
+    refused naming it. Then the race held open: the second start's insert waits on the
+    first's uncommitted entry in the unique index, and once the first commits it is
+    refused too, never handed the first job."""
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    started = []
+    for round_ in range(3):
+        key = f"raced-{round_}"
+        answers = await asyncio.gather(
+            *(
+                jobs.start(
+                    "course_tagging",
+                    {"root_page_id": course.root_page_id, "tag": tag},
+                    idempotency_key=key,
+                )
+                for tag in ("svc-a", "svc-b")
+            ),
+            return_exceptions=True,
+        )
+        won = [a for a in answers if not isinstance(a, BaseException)]
+        lost = [a for a in answers if isinstance(a, BaseException)]
+        assert len(won) == 1 and len(lost) == 1, answers
+        assert isinstance(lost[0], IdempotencyKeyReused) and lost[0].job_id == won[0].id
+        started.append(won[0])
+    assert await _count(engine, "jobs") == 3
+
+    def row(tag: str) -> JobRow:
+        return JobRow(
+            job_id=uuid.uuid4(),
+            kind="course_tagging",
+            workspace_id=course.workspace_id,
+            actor_id=course.actor_id,
+            correlation_id=f"held-{tag}",
+            payload={"root_page_id": str(course.root_page_id), "tag": tag},
+            idempotency_key="held",
+        )
+
+    first, second = row("first"), row("second")
+
+    async def start_second() -> object:
+        async with engine.begin() as conn:
+            return await admit(conn, second)
+
+    async with engine.connect() as conn:
+        held = await conn.begin()
+        assert (await admit(conn, first)).created
+        racing = asyncio.ensure_future(start_second())
+        await until("the second start waiting on the key", lambda: _waiting_on_a_lock(engine))
+        await held.commit()
+    with pytest.raises(IdempotencyKeyReused) as caught:
+        await racing
+    assert caught.value.job_id == first.job_id
+    async with engine.connect() as conn:
+        keyed = (
+            await conn.execute(text("SELECT id FROM jobs WHERE idempotency_key = 'held'"))
+        ).scalars()
+        assert list(keyed) == [first.job_id]
+    assert await _count(engine, "jobs") == 4
+    for job in started:
+        await temporal.get_workflow_handle(job.workflow_id).terminate("test over")
 
 
 async def test_the_row_is_queued_as_soon_as_the_start_returns(

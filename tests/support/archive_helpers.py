@@ -23,6 +23,7 @@ from typing import IO, Any
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hubjobs.archive import scope
 from hubjobs.archive.format import (
     ATTACHMENT_INDEX,
     HUB_TABLES,
@@ -42,15 +43,23 @@ async def _no_progress(nbytes: int, step_done: bool, stage: str) -> None:
 
 
 async def snapshot_archive(
-    url: str, attachments: Path, out: IO[bytes], progress: Progress = _no_progress
+    url: str,
+    attachments: Path,
+    out: IO[bytes],
+    progress: Progress = _no_progress,
+    *,
+    workspace_id: uuid.UUID | None = None,
 ) -> Manifest:
-    """An archive of the database at ``url`` written to ``out`` by the backup's writer,
-    from one REPEATABLE READ, READ ONLY snapshot as the backup activity takes it."""
+    """An archive of the database at ``url`` (or of one workspace of it) written to
+    ``out`` by the backup's writer, from one REPEATABLE READ, READ ONLY snapshot as the
+    backup activity takes it."""
     async with await psycopg.AsyncConnection.connect(url) as conn:
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
         await conn.set_read_only(True)
         async with conn.transaction():
-            return await write_archive(conn, attachments, out, progress, backup_id=uuid.uuid4())
+            return await write_archive(
+                conn, attachments, out, progress, backup_id=uuid.uuid4(), workspace_id=workspace_id
+            )
 
 
 class Databases:
@@ -87,6 +96,20 @@ def fingerprint(url: str) -> dict[str, tuple[int, str]]:
             row = conn.execute(
                 f"SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) "
                 f"FROM {table} AS t"
+            ).fetchone()
+            assert row is not None
+            out[table] = (int(row[0]), str(row[1]))
+    return out
+
+
+def workspace_fingerprint(url: str, workspace: uuid.UUID) -> dict[str, tuple[int, str]]:
+    """``fingerprint`` of one workspace's rows (hubjobs.archive.scope says which)."""
+    out: dict[str, tuple[int, str]] = {}
+    with psycopg.connect(url) as conn:
+        for table, key in HUB_TABLES:
+            row = conn.execute(
+                f"SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) "
+                f"FROM {table} AS t WHERE {scope.condition(table, workspace)}"
             ).fetchone()
             assert row is not None
             out[table] = (int(row[0]), str(row[1]))

@@ -1,5 +1,5 @@
 """Reading a CLI error line: ``error: <message> [<code>]``, or with ``--json`` one JSON
-object ``{"error": {"code", "message"}}``."""
+object ``{"error": {"code", "message"}}`` (and ``job_id`` when it names a job)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ def refusal_code(line: str) -> str:
     """The code of one error line of either form (asserting the form)."""
     if line.startswith("{"):
         error = json.loads(line)["error"]
-        assert set(error) == {"code", "message"}, line
+        # job_id only when the error names a job (idempotency_key_reused).
+        assert set(error) - {"job_id"} == {"code", "message"}, line
         code: str = error["code"]
         return code
     assert line.startswith("error: ") and line.endswith("]"), line

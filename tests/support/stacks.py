@@ -188,7 +188,7 @@ class ForeignListener:
 class OwnStack:
     home: Path
     env: dict[str, str]
-    info: dict[str, Any]  # what `hubjobs up --json` printed
+    info: dict[str, Any]  # the addresses `hubjobs up --json` printed
 
     @property
     def record(self) -> Path:
@@ -205,10 +205,16 @@ class OwnStack:
         return address
 
     def up(self) -> dict[str, Any]:
-        """``hubjobs up`` again, which must succeed; returns what it printed."""
+        """``hubjobs up`` again, which must succeed; returns the addresses it printed."""
         info, took = timed_json(self.env, "up")
         print(f"hubjobs up took {took:.1f} s")
-        return dict(info)
+        return addresses(info)
+
+
+def addresses(printed: dict[str, Any]) -> dict[str, Any]:
+    """What ``hubjobs up --json`` printed but its sign-in link, whose code is new each
+    time: the stack's addresses, the same for as long as the stack keeps them."""
+    return {name: value for name, value in printed.items() if name != "login_url"}
 
 
 @contextmanager
@@ -232,7 +238,7 @@ def own_stack(
     try:
         info, took = timed_json(env, "up")
         print(f"\nfirst hubjobs up took {took:.1f} s: {info}")
-        yield OwnStack(home, env, info)
+        yield OwnStack(home, env, addresses(info))
     finally:
         hubjobs(env, "down")
         # Only once the servers are down: their data goes with the folder.

@@ -97,6 +97,53 @@ async def test_the_asynchronous_request_pattern_end_to_end(
     assert listed.json()["next"] is None
 
 
+async def test_a_reused_idempotency_key_is_409_naming_the_first_job(
+    http: httpx.AsyncClient, api_settings: Settings, temporal: Client, engine: AsyncEngine
+) -> None:
+    """The same key with another payload or kind: 409 ``idempotency_key_reused`` with
+    the first job's id, nothing started; the same payload (keys in another order, the
+    tag's spaces): 202 and the same job; two different requests at once: one 202, one
+    409 naming it."""
+    course = await seed(engine, 3)
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/jobs"
+    root = str(course.root_page_id)
+
+    async def post(kind: str, payload: dict[str, str], key: str) -> httpx.Response:
+        return await http.post(
+            f"{base}/{kind}", json=payload, headers={**auth, "Idempotency-Key": key}
+        )
+
+    first = await post("course_tagging", {"root_page_id": root, "tag": "svc-1"}, "K")
+    assert first.status_code == 202
+    job_id = first.json()["id"]
+    for kind, payload in (
+        ("course_tagging", {"root_page_id": root, "tag": "svc-2"}),
+        ("page_export", {"root_page_id": root}),
+    ):
+        refused = await post(kind, payload, "K")
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["job_id"]) == ("idempotency_key_reused", job_id)
+        assert job_id in error["message"]
+    same = await post("course_tagging", {"tag": " svc-1 ", "root_page_id": root}, "K")
+    assert same.status_code == 202 and same.json()["id"] == job_id
+    # Every other error has no job_id at all.
+    other = await post("course_tagging", {"root_page_id": root, "tag": ""}, "K2")
+    assert other.status_code == 422 and set(other.json()["error"]) == {"code", "message"}
+
+    raced = await asyncio.gather(
+        *(post("course_tagging", {"root_page_id": root, "tag": t}, "R") for t in ("a", "b"))
+    )
+    assert sorted(r.status_code for r in raced) == [202, 409]
+    won = next(r for r in raced if r.status_code == 202).json()["id"]
+    assert next(r for r in raced if r.status_code == 409).json()["error"]["job_id"] == won
+    listed = (await http.get(base, headers=auth)).json()["jobs"]
+    assert sorted(j["id"] for j in listed) == sorted([job_id, won])
+    for job in listed:
+        await temporal.get_workflow_handle(job["workflow_id"]).terminate("test over")
+
+
 async def test_the_job_list_is_keyset_paged_newest_first(
     http: httpx.AsyncClient, api_settings: Settings, engine: AsyncEngine
 ) -> None:
@@ -199,14 +246,15 @@ async def test_authentication_and_workspace_isolation(
     missing = await http.get(base, headers={"Authorization": "Bearer nonsense"})
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthorized"
     assert missing.headers["WWW-Authenticate"] == "Bearer"
+    scope = {"aud": "hubjobs", "iss": "hubjobs"}
     forged = jwt.encode(
-        {"sub": str(course.actor_id), "exp": int(time.time()) + 60},
+        {"sub": str(course.actor_id), "exp": int(time.time()) + 60, **scope},
         "a-different-secret-of-enough-length-0123456789",
     )
     assert (await http.get(base, headers={"Authorization": f"Bearer {forged}"})).status_code == 401
     # Expired 5 s past the leeway for clocks (a token 5 s expired is still taken).
     past = int(time.time()) - 5 - int(api_settings.api_jwt_leeway_seconds)
-    expired = jwt.encode({"sub": str(course.actor_id), "exp": past}, API_SECRET)
+    expired = jwt.encode({"sub": str(course.actor_id), "exp": past, **scope}, API_SECRET)
     assert (await http.get(base, headers={"Authorization": f"Bearer {expired}"})).status_code == 401
 
     other = await seed(engine, 3)

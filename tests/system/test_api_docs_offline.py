@@ -74,7 +74,7 @@ async def test_swagger_ui_and_redoc_render_with_no_route_out(
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")} | {
         "HUBJOBS_HOME": str(tmp_path),
         "HUBJOBS_API_PORT": str(PORT),
-        "HUBJOBS_API_JWT_SECRET": "docs-test-secret",
+        "HUBJOBS_API_JWT_SECRET": "docs-test-secret-of-32-bytes-or-more-0123456789",
         # Never reached: the docs need no server.
         "HUBJOBS_DATABASE_URL": "postgresql://hubjobs@127.0.0.1:1/none",
         "HUBJOBS_TEMPORAL_ADDRESS": "127.0.0.1:2",

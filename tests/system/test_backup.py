@@ -27,7 +27,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from activities.backup import BackupActivities
 from hubjobs.archive.format import (
@@ -43,10 +44,11 @@ from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
+from hubjobs.kinds.backup import BACKUP
 from hubjobs.ops.restore import RestoreReport, restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
-from hubjobs.temporal.messages import CancelRequest, SweepResult
+from hubjobs.temporal.messages import CancelRequest, JobInput, SweepResult
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.archive_helpers import (
     MB,
@@ -64,7 +66,7 @@ from tests.support.archive_helpers import (
     temporary_archives,
 )
 from tests.support.cli_errors import refusal_code
-from tests.support.helpers import edit, run_endings, workflow_closed
+from tests.support.helpers import edit, row_of, run_endings, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import TEMPLATE, running_worker
@@ -74,6 +76,7 @@ from workflows.backup import BackupWorkflow
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
 RESULT_KEYS = {
     "backupId",
+    "scope",
     "createdAt",
     "sizeBytes",
     "tableCount",
@@ -94,17 +97,29 @@ WRITE_BACKUP = BackupActivities.write_backup.__name__
 PACE = 64 * MB
 
 
+# The hub operator of these tests (HUBJOBS_HUB_OPERATORS): an account made an
+# administrator of a workspace by ``operator_in``.
+OPERATOR = uuid.UUID("0fe7a70f-0000-4000-8000-000000000001")
+
+
 @pytest.fixture
 def backup_settings(settings: Settings, tmp_path: Path) -> Settings:
     """The worker's and the starter's settings: backups and attachments under tmp_path,
-    backups paced (PACE)."""
+    backups paced (PACE), OPERATOR a hub operator."""
     return settings.model_copy(
         update={
             "backup_dir": tmp_path / "backups",
             "attachments_dir": tmp_path / "attachments",
             "backup_max_bytes_per_second": PACE,
+            "hub_operators": [OPERATOR],
         }
     )
+
+
+async def operator_in(engine: AsyncEngine, workspace: uuid.UUID) -> uuid.UUID:
+    """OPERATOR, an enabled administrator of ``workspace``."""
+    async with engine.begin() as conn:
+        return await create_account(conn, workspace, name="Otto Operator", account_id=OPERATOR)
 
 
 @pytest_asyncio.fixture
@@ -127,8 +142,10 @@ def new_database(stack: StackInfo) -> Iterator[Databases]:
     databases.drop_all()
 
 
-async def run_backup(jobs: WorkspaceJobs, timeout: float = 60) -> JobView:
-    job = await jobs.start("backup", {})
+async def run_backup(
+    jobs: WorkspaceJobs, timeout: float = 60, payload: dict[str, Any] | None = None
+) -> JobView:
+    job = await jobs.start("backup", payload or {})
     assert job.kind == "backup"
     done = await jobs.wait(job.id, timeout=timeout, interval=0.1)
     assert done.status == "succeeded", (done.error_code, done.error_message)
@@ -195,6 +212,8 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
         course = await seed_demo(conn, 3000)
         second = await seed_demo(conn, 40, name="Second hub")
     jobs = backup_hub.scope(course.workspace_id, course.actor_id)
+    # The whole hub, both workspaces: a hub operator's backup.
+    operator = backup_hub.scope(course.workspace_id, await operator_in(engine, course.workspace_id))
     # More than one revision for some pages: a tagging job on a sub-course, and edits.
     tagging = await jobs.start(
         "course_tagging", {"root_page_id": course.page_ids[12], "tag": "backup"}
@@ -214,14 +233,15 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert source["page_revisions"][0] == 3040 + 111 + 10
     assert source["attachments"][0] == len(created)
 
-    done = await run_backup(jobs)
+    done = await run_backup(operator, payload={"scope": "hub"})
     await record(backup_hub.temporal.get_workflow_handle(done.workflow_id), "backup_succeeded")
     result = done.result
     assert result is not None and set(result) == RESULT_KEYS
+    assert result["scope"] == "hub"
     assert result["backupId"] == str(done.id)
     assert result["tableCount"] == len(HUB_TABLES) == 6
     assert result["attachmentCount"] == len(created)
-    assert result["schemaVersion"] == head_revision() == "0010"
+    assert result["schemaVersion"] == head_revision() == "0011"
     archive = Path(result["archivePath"])
     backups = backup_settings.resolved_backup_dir
     assert archive == backups / archive_name(done.id)
@@ -808,6 +828,46 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
     assert names_in(backup_settings.resolved_backup_dir) == []
 
 
+async def test_a_workspace_administrator_gets_no_hub_backup_from_the_client_or_temporal(
+    backup_hub: HubJobsClient,
+    engine: AsyncEngine,
+    backup_settings: Settings,
+    backup_worker: None,
+    temporal: Client,
+) -> None:
+    """The whole hub is a hub operator's on the start paths beside the API's and the
+    CLI's: the Python client refuses it with nothing written, and a start straight
+    through Temporal (another service's) ends failed with the code, no archive made."""
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 5)
+    jobs = backup_hub.scope(course.workspace_id, course.actor_id)
+    with pytest.raises(Forbidden) as refused:
+        await jobs.start("backup", {"scope": "hub"})
+    assert refused.value.code == "hub_operator_required"
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one() == 0
+
+    job_id = uuid.uuid4()
+    direct = JobInput(
+        job_id=job_id,
+        kind="backup",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        correlation_id="other-service",
+        payload={"scope": "hub"},
+    ).model_dump(mode="json")
+    handle = await temporal.start_workflow(
+        BACKUP.workflow_type, direct, id=f"backup-{job_id}", task_queue=backup_settings.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "hub_operator_required"
+    row = await row_of(engine, job_id)
+    assert row is not None and (row.status, row.error_code) == ("failed", "hub_operator_required")
+    assert names_in(backup_settings.resolved_backup_dir) == []
+
+
 # --- 7. what the backup reads ---------------------------------------------------------------
 
 
@@ -882,3 +942,57 @@ async def test_a_backup_stopped_mid_table_leaves_its_connection_usable(
         assert time.monotonic() - started < 10
         row = await (await snapshot.execute("SELECT count(*) FROM pages")).fetchone()
     assert row == (3000,)
+
+
+# --- 8. a paced backup ----------------------------------------------------------------------
+
+THROTTLE = 60_000
+
+
+async def test_a_backup_throttled_to_60000_bytes_a_second_beats_through_its_waits(
+    temporal: Client,
+    engine: AsyncEngine,
+    backup_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """A worker process with HUBJOBS_BACKUP_MAX_BYTES_PER_SECOND=60000 and a lease of
+    2 s: one attachment of 400 kB makes the throttle wait about 7 s in one go, three
+    leases and more. The wait beats all along (activities/pauses.py): one attempt,
+    completed, and the archive took at least as long as the pace says."""
+    folder = backup_settings.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 20)
+    created = await add_attachments(engine, folder, course.page_ids, [400_000, 10, 20_000])
+    lease = {"heartbeat_timeout_seconds": 2, "max_activity_attempts": 2}
+    starter_settings = backup_settings.model_copy(update=lease)
+    jobs = HubJobsClient(temporal, engine, starter_settings).scope(
+        course.workspace_id, course.actor_id
+    )
+    env = hubjobs_env(
+        backup_settings,
+        backup_settings.home,
+        backup_dir=backup_settings.resolved_backup_dir,
+        attachments_dir=folder,
+        backup_max_bytes_per_second=THROTTLE,
+        **lease,
+    )
+    worker = WorkerProcess("paced-worker", env, tmp_path)
+    try:
+        started = time.monotonic()
+        job = await jobs.start("backup", {})
+        done = await jobs.wait(job.id, timeout=120, interval=0.2)
+        took = time.monotonic() - started
+        # The row is final as the attempt returns; its completion reaches the history
+        # a moment later, the worker still up.
+        await workflow_closed(temporal, done.workflow_id)
+        endings = await run_endings(temporal, done.workflow_id, WRITE_BACKUP)
+    except BaseException:
+        print(f"\n--- {worker.name}:\n{worker.tail()}")
+        raise
+    finally:
+        worker.kill()
+    print(f"\npaced backup: {took:.1f} s, attempts {endings}")
+    assert done.status == "succeeded", (done.status, done.error_code, done.error_message, endings)
+    assert endings == ["completed"], endings
+    assert done.result is not None and done.result["attachmentCount"] == len(created)
+    assert took >= sum(len(c) for c in created.values()) / THROTTLE

@@ -134,6 +134,16 @@ async def test_the_same_idempotency_key_gives_the_same_job(
     second = await hubjobs_json(settings, tmp_path, *args, "--wait")
     assert second["id"] == first["id"]
     assert second["status"] == "succeeded" and second["succeeded"] == 30
+    # The same key with another tag: refused naming the first job (exit 2: the
+    # caller's mistake), in JSON and in the one plain line.
+    reused = [*args[: args.index("exam")], "exam-2", *args[args.index("exam") + 1 :]]
+    refused = await run_hubjobs(settings, tmp_path, *reused, "--json")
+    _assert_one_error_line(refused, "idempotency_key_reused")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert json.loads(refused.stderr)["error"]["job_id"] == first["id"]
+    plain = await run_hubjobs(settings, tmp_path, *reused)
+    _assert_one_error_line(plain, "idempotency_key_reused")
+    assert first["id"] in plain.stderr
     # Another key is another job: it finds every page tagged already.
     other = await hubjobs_json(settings, tmp_path, *args[:-1], "another-key", "--wait")
     assert other["id"] != first["id"]

@@ -46,7 +46,7 @@ from tests.support.processes import api_process
 from tests.support.servers import running_worker, seed
 from tests.support.stacks import hubjobs, own_stack
 
-SECRET = "test-secret-" + "x" * 32
+SECRET = "codec-test-secret-" + "x" * 32
 assert toy_kind.TOY.name == "toy_echo"  # registered by importing it
 UI_ORIGIN = "http://ui.example:8233"
 CHROMIUM = Path("/usr/bin/chromium")

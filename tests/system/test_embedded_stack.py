@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,6 +46,7 @@ from tests.support.stacks import (
     HUBJOBS,
     ForeignListener,
     accepts,
+    addresses,
     healthy,
     held_ports,
     hubjobs,
@@ -56,6 +58,7 @@ from tests.support.stacks import (
     server_pids,
     stack_env,
     timed_json,
+    wait_gone,
 )
 
 # The tests of `up` bringing a dead server back run without the stack's supervisor, which
@@ -101,10 +104,13 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
             "ui_url",
             "api_url",
             "page_url",
+            "login_url",
             "metrics_url",
             "ui_codec_endpoint",
         }
         assert first["page_url"] == f"{first['api_url']}/operator/"
+        # A sign-in link to it, its code in the fragment (the embedded stack's secret).
+        assert first["login_url"].startswith(f"{first['api_url']}/operator/#/?login=")
         assert first["ui_codec_endpoint"] is None  # the payload codec is off by default
         pg_port = urlsplit(first["database_url"]).port
         temporal_host, _, temporal_port_text = first["temporal_address"].rpartition(":")
@@ -121,7 +127,7 @@ async def test_up_falls_back_to_free_ports_is_idempotent_and_down_stops_it(
         # Idempotent: the same servers found again, nothing started twice.
         second, second_took = await asyncio.to_thread(timed_json, env, "up")
         print(f"second up took {second_took:.1f} s")
-        assert second == first
+        assert addresses(second) == addresses(first)
         assert second_took < 15
         assert server_pids(home) == pids
         assert all(embedded.pid_alive(pid) for pid in pids)
@@ -253,6 +259,32 @@ def test_a_killed_server_comes_back_by_itself_and_down_stops_its_supervisor() ->
         assert not (own.home / "supervisor.pid").exists()
         for port in (pg_port, temporal_port, ui_port):
             assert refuses_soon(port), f"port {port} still accepts after down"
+
+
+def test_a_killed_api_comes_back_by_itself() -> None:
+    """The stack's API SIGKILLed: the supervisor starts it again on its recorded port,
+    and the CLI's job commands answer again without `hubjobs up`. Before: they answered
+    `unavailable` until the next `up`."""
+    with own_stack(extra_env={"HUBJOBS_STACK_RESTART_MAX_SECONDS": "1"}) as own:
+        seeded, _ = timed_json(own.env, "seed-demo", "--pages", "3")
+        started, _ = timed_json(own.env, "backup")
+        record = json.loads((own.home / "api.json").read_text())
+        killed = int((own.home / "api.pid").read_text())
+        os.kill(killed, signal.SIGKILL)
+        wait_gone(killed)
+        gone = time.monotonic()
+        while (listed := hubjobs(own.env, "list", "--json")).returncode != 0:
+            assert time.monotonic() < gone + 60, f"no API within 60 s\n{log_tails(own.home)}"
+            time.sleep(0.5)
+        print(f"\nthe CLI answered again {time.monotonic() - gone:.1f} s after the API's kill")
+        assert [job["id"] for job in json.loads(listed.stdout)] == [started["id"]]
+        assert json.loads((own.home / "api.json").read_text()) == record
+        back = int((own.home / "api.pid").read_text())
+        assert back != killed and embedded.port_holder(record["port"]) == embedded.PortHolder(
+            back, embedded.command_line(back) or "?"
+        )
+        assert "API restarted" in (own.home / "supervisor.log").read_text()
+        assert seeded["workspace_id"] == json.loads(listed.stdout)[0]["workspace_id"]
 
 
 def test_up_refuses_a_recorded_port_held_by_another_program() -> None:

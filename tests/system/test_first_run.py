@@ -12,16 +12,22 @@ real subprocesses on a stack of the test's own:
 - piped output keeps whole values (no 80-column cut); ``--json`` errors are JSON on
   stderr with the same exit codes; ``--version``; an empty setting means unset;
 - ``hubjobs token`` and ``hubjobs api`` work on the stack as they are (``up`` wrote a
-  development token secret); ``up`` without the [embedded] extra names it.
+  development token secret); the demo's *Jobs page* line is a sign-in link whose code
+  the API takes once; ``up`` without the [embedded] extra names it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -39,11 +45,27 @@ def get_json(url: str, token: str) -> Any:
         return json.loads(response.read())
 
 
-def demo_token(api_url: str) -> Any:
-    """What the operator page's demo-actor button asks the stack's API for."""
-    request = urllib.request.Request(f"{api_url}/operator/dev-token", method="POST", data=b"")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+def login_code(output: str) -> str:
+    """The code of the sign-in link on the output's *Jobs page* line."""
+    line = next(line for line in output.splitlines() if line.startswith("Jobs page"))
+    found = re.search(r"#/w/[0-9a-f-]+/jobs/[0-9a-f-]+\?login=([A-Za-z0-9_-]+)", line)
+    assert found, line
+    return found.group(1)
+
+
+def sign_in_by_link(api_url: str, code: str) -> tuple[int, Any]:
+    """What the operator page does with a sign-in link's code: its status and answer."""
+    request = urllib.request.Request(
+        f"{api_url}/operator/login",
+        method="POST",
+        data=json.dumps({"code": code}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
 
 
 # Runs a command with SIGINT as a terminal gives it (default action, not blocked),
@@ -135,13 +157,17 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
             f"hubjobs tag-course --root-page {profile['root_page_id']} --tag week-2 --wait",
         ):
             assert value in demo.stdout, f"{value} not in the demo's output:\n{demo.stdout}"
-        # The page's demo-actor sign-in, on the stack's own API (the development secret):
-        # a token for the demo's actor, which lists the demo's workspace.
-        given = await asyncio.to_thread(demo_token, api_url)
+        # The page's sign-in by the printed link, on the stack's own API (the development
+        # secret): a token for the demo's actor, which lists the demo's workspace; once.
+        code = login_code(demo.stdout)
+        status, given = await asyncio.to_thread(sign_in_by_link, api_url, code)
+        assert status == 200, given
         assert (given["actor_id"], given["workspace_id"]) == (
             profile["actor_id"],
             profile["workspace_id"],
         )
+        status, again = await asyncio.to_thread(sign_in_by_link, api_url, code)
+        assert (status, again["error"]["code"]) == (401, "unauthorized")
         listed_jobs = await asyncio.to_thread(
             get_json, f"{api_url}/workspaces/{profile['workspace_id']}/jobs", given["token"]
         )
@@ -266,6 +292,7 @@ async def test_make_run_leaves_a_worker_a_profile_and_the_next_commands() -> Non
 def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> None:
     env = {
         "HUBJOBS_HOME": str(tmp_path),
+        "HUBJOBS_API_URL": "http://127.0.0.1:1",  # an API named: no stack needed for it
         "HUBJOBS_LOG_JSON": "",  # empty: unset, not refused
         "PATH": "/usr/bin:/bin",
     }
@@ -285,6 +312,58 @@ def test_errors_version_and_empty_settings_without_a_stack(tmp_path: Path) -> No
     usage = hubjobs(env, "list", "--bogus", "--json")
     assert usage.returncode == 2
     assert json.loads(usage.stderr)["error"]["code"] == "invalid_argument"
+
+
+# Commands of every audience, each needing something only a stack (or a setting) gives.
+OUTSIDE_A_STACK = [
+    ("list",),
+    ("status", str(uuid.uuid4())),
+    ("backup",),
+    ("tag-course", "--tag", "t"),
+    ("down",),
+    ("token",),
+    ("migrate",),
+    ("health",),
+    ("worker",),
+    ("api",),
+]
+NO_JSON = {"worker", "api"}  # servers: they print no result
+
+
+def test_outside_a_stack_the_cli_writes_nothing_and_says_where_it_looked() -> None:
+    """Run in an empty folder with no stack above it (HUBJOBS_HOME unset), or with
+    HUBJOBS_HOME naming a folder that is not there: each command prints one line naming
+    where it looked and HUBJOBS_HOME, exits 1, and writes nothing (the folder stays
+    empty; the named one is not made). Before: each wrote .hubjobs/hubjobs.log here."""
+    scratch = Path(tempfile.mkdtemp(prefix="hubjobs-no-stack-"))
+    try:
+        here = scratch / "notes"
+        here.mkdir()
+        assert not any((folder / ".hubjobs").exists() for folder in (here, *here.parents))
+        base = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
+        missing = scratch / "nowhere"
+        for env, said, with_json in (
+            (base, [str(here), "HUBJOBS_HOME is unset"], True),
+            (base | {"HUBJOBS_HOME": str(missing)}, [f"HUBJOBS_HOME ({missing})"], False),
+        ):
+            for args in OUTSIDE_A_STACK:
+                json_too = with_json and args[0] not in NO_JSON
+                for as_json in (False, True) if json_too else (False,):
+                    done = hubjobs(env, *args, *(["--json"] if as_json else []), cwd=here)
+                    lines = done.stderr.strip().splitlines()
+                    assert done.returncode == 1 and done.stdout == "", (args, done)
+                    assert len(lines) == 1, (args, done.stderr)
+                    if as_json:
+                        error = json.loads(lines[0])["error"]
+                        code, text = error["code"], error["message"]
+                    else:
+                        code, text = lines[0].rsplit(" ", 1)[1], lines[0]
+                        code = code.strip("[]")
+                    assert code == "no_stack", (args, lines)
+                    assert all(part in text for part in said), (args, text)
+                    assert list(scratch.iterdir()) == [here] and not any(here.iterdir()), args
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_up_without_the_embedded_extra_names_it(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.devstack.login_codes import issue, login_link
+from hubjobs.home import DEV_SECRET_FILE, PROFILE_FILE
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
 from starter.api import create_app
@@ -498,6 +500,56 @@ async def test_another_workspaces_token_sees_what_a_missing_job_shows(
     assert str(theirs.id) not in in_ours + in_theirs
     await page.goto(f"{base}/operator/#/w/{other.workspace_id}/jobs")
     await expect(page.get_by_role("heading", name="Jobs not shown")).to_be_visible()
+
+
+async def test_a_sign_in_link_signs_a_tab_in_once(
+    page_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """The embedded stack's sign-in: the link `hubjobs up` prints (its code in the
+    fragment) signs a tab in as the profile's actor and leaves the address without the
+    code, which never went to the server; the same link in another tab is refused, and a
+    tab without one is told where to find one."""
+    course = await seed(engine, 3)
+    home = tmp_path / "home"
+    home.mkdir()
+    secret = "development-secret-" + "z" * 32
+    (home / DEV_SECRET_FILE).write_text(secret + "\n")
+    (home / PROFILE_FILE).write_text(
+        json.dumps({"actor_id": str(course.actor_id), "workspace_id": str(course.workspace_id)})
+    )
+    stack_settings = page_settings.model_copy(
+        update={"home": home, "api_jwt_secret": SecretStr(secret)}
+    )
+    assert stack_settings.uses_dev_token_secret
+    hub = HubJobsClient(temporal, engine, stack_settings)
+    job = await hub.scope(course.workspace_id, course.actor_id).start("backup", {})
+    code = issue(home)
+    async with serving(create_app(stack_settings, client=hub)) as base:
+        link = login_link(f"{base}/operator/", code, f"/w/{course.workspace_id}/jobs/{job.id}")
+        tab = await open_tab(browser)
+        page = tab.page
+        await page.goto(link)
+        await expect(page.locator("#job-title")).to_be_visible()
+        assert "login" not in page.url and code not in page.url
+        assert page.url.endswith(f"#/w/{course.workspace_id}/jobs/{job.id}")
+        assert await page.evaluate("() => sessionStorage.getItem('hubjobs.token')")
+        assert all(code not in request.url for request in tab.requests)
+        await shot(tab, tmp_path, "signed-in-by-link")
+
+        used = await open_tab(browser)
+        await used.page.goto(link)
+        await expect(used.page.get_by_role("heading", name="Sign in")).to_be_visible()
+        await expect(used.page.get_by_role("alert")).to_contain_text("used or expired")
+        assert not await used.page.evaluate("() => sessionStorage.getItem('hubjobs.token')")
+
+        bare = await open_tab(browser)
+        await bare.page.goto(f"{base}/operator/")
+        await expect(bare.page.locator("#login-link-hint")).to_contain_text("sign-in link")
+    await hub.close()
 
 
 async def test_a_phones_width_keyboard_and_labels(

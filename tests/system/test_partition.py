@@ -124,9 +124,10 @@ async def partition_run(
     some pages done (60 at least, well under half), and worker B polling beside it."""
     starter = settings.model_copy(update=STARTER)
     hub = HubJobsClient(temporal, None, starter)
-    direct = conninfo_to_dict(settings.resolved_database_url())
-    proxy = await Proxy(int(str(direct["port"]))).start()
-    through_proxy = f"postgresql://postgres@127.0.0.1:{proxy.port}/{direct['dbname']}"
+    direct_url = settings.resolved_database_url()
+    port = int(str(conninfo_to_dict(direct_url)["port"]))
+    proxy = await Proxy(port).start()
+    through_proxy = direct_url.replace(f"@127.0.0.1:{port}/", f"@127.0.0.1:{proxy.port}/")
     a_env = hubjobs_env(settings, logs, database_url=through_proxy, **WORKER, **A_PACE)
     b_env = hubjobs_env(settings, logs, **WORKER, **B_PACE)
     workers: list[WorkerProcess] = []

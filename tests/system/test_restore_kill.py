@@ -4,9 +4,11 @@ with one final transaction (hubjobs/ops/restore.py). Its promise, held here with
 (during the parallel COPY, while keys and indexes are built, while foreign keys are
 validated, just before the final transaction, inside it) leaves the live schema as
 it was; its staging schema is invisible to the app's reads and dropped by the next
-restore, which succeeds. A checksum that fails in the middle of the big table refuses
-the archive with nothing live changed and no staging schema left. Whatever the number
-of connections, the rows land exactly, under the schema the migrations make.
+restore, which succeeds; the same for a workspace's archive replacing its workspace
+in a running hub, whose every row stays as it was. A checksum that fails in the
+middle of the big table refuses the archive with nothing live changed and no staging
+schema left. Whatever the number of connections, the rows land exactly, under the
+schema the migrations make.
 
 Each kill waits for the restore to say it reached its phase
 (``HUBJOBS_RESTORE_PAUSE_AT``, hubjobs/ops/restore_phases.py), never for a time."""
@@ -16,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ from tests.support.archive_helpers import (
     fingerprint,
     snapshot_archive,
     tables_of,
+    workspace_fingerprint,
 )
 from tests.support.cli_errors import refusal_code
 from tests.support.servers import TEMPLATE
@@ -365,3 +370,93 @@ def schema_of(url: str) -> list[str]:
     return [
         line for line in dump.splitlines() if not line.startswith(("\\restrict", "\\unrestrict"))
     ]
+
+
+# --- a workspace's archive replacing its workspace in a running hub ----------------------------
+
+
+@dataclass(frozen=True)
+class RunningHub:
+    """A database holding workspaces A and B (a template: each test clones it), its
+    attachments folder, and A's archive, taken before A changed."""
+
+    template: str
+    folder: Path
+    archive: Path
+    workspace: uuid.UUID
+    archived: dict[str, tuple[int, str]]
+    other: uuid.UUID
+
+
+@pytest.fixture(scope="module")
+def running_hub(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> RunningHub:
+    url = databases.create(TEMPLATE)
+    folder = tmp_path_factory.mktemp("kill-hub") / "attachments"
+    archive = tmp_path_factory.mktemp("kill-workspace") / "a.zip"
+
+    async def make() -> tuple[uuid.UUID, dict[str, tuple[int, str]], uuid.UUID]:
+        engine = async_engine(url, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                a = await seed_demo(conn, PAGES, name="A")
+                b = await seed_demo(conn, 300, name="B")
+            await add_attachments(engine, folder, a.page_ids, [0, 10, MB, 5000])
+            await add_attachments(engine, folder, b.page_ids, [20, 6000])
+        finally:
+            await engine.dispose()
+        with psycopg.connect(url, autocommit=True) as plain:
+            plain.execute(f"UPDATE pages SET markdown = ({BODY_SQL} WHERE pages.id = pages.id)")
+        with archive.open("wb") as out:
+            await snapshot_archive(url, folder, out, workspace_id=a.workspace_id)
+        archived = workspace_fingerprint(url, a.workspace_id)
+        with psycopg.connect(url, autocommit=True) as plain:  # A moves on after its backup
+            plain.execute(
+                "DELETE FROM pages WHERE id IN (SELECT id FROM pages WHERE workspace_id = %s "
+                "AND parent_id IS NOT NULL ORDER BY id LIMIT 100)",
+                (a.workspace_id,),
+            )
+            plain.execute(
+                "UPDATE pages SET title = 'changed' WHERE workspace_id = %s", (a.workspace_id,)
+            )
+            # A page with an attachment too: its row goes, its file stays behind.
+            plain.execute("DELETE FROM pages WHERE id = %s", (a.page_ids[37],))
+        return a.workspace_id, archived, b.workspace_id
+
+    with ThreadPoolExecutor(1) as pool:
+        workspace, archived, other = pool.submit(asyncio.run, make()).result()
+    return RunningHub(url.rsplit("/", 1)[1], folder, archive, workspace, archived, other)
+
+
+@pytest.mark.parametrize("phase", ["load", "validate", "swap", "swapped"])
+def test_a_workspace_restore_killed_at_any_phase_leaves_the_running_hub_as_it_was(
+    phase: str, running_hub: RunningHub, databases: Databases, tmp_path: Path
+) -> None:
+    url = databases.create(running_hub.template)
+    folder = tmp_path / "attachments"
+    shutil.copytree(running_hub.folder, folder)
+    before, files = fingerprint(url), files_under(folder)
+    other = workspace_fingerprint(url, running_hub.other)
+    replacing = [*command(running_hub.archive, url, folder), "--replace-workspace"]
+
+    paused = PausedRestore(replacing, cli_env(tmp_path / "cli", phase), phase)
+    try:
+        paused.wait()
+        assert len(staging_schemas(url)) == 1
+    finally:
+        paused.kill()
+    assert fingerprint(url) == before
+    assert restored_files(folder) == files
+
+    done = subprocess.run(
+        replacing,
+        env=cli_env(tmp_path / "cli"),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert staging_schemas(url) == []
+    assert workspace_fingerprint(url, running_hub.workspace) == running_hub.archived
+    assert workspace_fingerprint(url, running_hub.other) == other
+    assert restored_files(folder) == files

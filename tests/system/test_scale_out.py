@@ -166,7 +166,7 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
     try:
         pg_port = postgres.start(0)
         local_url = postgres.ensure_database(pg_port)
-        assert local_url.startswith("postgresql://postgres@127.0.0.1:")
+        assert local_url.startswith("postgresql://postgres:") and "@127.0.0.1:" in local_url
         upgrade(local_url)
         temporal_port = choose_port(0, {pg_port})
         # Without eager activity dispatch, which this dev server has on: with it, every
@@ -204,7 +204,7 @@ def servers(network: HostNetwork) -> Iterator[Servers]:
         yield Servers(
             home=home,
             local_database_url=local_url,
-            bridge_database_url=f"postgresql://postgres@{network.gateway}:{pg_port}/hubjobs",
+            bridge_database_url=postgres.url(pg_port, host=network.gateway),
             temporal_address=f"{network.gateway}:{relay_port}",
         )
     finally:

@@ -1,8 +1,10 @@
-"""API tokens on the real servers: audience and issuer when configured, and an identity
-provider's rotating keys (JWKS) served by a small HTTP server on loopback inside the
-test: a key set that rotates from key A to key B, a key never published, made-up key
-ids that must not turn into a flood of fetches, a symmetric key slipped into the set,
-and a provider that is down or serves garbage (503, not 401 or 500)."""
+"""API tokens on the real servers: an audience and an issuer always (the configured
+ones, else hubjobs' own), a bounded lifetime (a token until the year 5138 refused, by a
+`hubjobs api` process too), and an identity provider's rotating keys (JWKS) served by
+a small HTTP server on loopback inside the test: a key set that rotates from key A to
+key B, a key never published, made-up key ids that must not turn into a flood of
+fetches, a symmetric key slipped into the set, and a provider that is down or serves
+garbage (503, not 401 or 500)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from temporalio.client import Client
 
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.errors import ConfigurationError
+from hubjobs.errors import ConfigurationError, InvalidInput
 from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
@@ -41,6 +43,8 @@ from tests.support.hostile import SAMPLES
 from tests.support.processes import api_process, hubjobs_env
 
 SECRET = "token-test-secret-" + "x" * 32
+# The audience and issuer the identity provider's tokens carry, as the API is told.
+IDP_SCOPE = {"aud": "hubjobs-api", "iss": "https://id.example.test/"}
 
 
 class KeyServer:
@@ -98,7 +102,7 @@ class SigningKey:
 
     def token(self, actor: uuid.UUID, **claims: Any) -> str:
         now = int(time.time())
-        body = {"sub": str(actor), "iat": now, "exp": now + 300, **claims}
+        body = {"sub": str(actor), "iat": now, "exp": now + 300, **IDP_SCOPE, **claims}
         return jwt.encode(body, self.private, algorithm=self.algorithm, headers={"kid": self.kid})
 
 
@@ -119,7 +123,12 @@ async def jwks_api(
     settings: Settings, temporal: Client, engine: AsyncEngine, key_server: KeyServer
 ) -> AsyncIterator[httpx.AsyncClient]:
     configured = settings.model_copy(
-        update={"api_jwks_url": key_server.url, "api_jwks_refresh_seconds": 0.0}
+        update={
+            "api_jwks_url": key_server.url,
+            "api_jwks_refresh_seconds": 0.0,
+            "api_jwt_audience": IDP_SCOPE["aud"],
+            "api_jwt_issuer": IDP_SCOPE["iss"],
+        }
     )
     async with _app_client(configured, temporal, engine) as client:
         yield client
@@ -155,14 +164,16 @@ async def test_a_rotated_key_verifies_and_an_unpublished_one_never_does(
     assert await _status(jwks_api, course, a.token(course.actor_id)) == (401, "unauthorized")
     assert await _status(jwks_api, course, never.token(course.actor_id)) == (401, "unauthorized")
     forged = jwt.encode(
-        {"sub": str(course.actor_id), "exp": int(time.time()) + 60},
+        {"sub": str(course.actor_id), "exp": int(time.time()) + 60, **IDP_SCOPE},
         never.private,
         algorithm="ES256",
         headers={"kid": "key-b"},
     )
     assert await _status(jwks_api, course, forged) == (401, "unauthorized")
     no_kid = jwt.encode(
-        {"sub": str(course.actor_id), "exp": int(time.time()) + 60}, b.private, algorithm="ES256"
+        {"sub": str(course.actor_id), "exp": int(time.time()) + 60, **IDP_SCOPE},
+        b.private,
+        algorithm="ES256",
     )
     assert await _status(jwks_api, course, no_kid) == (401, "unauthorized")
 
@@ -177,7 +188,12 @@ async def test_made_up_key_ids_do_not_flood_the_provider(
     a = SigningKey("key-a")
     key_server.publish(a.jwk)
     configured = settings.model_copy(
-        update={"api_jwks_url": key_server.url, "api_jwks_refresh_seconds": 60.0}
+        update={
+            "api_jwks_url": key_server.url,
+            "api_jwks_refresh_seconds": 60.0,
+            "api_jwt_audience": IDP_SCOPE["aud"],
+            "api_jwt_issuer": IDP_SCOPE["iss"],
+        }
     )
     async with _app_client(configured, temporal, engine) as http:
         assert await _status(http, course, a.token(course.actor_id)) == (200, "")
@@ -200,7 +216,7 @@ async def test_a_symmetric_key_in_the_set_is_never_used(
         {"kty": "oct", "kid": "shared", "k": jwt.utils.base64url_encode(secret).decode()},
     )
     token = jwt.encode(
-        {"sub": str(course.actor_id), "exp": int(time.time()) + 60},
+        {"sub": str(course.actor_id), "exp": int(time.time()) + 60, **IDP_SCOPE},
         secret,
         algorithm="HS256",
         headers={"kid": "shared"},
@@ -263,11 +279,82 @@ async def test_audience_and_issuer_are_checked_when_set(
         ):
             assert await _status(http, course, token(**bad)) == (401, "unauthorized"), bad
 
-    # Unset, neither is checked: a token for any audience from any issuer will do.
+    # Unset, each must be hubjobs' own (what `hubjobs token` mints): a token for another
+    # service, from another issuer, or with neither, is refused.
     plain = settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
     async with _app_client(plain, temporal, engine) as http:
+        assert await _status(http, course, mint(actor, plain)) == (200, "")
+        assert await _status(http, course, token(aud="hubjobs", iss="hubjobs")) == (200, "")
+        for bad in (
+            {"aud": "other-service", "iss": "evil"},
+            {"aud": "other-service", "iss": "hubjobs"},
+            {"aud": "hubjobs", "iss": "evil"},
+            {},
+        ):
+            assert await _status(http, course, token(**bad)) == (401, "unauthorized"), bad
+    # Unless told to take tokens without them: then an unset one is not checked.
+    unscoped = plain.model_copy(update={"api_jwt_allow_unscoped": True})
+    async with _app_client(unscoped, temporal, engine) as http:
         assert await _status(http, course, token(aud="anything", iss="anyone")) == (200, "")
         assert await _status(http, course, token()) == (200, "")
+
+
+async def test_a_token_good_for_longer_than_the_bound_is_refused(
+    settings: Settings, temporal: Client, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    """exp - iat (or exp - now without iat) over HUBJOBS_API_JWT_MAX_LIFETIME_SECONDS
+    (24 h): refused however it is signed; `hubjobs token` will not mint one."""
+    configured = settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)})
+    now = int(time.time())
+    year_5138 = 99_999_999_999
+
+    def token(**claims: Any) -> str:
+        body = {"sub": str(course.actor_id), "aud": "hubjobs", "iss": "hubjobs", **claims}
+        return jwt.encode(body, SECRET)
+
+    day = 24 * 3600
+    async with _app_client(configured, temporal, engine) as http:
+        for good in ({"iat": now, "exp": now + day}, {"exp": now + day - 120}):
+            assert await _status(http, course, token(**good)) == (200, ""), good
+        for endless in (
+            {"iat": now, "exp": year_5138},
+            {"exp": year_5138},
+            {"iat": now, "exp": now + day + 1},
+            {"iat": now - 30 * day, "exp": now + 60},  # issued long ago, for a month
+            {"exp": now + day + 120},
+        ):
+            assert await _status(http, course, token(**endless)) == (401, "unauthorized"), endless
+    # A bound of an hour: a token of two hours is refused, minting one too.
+    hour = configured.model_copy(update={"api_jwt_max_lifetime_seconds": 3600})
+    async with _app_client(hour, temporal, engine) as http:
+        assert await _status(http, course, token(iat=now, exp=now + 7200)) == (401, "unauthorized")
+        assert await _status(http, course, mint(course.actor_id, hour)) == (200, "")
+    with pytest.raises(InvalidInput) as refused:
+        mint(course.actor_id, hour, ttl_seconds=7200)
+    assert refused.value.code == "invalid_ttl"
+
+
+async def test_a_production_api_refuses_foreign_and_endless_tokens(
+    settings: Settings, course: DemoCourse, tmp_path: Path
+) -> None:
+    """`hubjobs api` as production runs it (a process, HUBJOBS_API_JWT_SECRET and nothing
+    else): its own tokens pass; one for another service from another issuer, one with
+    neither, and one good until the year 5138 are refused, whoever signed them with
+    the secret. Before: all three taken, 200."""
+    port = embedded.choose_port(0)
+    env = hubjobs_env(settings, tmp_path, api_jwt_secret=SECRET, api_port=port)
+    now = int(time.time())
+    actor = str(course.actor_id)
+    foreign = {"sub": actor, "iat": now, "exp": now + 60, "aud": "other-service", "iss": "evil"}
+    bare = {"sub": actor, "iat": now, "exp": now + 60}
+    endless = {"sub": actor, "iat": now, "exp": 99_999_999_999, "aud": "hubjobs", "iss": "hubjobs"}
+    own = mint(course.actor_id, settings.model_copy(update={"api_jwt_secret": SecretStr(SECRET)}))
+    with api_process(env, tmp_path / "api.log"):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert await _status(http, course, own) == (200, "")
+            for claims in (foreign, bare, endless):
+                refused = await _status(http, course, jwt.encode(claims, SECRET))
+                assert refused == (401, "unauthorized"), claims
 
 
 def test_hubjobs_token_mints_with_the_configured_audience_and_issuer(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hubjobs.domain.tables  # noqa: F401  (declares the hub's tables on the metadata)
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES
+from hubjobs.archive.scope import WORKSPACE_ROWS
 from hubjobs.db.metadata import Base
 from hubjobs.readmodel.tables import Job, JobItem
 
@@ -58,3 +59,7 @@ def test_every_serial_column_of_a_backed_up_table_has_its_sequence_restored() ->
         if TABLES[name].autoincrement_column is not None
     }
     assert serial == set(SEQUENCES)
+
+
+def test_every_backed_up_table_says_which_of_its_rows_a_workspace_holds() -> None:
+    assert set(WORKSPACE_ROWS) == set(BACKED_UP)

@@ -1,12 +1,14 @@
 """The operator page as the API serves it, without servers: its three files with a
 Content-Security-Policy that runs no inline script, markup with no inline script or
 handler, a script that never parses data as markup, the files in the package's data;
-and the demo-token route: absent whenever a real token key is configured, and answering
-only on loopback, to the page's own origin, for the profile's actor."""
+and the sign-in by link: a code good once for the profile's actor, kept hashed; no token
+without one; the route absent whenever a real token key is configured, and answering
+only on loopback, to the page's own origin."""
 
 from __future__ import annotations
 
 import json
+import stat
 import tomllib
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +20,7 @@ import pytest
 import pytest_asyncio
 from pydantic import SecretStr
 
+from hubjobs.devstack.login_codes import LOGIN_CODES_FILE, issue
 from hubjobs.home import PROFILE_FILE
 from hubjobs.settings import DEV_SECRET_FILE, Settings
 from starter.api.app import create_app
@@ -115,17 +118,42 @@ def test_the_files_are_package_data() -> None:
         assert any(Path("api/page", name).match(pattern) for pattern in patterns), name
 
 
-async def test_a_demo_token_names_the_profiles_actor(
+async def test_a_sign_in_code_gives_the_profiles_actor_once(
     dev_api: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     config = (await dev_api.get("/operator/config")).json()
-    assert config["dev_token"] is True
-    given = await dev_api.post("/operator/dev-token", headers={"Origin": "http://127.0.0.1:8080"})
+    assert config["login_links"] is True
+    code = issue(tmp_path)
+    # Kept hashed, its owner's alone.
+    codes = tmp_path / LOGIN_CODES_FILE
+    assert stat.S_IMODE(codes.stat().st_mode) == 0o600 and code not in codes.read_text()
+    origin = {"Origin": "http://127.0.0.1:8080"}
+    given = await dev_api.post("/operator/login", json={"code": code}, headers=origin)
     assert given.status_code == 200, given.text
     body = given.json()
     assert body["workspace_id"] == str(WORKSPACE)
     assert TokenVerifier(Settings(home=tmp_path)).actor_of(f"Bearer {body['token']}") == ACTOR
     assert given.headers["cache-control"] == "no-store"
+    again = await dev_api.post("/operator/login", json={"code": code}, headers=origin)
+    assert again.status_code == 401 and again.json()["error"]["code"] == "unauthorized"
+    assert "token" not in again.json()
+
+
+async def test_no_token_without_a_live_code(dev_api: httpx.AsyncClient, tmp_path: Path) -> None:
+    """The old route that gave a token to whoever asked is gone; a made-up, malformed or
+    expired code gets nothing, and neither does a request without one."""
+    assert (await dev_api.post("/operator/dev-token")).status_code == 404
+    expired = issue(tmp_path)
+    codes = tmp_path / LOGIN_CODES_FILE
+    codes.write_text(json.dumps([{**c, "expires": 0} for c in json.loads(codes.read_text())]))
+    for body in ({"code": "x" * 43}, {"code": expired}, {"code": "<script>"}):
+        refused = await dev_api.post("/operator/login", json=body)
+        assert refused.status_code == 401, body
+        assert refused.json()["error"]["code"] == "unauthorized"
+    for body in ({}, {"code": ""}, {"code": "y" * 500}):
+        refused = await dev_api.post("/operator/login", json=body)
+        assert refused.status_code == 422, body
+    assert "token" not in refused.text
 
 
 @pytest.mark.parametrize(
@@ -136,14 +164,15 @@ async def test_a_demo_token_names_the_profiles_actor(
         (("127.0.0.1", 5000), "http://127.0.0.1:8080", "http://evil.example"),  # a third site
     ],
 )
-async def test_a_demo_token_is_refused_off_loopback_or_to_another_site(
+async def test_a_sign_in_is_refused_off_loopback_or_to_another_site(
     tmp_path: Path, client: tuple[str, int], base: str, origin: str | None
 ) -> None:
     app = create_app(Settings(home=dev_home(tmp_path)))
+    code = issue(tmp_path)
     transport = httpx.ASGITransport(app=app, client=client)
     async with httpx.AsyncClient(transport=transport, base_url=base) as api:
         headers = {} if origin is None else {"Origin": origin}
-        refused = await api.post("/operator/dev-token", headers=headers)
+        refused = await api.post("/operator/login", json={"code": code}, headers=headers)
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "forbidden"
     assert "token" not in refused.json()
@@ -157,17 +186,18 @@ async def test_a_demo_token_is_refused_off_loopback_or_to_another_site(
         {"api_jwks_url": "https://idp.example/jwks"},
     ],
 )
-async def test_no_demo_token_route_with_a_real_key(
+async def test_no_sign_in_route_with_a_real_key(
     tmp_path: Path, configured: dict[str, object]
 ) -> None:
     settings = Settings(home=dev_home(tmp_path), **configured)  # type: ignore[arg-type]
     assert not settings.uses_dev_token_secret
     app = create_app(settings)
+    code = issue(tmp_path)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080"
     ) as api:
-        assert (await api.get("/operator/config")).json()["dev_token"] is False
-        absent = await api.post("/operator/dev-token")
+        assert (await api.get("/operator/config")).json()["login_links"] is False
+        absent = await api.post("/operator/login", json={"code": code})
         assert absent.status_code == 404
         assert absent.json()["error"]["code"] == "not_found"
 

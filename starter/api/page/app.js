@@ -12,7 +12,7 @@ const ITEMS_PAGE = 50;
 
 const main = document.getElementById("main");
 const notice = document.getElementById("notice");
-let config = { temporal_ui_url: null, namespace: "default", dev_token: false };
+let config = { temporal_ui_url: null, namespace: "default", login_links: false };
 let kinds = null;
 // What the current view must stop when another one replaces it (its streams).
 let leaving = [];
@@ -337,25 +337,36 @@ function signIn(message) {
     error,
   );
   const nodes = [form];
-  if (config.dev_token) {
-    nodes.push(el("p", {},
-      el("button", {
-        type: "button",
-        class: "quiet",
-        id: "demo-token",
-        text: "Use the embedded stack's demo actor",
-        onclick: async () => {
-          const response = await fetch("/operator/dev-token", { method: "POST", credentials: "omit" });
-          if (!response.ok) {
-            error.textContent = (await errorOf(response)).message;
-            return;
-          }
-          const given = await response.json();
-          start(given.token, given.workspace_id);
-        },
-      })));
+  if (config.login_links) {
+    nodes.push(el("p", { class: "hint", id: "login-link-hint" },
+      "On the embedded stack, open the sign-in link `hubjobs up` (or `make run`) printed: " +
+      "it signs this tab in as the demo's actor, once, within ten minutes of being printed."));
   }
   show(...nodes);
+}
+
+// A sign-in link (`hubjobs up` prints one): its code is taken out of the address at once
+// (no history entry keeps it) and exchanged, once, for a token. Returns what went wrong.
+async function signInByLink() {
+  const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query);
+  const code = params.get("login");
+  if (code === null) return "";
+  params.delete("login");
+  const rest = params.toString();
+  history.replaceState(null, "", `${location.pathname}#${path || "/"}${rest ? `?${rest}` : ""}`);
+  const response = await fetch("/operator/login", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify({ code }),
+    credentials: "omit",
+    cache: "no-store",
+  });
+  if (!response.ok) return `${(await errorOf(response)).message}`;
+  const given = await response.json();
+  sessionStorage.setItem(TOKEN, given.token);
+  sessionStorage.setItem(WORKSPACE, given.workspace_id.toLowerCase());
+  return "";
 }
 
 // --- the jobs of a workspace ------------------------------------------------------------
@@ -846,9 +857,16 @@ document.getElementById("sign-out").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN);
   signedOut("Signed out.");
 });
-window.addEventListener("hashchange", () => route());
+// The page as an address shows it, signing in first when it is a sign-in link.
+function arrive() {
+  return signInByLink()
+    .catch((failed) => `${failed.message}`)
+    .then((message) => route(message));
+}
+
+window.addEventListener("hashchange", () => arrive());
 fetch("/operator/config", { credentials: "omit" })
   .then((response) => response.json())
   .then((given) => { config = given; })
   .catch(() => {})
-  .finally(() => route());
+  .finally(() => arrive());
