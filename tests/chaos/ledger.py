@@ -6,7 +6,8 @@ Record types (``type``):
 - ``start``: a job start (or a repeat of one's key, ``repeat_of``): ``number``,
   ``method``, ``workspace_id``, ``kind``, ``payload``, ``key``, ``conflict`` (a repeat
   with another payload), ``sent_at``/``answered_at`` (epoch seconds), ``outcome``
-  (``accepted``, ``refused``, ``error``), ``http_status``, ``code``, ``job_id``.
+  (``accepted``, ``refused``, ``error``), ``http_status``, ``code``, ``job_id``,
+  ``named_job_id`` (the job a refusal names).
 - ``cancel``: ``number``, ``method`` (api, client, bare), ``job_id``, ``sent_at``,
   ``answered_at``, ``accepted`` (202, the client's return, the CLI's exit 0),
   ``status_in_answer``, ``detail``.

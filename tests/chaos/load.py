@@ -85,6 +85,8 @@ class Answer:
     http_status: int | None = None
     code: str | None = None
     job: dict[str, Any] | None = None
+    # The job a refusal names (``idempotency_key_reused`` names the key's job).
+    named_job_id: str | None = None
 
     @property
     def final(self) -> bool:
@@ -196,6 +198,7 @@ class Load:
             outcome=answer.outcome,
             http_status=answer.http_status,
             code=answer.code,
+            named_job_id=answer.named_job_id,
             job_id=job.get("id"),
             status_in_answer=job.get("status"),
         )
@@ -243,9 +246,11 @@ class Load:
         body = _json(response)
         if response.status_code < 300:
             return Answer("accepted", response.status_code, job=body)
-        code = (body.get("error") or {}).get("code") if body else None
+        error = (body.get("error") or {}) if body else {}
         outcome = "error" if response.status_code >= 500 else "refused"
-        return Answer(outcome, response.status_code, code=code)
+        return Answer(
+            outcome, response.status_code, code=error.get("code"), named_job_id=error.get("job_id")
+        )
 
     async def _client_start(
         self, start: Start, payload: dict[str, Any], notify: str | None
@@ -255,7 +260,9 @@ class Load:
                 start.kind, payload, idempotency_key=start.key, notify_url=notify
             )
         except HubJobsError as err:
-            return Answer("error" if err.code in TRANSIENT else "refused", code=err.code)
+            named = str(err.job_id) if err.job_id else None
+            outcome = "error" if err.code in TRANSIENT else "refused"
+            return Answer(outcome, code=err.code, named_job_id=named)
         except Exception as err:  # the client's own failure, counted
             return Answer("error", code=type(err).__name__)
         return Answer("accepted", job=job.model_dump(mode="json"))

@@ -1,8 +1,9 @@
 """The chaos campaign's checker names purpose-made damage (issue 43).
 
 A finished hub, made for real on the session's servers by an in-process worker: a
-tagging job started twice with one idempotency key, a backup, a long tagging job
-cancelled by the client, the campaign's ledger of what was sent. The checker finds it
+tagging job started twice with one idempotency key and refused with another payload
+under it, a workspace's backup beside another workspace, a long tagging job cancelled
+by the client, the campaign's ledger of what was sent. The checker finds it
 sound (every invariant checked, none violated). Then, each case on a clone of that
 database (and the ledger), one invariant is broken and the checker must name it, with
 the job, and no other:
@@ -11,8 +12,9 @@ the job, and no other:
 3. a row ``running`` under a closed run, and a row whose status Temporal's does not
 agree with;  4. a cancel recorded and not honoured, and a bare cancel signal the
 server took before the job ended;  5. a backup archive altered after it was written;
-6. a webhook left pending;  7. one idempotency key answered with two jobs, and a key
-reused with another payload answered with the first job;  8. a job marked stuck, and a
+6. a webhook left pending;  7. one idempotency key answered with two jobs, a key
+reused with another payload answered with the first job, and one refused naming
+another job;  8. a job marked stuck, and a
 worker process stopped."""
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from temporalio.client import Client
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import create_course
+from hubjobs.errors import IdempotencyKeyReused
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
@@ -64,9 +67,9 @@ class Finished:
 
 
 def _records(
-    tagged: JobView, again: JobView, cancelled: JobView, asked: float
+    tagged: JobView, again: JobView, reused: IdempotencyKeyReused, cancelled: JobView, asked: float
 ) -> list[dict[str, Any]]:
-    start = {
+    start: dict[str, Any] = {
         "type": "start",
         "workspace_id": str(tagged.workspace_id),
         "kind": "course_tagging",
@@ -77,6 +80,14 @@ def _records(
     return [
         start | {"job_id": str(tagged.id)},
         start | {"job_id": str(again.id)},
+        start
+        | {
+            "conflict": True,
+            "outcome": "refused",
+            "code": reused.code,
+            "named_job_id": str(reused.job_id),
+            "job_id": None,
+        },
         {
             "type": "cancel",
             "method": "client",
@@ -110,8 +121,8 @@ async def finished(
     )
     engine = async_engine(url, pool_size=5)
     try:
-        # One workspace: its backup is then the workspace's whole, whatever the scope.
         course = await seed(engine, 30)
+        await seed(engine, 5)  # another workspace, which the backup must not hold
         async with engine.begin() as writing:
             long_pages = await create_course(writing, course.workspace_id, LONG_PAGES, title="Long")
         hub = HubJobsClient(temporal, engine, settings)
@@ -120,6 +131,9 @@ async def finished(
             payload = {"root_page_id": course.root_page_id, "tag": "checked"}
             tagged = await jobs.start("course_tagging", payload, idempotency_key="checked-key")
             again = await jobs.start("course_tagging", payload, idempotency_key="checked-key")
+            with pytest.raises(IdempotencyKeyReused) as reused:
+                other = payload | {"tag": "checked-other"}
+                await jobs.start("course_tagging", other, idempotency_key="checked-key")
             backup = await jobs.start("backup", {})
             running = await others.start(
                 "course_tagging", {"root_page_id": long_pages[0], "tag": "long"}
@@ -142,7 +156,7 @@ async def finished(
             url,
             stack.temporal_address,
             settings.task_queue,
-            _records(tagged, again, running, asked),
+            _records(tagged, again, reused.value, running, asked),
             *done,
         )
     finally:
@@ -338,6 +352,24 @@ async def test_a_reused_key_answered_with_the_first_job(finished: Finished, tmp_
     }
     said = only(await verdicts(finished, tmp_path, records=[reused]), 7, job)
     assert "sent again with another payload" in said, said
+
+
+async def test_a_reused_key_refused_naming_another_job(finished: Finished, tmp_path: Path) -> None:
+    job = finished.tagged
+    other = str(finished.backup.id)
+    reused = {
+        "type": "start",
+        "workspace_id": str(job.workspace_id),
+        "kind": "course_tagging",
+        "key": "checked-key",
+        "conflict": True,
+        "outcome": "refused",
+        "http_status": 409,
+        "code": "idempotency_key_reused",
+        "named_job_id": other,
+    }
+    said = only(await verdicts(finished, tmp_path, records=[reused]), 7, finished.backup)
+    assert "refused 409 idempotency_key_reused naming" in said, said
 
 
 async def test_a_job_marked_stuck(finished: Finished, tmp_path: Path) -> None:
