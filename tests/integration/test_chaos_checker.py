@@ -13,8 +13,8 @@ the job, and no other:
 agree with;  4. a cancel recorded and not honoured, and a bare cancel signal the
 server took before the job ended;  5. a backup archive altered after it was written;
 6. a webhook left pending;  7. one idempotency key answered with two jobs, a key
-reused with another payload answered with the first job, and one refused naming
-another job;  8. a job marked stuck, and a
+reused with another payload answered with the first job, one refused naming another
+job, and the same request refused as another;  8. a job marked stuck, and a
 worker process stopped."""
 
 from __future__ import annotations
@@ -76,12 +76,15 @@ def _records(
         "key": "checked-key",
         "conflict": False,
         "outcome": "accepted",
+        "payload": tagged.payload,
     }
     return [
         start | {"job_id": str(tagged.id)},
-        start | {"job_id": str(again.id)},
+        start | {"job_id": str(again.id), "repeat_of": 1},
         start
         | {
+            "repeat_of": 1,
+            "payload": tagged.payload | {"tag": "checked-other"},
             "conflict": True,
             "outcome": "refused",
             "code": reused.code,
@@ -345,6 +348,8 @@ async def test_a_reused_key_answered_with_the_first_job(finished: Finished, tmp_
         "workspace_id": str(job.workspace_id),
         "kind": "course_tagging",
         "key": "checked-key",
+        "repeat_of": 1,
+        "payload": job.payload | {"tag": "checked-other"},
         "conflict": True,
         "outcome": "accepted",
         "http_status": 202,
@@ -362,6 +367,8 @@ async def test_a_reused_key_refused_naming_another_job(finished: Finished, tmp_p
         "workspace_id": str(job.workspace_id),
         "kind": "course_tagging",
         "key": "checked-key",
+        "repeat_of": 1,
+        "payload": job.payload | {"tag": "checked-other"},
         "conflict": True,
         "outcome": "refused",
         "http_status": 409,
@@ -370,6 +377,25 @@ async def test_a_reused_key_refused_naming_another_job(finished: Finished, tmp_p
     }
     said = only(await verdicts(finished, tmp_path, records=[reused]), 7, finished.backup)
     assert "refused 409 idempotency_key_reused naming" in said, said
+
+
+async def test_the_same_request_refused_as_another(finished: Finished, tmp_path: Path) -> None:
+    job = finished.tagged
+    refused = {
+        "type": "start",
+        "workspace_id": str(job.workspace_id),
+        "kind": "course_tagging",
+        "key": "checked-key",
+        "repeat_of": 1,
+        "payload": job.payload,
+        "conflict": False,
+        "outcome": "refused",
+        "http_status": 409,
+        "code": "idempotency_key_reused",
+        "named_job_id": str(job.id),
+    }
+    said = only(await verdicts(finished, tmp_path, records=[refused]), 7, job)
+    assert "idempotency_key_reused: the same request" in said, said
 
 
 async def test_a_job_marked_stuck(finished: Finished, tmp_path: Path) -> None:

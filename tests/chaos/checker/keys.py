@@ -1,8 +1,9 @@
-"""Invariant 7: the same idempotency key started one job. Every start the campaign sent
-with a key and the same payload was answered that key's one job (one row in the
-database), never refused as another request; a start with a key already used for
-another payload was refused 409 ``idempotency_key_reused`` naming the key's job, never
-answered the first job as though it were the same request, nor a job of its own."""
+"""Invariant 7: the same idempotency key started one job, for one request. Every start
+the campaign sent with a key is judged by the key's one row in the database: answered
+with a job, that row, holding what the start sent; refused 409
+``idempotency_key_reused``, naming that row, which holds another request (the key's
+first request won: the campaign's repeat with another payload, or, when the original's
+answer was lost to an outage, the repeat that got there first)."""
 
 from __future__ import annotations
 
@@ -19,24 +20,28 @@ Named = tuple[str, str, str]
 
 def one_job_per_key(facts: Facts) -> Verdict:
     result = verdict(7)
+    rows = _rows_by_key(facts)
     answered: dict[Named, set[str]] = defaultdict(set)
-    conflicts: list[tuple[Named, dict[str, Any]]] = []
+    conflicts = unanswered = 0
     for record in facts.of_type("start"):
         key = record.get("key")
         if key is None:
             continue
         named = (str(record["workspace_id"]), str(record["kind"]), str(key))
-        if record.get("conflict"):
-            conflicts.append((named, record))
-        elif record.get("outcome") == "accepted" and record.get("job_id"):
+        conflicts += bool(record.get("conflict"))
+        outcome = record.get("outcome")
+        if outcome == "error":  # no answer (an outage): nothing to judge
+            unanswered += 1
+            continue
+        if outcome == "accepted" and record.get("job_id"):
             answered[named].add(str(record["job_id"]))
-        elif record.get("code") == REUSED:
-            result.checked += 1
-            result.violated(
-                record.get("named_job_id"),
-                f"key {key} sent again with the same payload: refused as another request",
-            )
-    rows = _rows_by_key(facts)
+        elif record.get("code") != REUSED:
+            continue  # refused for another reason: not this invariant's
+        result.checked += 1
+        wrong = _answered_wrong(record, rows.get(named, []))
+        if wrong is not None:
+            job, what = wrong
+            result.violated(job, f"key {key} sent {_which(record)}: {what}")
     for named, jobs in answered.items():
         result.checked += 1
         stored = sorted(job.id for job in rows.get(named, []))
@@ -46,18 +51,8 @@ def one_job_per_key(facts: Facts) -> Verdict:
                 extra[0],
                 f"key {named[2]}: answered jobs {sorted(jobs)}, the database holds {stored}",
             )
-    unanswered = 0
-    for named, record in conflicts:
-        if record.get("outcome") == "error":  # no answer (an outage): nothing to judge
-            unanswered += 1
-            continue
-        result.checked += 1
-        wrong = _conflict_answered_wrong(record, rows.get(named, []), answered.get(named))
-        if wrong is not None:
-            job, what = wrong
-            result.violated(job, f"key {named[2]} sent again with another payload: {what}")
-    result.notes["conflicting_repeats"] = len(conflicts)
-    result.notes["conflicting_repeats_unanswered"] = unanswered
+    result.notes["conflicting_repeats"] = conflicts
+    result.notes["keyed_starts_unanswered"] = unanswered
     return result
 
 
@@ -69,36 +64,36 @@ def _rows_by_key(facts: Facts) -> dict[Named, list[Job]]:
     return rows
 
 
-def _conflict_answered_wrong(
-    record: dict[str, Any], stored: list[Job], answered: set[str] | None
-) -> tuple[str | None, str] | None:
-    """What is wrong with the answer to a key's repeat with another payload (the job
-    named, and what), or None: a 409 ``idempotency_key_reused`` naming the key's job."""
+def _which(record: dict[str, Any]) -> str:
+    if record.get("repeat_of") is None:
+        return "first"
+    return "again with another payload" if record.get("conflict") else "again"
+
+
+def _answered_wrong(record: dict[str, Any], stored: list[Job]) -> tuple[str | None, str] | None:
+    """What is wrong with a keyed start's answer (the job it names, and what), or None.
+    Judged by the key's row only when there is exactly one (else the count says it)."""
+    held = stored[0] if len(stored) == 1 else None
     if record.get("outcome") == "accepted":
-        if _first_request(record, stored, answered):
+        job_id = record.get("job_id")
+        if held is None or held.id != job_id or _holds(held, record):
             return None
         by = record.get("http_status") or "by the client"
-        return record.get("job_id"), f"answered {by} with a job"
+        return job_id, f"answered {by} with job {job_id}, which holds another request"
     named_job = record.get("named_job_id")
-    held = [job.id for job in stored]
-    if (
-        record.get("code") == REUSED
-        and record.get("http_status") in (None, 409)
-        and named_job in held
-    ):
-        return None
-    refusal = f"{record.get('http_status') or 'the client'} {record.get('code')}"
-    return named_job or (held[0] if held else None), (
-        f"refused {refusal} naming {named_job}, the key's job {held}"
+    status = record.get("http_status")
+    if held is not None and named_job == held.id and status in (None, 409):
+        if not _holds(held, record):
+            return None
+        return named_job, f"refused {status or 'by the client'} {REUSED}: the same request"
+    ids = [job.id for job in stored]
+    return named_job or (ids[0] if ids else None), (
+        f"refused {status or 'by the client'} {REUSED} naming {named_job}, the key's jobs {ids}"
     )
 
 
-def _first_request(record: dict[str, Any], stored: list[Job], answered: set[str] | None) -> bool:
-    """A repeat with another payload answered with a job is right only when it was the
-    key's first request after all (the original start never made a job): then it is the
-    key's one row, and holds what the repeat sent."""
-    if answered or len(stored) != 1 or stored[0].id != record.get("job_id"):
-        return False
+def _holds(job: Job, record: dict[str, Any]) -> bool:
+    """Whether the job's row holds what the start sent (each field it sent)."""
     sent: dict[str, Any] = record.get("payload") or {}
-    held = stored[0].payload or {}
+    held = job.payload or {}
     return all(str(held.get(name)) == str(value) for name, value in sent.items())
