@@ -312,8 +312,14 @@ class Thrower:
             await process.wait()
             notes.append(f"flood cut at {FLOOD_TIMEOUT:.0f} s")
             return
+        said = err.decode(errors="replace")
+        if said:
+            (self.chaos.run_dir / "logs" / f"flood-{fault.number}.log").write_text(said)
+        lines = out.decode().strip().splitlines()
+        if lines:
+            notes.append(json.dumps(json.loads(lines[-1]), sort_keys=True))
         if process.returncode != 0:
-            notes.append(f"flood exited {process.returncode}: {err.decode()[-300:]}")
-            return
-        figures = json.loads(out.decode().strip().splitlines()[-1])
-        notes.append(json.dumps(figures, sort_keys=True))
+            first = next((line for line in said.splitlines() if "rror" in line), said[-200:])
+            notes.append(
+                f"flood exited {process.returncode} (logs/flood-{fault.number}.log): {first}"
+            )
