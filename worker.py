@@ -26,7 +26,6 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.attempt import KindActivities
 from activities.completion_delivery import CompletionDeliveryActivities
@@ -52,6 +51,7 @@ from hubjobs.temporal.client import connect
 from hubjobs.temporal.deployment import deployment_config, explain_current, take_current
 from hubjobs.temporal.maintenance import ensure_maintenance
 from hubjobs.temporal.process import exit_within, run_and_exit
+from hubjobs.temporal.sandbox import sandbox_runner
 from workflows.completion_delivery import CompletionDelivery
 from workflows.dispatch import NoEagerDispatch
 from workflows.maintenance import MAINTENANCE_WORKFLOWS
@@ -63,22 +63,6 @@ log = logging.getLogger("hubjobs.worker")
 # A pooled connection used within this many seconds is handed out unpinged: a ping is a
 # transaction of its own, three for a one-page job otherwise (hubjobs.db.engine).
 POOL_PING_AFTER_IDLE_SECONDS = 5.0
-
-# Imported once by the worker and shared by every workflow run: the sandbox would
-# otherwise import them again for each run (measured: twice the latency per job). The
-# shared lifecycle too: it holds no state of its own, only each kind's tiny workflow
-# module is run afresh in each run's sandbox.
-PASSED_THROUGH = (
-    "hubjobs",
-    "activities",
-    "pydantic",
-    "pydantic_core",
-    "sqlalchemy",
-    "psycopg",
-    "workflows.job_lifecycle",
-    "workflows.versioning",
-    "workflows.dispatch",
-)
 
 
 @dataclass(frozen=True)
@@ -196,9 +180,7 @@ def build_worker(
         ),
         workflows=list(workflow_classes or workflows(versioned=versioning is not None)),
         activities=activities,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
-        ),
+        workflow_runner=sandbox_runner(),
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         sticky_queue_schedule_to_start_timeout=timedelta(

@@ -29,6 +29,7 @@ from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
+from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.failures import (
     ABANDONED,
     PROCESSING_FAILED,
@@ -58,7 +59,24 @@ RECONCILE_BATCH = 100
 # task failed (or timed out) that many times in a row, so it is not a passing hiccup.
 STUCK_ATTEMPTS = 3
 
+# Where the reconciler looks for runs that can no longer close: every open job run.
+OPEN_JOB_RUNS = f'ExecutionStatus = "Running" AND {sa.JOB_ID.name} IS NOT NULL'
+
 Verdict = tuple[JobStatus, str | None, str | None]
+
+
+def _uuid_or_none(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if value is not None else None
+    except ValueError:
+        return None  # set by a direct start, not by hubjobs
+
+
+def task_attempt(description: WorkflowExecutionDescription) -> int:
+    """The attempt of the run's pending workflow task (0: none pending): past the first,
+    its task failed or timed out that many times in a row."""
+    raw = description.raw_description
+    return raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
 
 
 class MaintenanceActivities:
@@ -148,7 +166,55 @@ class MaintenanceActivities:
             if len(unfinished) < RECONCILE_BATCH:
                 break
             after = unfinished[-1]
-        return ReconcileResult(checked=checked, finished=finished, restarted=restarted)
+        ended = await self._end_stuck_runs(request)
+        return ReconcileResult(checked=checked, finished=finished, restarted=restarted, ended=ended)
+
+    async def _end_stuck_runs(self, request: ReconcileRequest) -> int:
+        """Open runs whose job is final, or was asked to stop, for longer than the grace,
+        while their workflow tasks keep failing: nothing inside such a run can end it, so
+        it is terminated, and its job cancelled if not yet final (an accepted cancel is
+        never only recorded). Looked for among the open runs Temporal lists."""
+        open_runs: dict[uuid.UUID, str] = {}
+        ended = 0
+        async for run in self.client.list_workflows(OPEN_JOB_RUNS, limit=request.limit):
+            job_id = _uuid_or_none(run.typed_search_attributes.get(sa.JOB_ID))
+            if job_id is not None:
+                open_runs[job_id] = run.id
+            if len(open_runs) == RECONCILE_BATCH:
+                ended += await self._end_stuck_among(open_runs, request)
+                open_runs.clear()
+        return ended + await self._end_stuck_among(open_runs, request)
+
+    async def _end_stuck_among(
+        self, open_runs: dict[uuid.UUID, str], request: ReconcileRequest
+    ) -> int:
+        if not open_runs:
+            return 0
+        grace = timedelta(seconds=request.grace_seconds)
+
+        async def settled(conn: AsyncConnection) -> list[store.SettledJob]:
+            return await store.settled_among(conn, list(open_runs), older_than=grace)
+
+        ended = 0
+        for job in await with_outage_retry(self.deps.engine, self.deps.settings, settled):
+            activity.heartbeat()
+            handle = self.client.get_workflow_handle(open_runs[job.id])
+            description = await handle.describe()
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                continue
+            if task_attempt(description) < STUCK_ATTEMPTS:
+                continue
+            failure = await self._last_task_failure(handle.id, description.run_id)
+            status = job.status
+            if not status.is_final:
+                row = await self._job(job.id)
+                if row is None:
+                    continue
+                status = (await finish(self.deps, row, JobStatus.cancelled)).status
+            await handle.terminate(reason=f"job {status}; its workflow was stuck ({failure})")
+            log.warning("job %s: its stuck run terminated, the job %s", job.id, status)
+            ended += 1
+        return ended
 
     async def _unfinished(
         self, request: ReconcileRequest, after: store.UnfinishedJob | None, checked: int
@@ -202,8 +268,7 @@ class MaintenanceActivities:
         """A running workflow whose workflow task has failed (or timed out) several times
         in a row is not moving, whatever the row says: flagged stuck, with the failure's
         type, in the read model, the metric and the log; cleared once it runs again."""
-        raw = description.raw_description
-        attempt = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
+        attempt = task_attempt(description)
         if attempt < STUCK_ATTEMPTS:
             if row.stuck:
                 await self._write(lambda conn: store.clear_stuck(conn, row.id))

@@ -240,6 +240,10 @@ class Settings(BaseSettings):
     # anyone's others (Temporal refuses a run's signals past 10,000): at one report a
     # second, every ~8 minutes of work, at the cost of one handover.
     run_signal_budget: int = Field(default=500, ge=10, le=5000)
+    # A job run's workflow task may take this long on a worker before Temporal retries
+    # it elsewhere: room for a loaded worker to replay the fullest run of the budget (and
+    # the few thousand signals a flood lands past it) from its start.
+    workflow_task_timeout_seconds: float = Field(default=30.0, gt=0, le=120)
     # Page exports: where their files go (pages per file is the job's own payload).
     export_dir: Path | None = None
     retention_hours: float = 24.0

@@ -144,6 +144,9 @@ COMPLETION_WEBHOOK = "completion-webhook"
 # A run past its job's run_signal_budget continues as new; recorded histories took
 # their signals to the end of the run.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
+# A full run continues as new without its attempt; recorded histories cancelled the
+# attempt and waited for it to hand the job over.
+RUN_FULL_LEAVES_ATTEMPT = "run-full-leaves-attempt"
 # A run closes with its failed items in ``JobFailedItems`` and its details led by its
 # status as people read it (``succeeded (10 failed)``), and names each work activity a
 # slice: no patch (two events and a visibility write a run), for Temporal compares
@@ -207,6 +210,7 @@ class JobWorkflow:
         self.attempts_failed = 0
         self.stalls = 0
         self.refused_signals = 0
+        self.early_refusal: tuple[str, Refused] | None = None
         # Signals this run took, whatever they said (Temporal's limit counts them all).
         self.signals = 0
         self.outage_since: datetime | None = None
@@ -275,14 +279,31 @@ class JobWorkflow:
         """Counted; logged at the 1st, 2nd, 4th, 8th... refusal of the job, so that a
         flood of them costs the workflow (and each replay of it) no line apiece."""
         self.refused_signals += 1
+        if self.job is None:
+            # Before the run reads its input, its count lacks the earlier runs': counted
+            # from 0, it would log again what they logged. Logged once the input is read.
+            self.early_refusal = (name, refused)
+            return
         if self.refused_signals & (self.refused_signals - 1) == 0:
-            workflow.logger.warning(
-                "signal %.100s refused: %s (%d refused in all)",
-                name,
-                refused.reason,
-                self.refused_signals,
-                extra=self._log_ids(),
-            )
+            self._log_refusal(name, refused)
+
+    def _log_early_refusal(self, before: int) -> None:
+        """One line for the refusals a run took before it read its input, if the job's
+        count passed a power of two with them."""
+        if self.early_refusal is None:
+            return
+        if 1 << (self.refused_signals.bit_length() - 1) > before:
+            self._log_refusal(*self.early_refusal)
+        self.early_refusal = None
+
+    def _log_refusal(self, name: str, refused: Refused) -> None:
+        workflow.logger.warning(
+            "signal %.100s refused: %s (%d refused in all)",
+            name,
+            refused.reason,
+            self.refused_signals,
+            extra=self._log_ids(),
+        )
 
     def _run_full(self) -> bool:
         """This run has taken its job's signal budget: time to continue as new."""
@@ -307,6 +328,7 @@ class JobWorkflow:
         self.job = job
         if job.checkpoint is not None:
             self._restore(job.checkpoint)
+        self._log_early_refusal(job.checkpoint.refused_signals if job.checkpoint else 0)
         self.status = JobStatus.running
         workflow.upsert_search_attributes(
             [
@@ -378,7 +400,7 @@ class JobWorkflow:
                     priority=self._priority(job),
                 )
             try:
-                result = await self._attempt_result()
+                result = await self._attempt_result(job)
             except ActivityError as err:
                 self.running = None
                 self.failures_in_row += 1
@@ -412,21 +434,28 @@ class JobWorkflow:
             summary += f", attempt {failures + 1} after {after}"
         return summary
 
-    async def _attempt_result(self) -> WorkResult:
+    async def _attempt_result(self, job: JobInput) -> WorkResult:
         """The running attempt's result. Shielded: cancelled from Temporal, the attempt
         is not cut mid-step; it sees the recorded request and ends the job itself. Once
-        the run is full, the attempt is asked to hand the job over at its next step."""
+        the run is full, it continues as new at once, leaving the attempt to find its run
+        gone at its next heartbeat and stop (work it committed is kept; the next run's
+        attempt carries on after it): waiting for it would let a flood fill the run."""
         running = self.running
         assert running is not None
         await workflow.wait_condition(lambda: running.done() or self._run_full())
         if not running.done():
+            if workflow.patched(RUN_FULL_LEAVES_ATTEMPT):
+                await self._continue_as_new(job)
             running.cancel()
         result: WorkResult = await asyncio.shield(running)
         return result
 
     async def _continue_as_new(self, job: JobInput) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new(job.model_copy(update={"checkpoint": self._checkpoint()}))
+        workflow.continue_as_new(
+            job.model_copy(update={"checkpoint": self._checkpoint()}),
+            task_timeout=timedelta(seconds=job.options.workflow_task_timeout_seconds),
+        )
 
     async def _at_once(self, job: JobInput) -> JobOutcome | None:
         """A new job of a kind with ``at_once``: its first attempt as a local activity,

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
     from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
     from hubjobs.temporal.handler_args import Refused, read_argument
-    from hubjobs.temporal.launch import priority_of, search_attributes_of
+    from hubjobs.temporal.launch import priority_of, search_attributes_of, task_timeout_of
     from hubjobs.temporal.messages import (
         FiringOutcome,
         FiringStart,
@@ -152,5 +152,6 @@ class ScheduledStartWorkflow:
             static_summary=start.summary,
             static_details=start.details,
             priority=priority_of(start),
+            task_timeout=task_timeout_of(start),
         )
         return outcome

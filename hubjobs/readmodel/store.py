@@ -426,6 +426,30 @@ async def unfinished_jobs(
     ]
 
 
+@dataclass(frozen=True)
+class SettledJob:
+    """A job whose run should have closed by now: final, or asked to stop, for longer
+    than the reconciler's grace (``settled_among``)."""
+
+    id: uuid.UUID
+    status: JobStatus
+
+
+async def settled_among(
+    conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, older_than: timedelta
+) -> list[SettledJob]:
+    """Of ``job_ids`` (jobs whose runs are open), those final or with a cancellation
+    requested for longer than ``older_than``: their run has nothing left to wait for."""
+    rows = await conn.execute(
+        text(
+            "SELECT id, status FROM jobs WHERE id = ANY(:ids) "
+            "AND COALESCE(finished_at, cancel_requested_at) < now() - CAST(:age AS interval)"
+        ),
+        {"ids": list(job_ids), "age": older_than},
+    )
+    return [SettledJob(row.id, JobStatus(row.status)) for row in rows]
+
+
 # --- running ----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ interactive kinds go ahead of bulk ones when workers are busy."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -41,6 +42,7 @@ def job_options(settings: Settings, kind: JobKind[Any]) -> JobOptions:
         handover_pause_seconds=settings.handover_pause_seconds,
         lifecycle_local_seconds=settings.lifecycle_local_seconds,
         run_signal_budget=settings.run_signal_budget,
+        workflow_task_timeout_seconds=settings.workflow_task_timeout_seconds,
         webhook_retry_initial_seconds=settings.webhook_retry_initial_seconds,
         webhook_retry_max_seconds=settings.webhook_retry_max_seconds,
         webhook_deadline_seconds=settings.webhook_deadline_hours * 3600,
@@ -85,6 +87,10 @@ def priority_of(start: JobStart) -> Priority:
     )
 
 
+def task_timeout_of(start: JobStart) -> timedelta:
+    return timedelta(seconds=start.input.options.workflow_task_timeout_seconds)
+
+
 def search_attributes_of(start: JobStart) -> TypedSearchAttributes:
     """What finds the run in the Temporal UI from its start (the workflow keeps
     ``JobStatus`` current)."""
@@ -118,6 +124,7 @@ async def launch(client: Client, job: JobView, settings: Settings) -> None:
             static_summary=start.summary,
             static_details=start.details,
             priority=priority_of(start),
+            task_timeout=task_timeout_of(start),
         )
     except WorkflowAlreadyStartedError:
         pass

@@ -80,6 +80,14 @@ class JobOptions(BaseModel):
         "it continues as new: Temporal refuses a run's signals past 10,000, and a flood "
         "may land a few thousand more before the new run takes over.",
     )
+    workflow_task_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=120,
+        description="How long a worker may take over one workflow task of the job's runs "
+        "before Temporal gives it to another: long enough to replay the fullest run a "
+        "loaded worker may have to (Temporal's default is 10 s).",
+    )
     webhook_retry_initial_seconds: float = Field(
         1.0,
         gt=0,
@@ -396,6 +404,8 @@ class ReconcileResult(BaseModel):
     finished: int
     # Rows whose workflow had never started, started now.
     restarted: int
+    # Stuck runs of jobs final or asked to stop, terminated (and those jobs cancelled).
+    ended: int = 0
 
 
 class MaintenancePlan(BaseModel):

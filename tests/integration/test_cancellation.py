@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -19,14 +20,20 @@ from temporalio.client import (
     WorkflowExecutionStatus,
 )
 
+from activities.maintenance import STUCK_ATTEMPTS
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.readmodel.views import JobView
+from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import CancelRequest
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.integration.test_versioning import Gate, eventually, reconcile_once
 from tests.support.helpers import item_counts, job_revisions, workflow_closed
 from tests.support.histories import record
-from tests.support.servers import seed
+from tests.support.servers import running_worker, seed
+from tests.support.wedged_build import WedgingCourseTaggingWorkflow
+from worker import workflows
+from workflows.course_tagging import CourseTaggingWorkflow
 
 TAG = "archived"
 
@@ -207,3 +214,68 @@ async def _wait_row(engine: AsyncEngine, job: JobView, timeout: float) -> dict[s
             return dict(row)
         await asyncio.sleep(0.1)
     raise AssertionError("the job did not finish")
+
+
+# --- a cancel its workflow cannot take ------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempt_held", [False, True])
+async def test_a_cancel_a_stuck_workflow_cannot_take_still_ends_the_job_and_its_run(
+    temporal: Client, engine: AsyncEngine, settings: Settings, attempt_held: bool
+) -> None:
+    """A run wedged by a bug (tests/support/wedged_build.py: a bare ``cancel`` fails each
+    of its workflow tasks) can take no cancel. The one the client recorded is honoured
+    all the same: by the running attempt, which ends the row cancelled, and by the
+    reconciler, which terminates the run that can no longer close; with the attempt
+    held mid-batch, by the reconciler alone, which cancels the job first."""
+    wedging = [
+        WedgingCourseTaggingWorkflow if cls is CourseTaggingWorkflow else cls for cls in workflows()
+    ]
+    course = await seed(engine, 2000)
+    # A deployment of its own: the wedging build is declared for versioned workers.
+    paced = settings.model_copy(
+        update={
+            "worker_versioning": True,
+            "deployment_name": f"test-{uuid.uuid4().hex[:10]}",
+            "build_id": "1",
+            "tagging_batch_size": 10,
+            "tagging_batch_pause_seconds": 0.2,
+            # One attempt, silent: nothing but the failing task happens in the run.
+            "work_slice_seconds": 600,
+            "progress_report_seconds": 600,
+        }
+    )
+    jobs = HubJobsClient(temporal, engine, paced).scope(course.workspace_id, course.actor_id)
+    gate = Gate()
+    hold = gate if attempt_held else None
+    async with running_worker(temporal, paced, before_write=hold, workflow_classes=wedging):
+        job = await _started(jobs, course, at_least=0 if attempt_held else 10)
+        if attempt_held:
+            await asyncio.wait_for(gate.held.wait(), 30)
+        handle = temporal.get_workflow_handle(job.workflow_id)
+        await handle.signal("cancel")  # bare: this build's typed handler raises
+
+        async def failing_task() -> int | None:
+            raw = (await handle.describe()).raw_description
+            attempt = raw.pending_workflow_task.attempt
+            return attempt if attempt >= STUCK_ATTEMPTS else None
+
+        await eventually(failing_task, 60, "the workflow task failing")
+        asked = await jobs.cancel(job.id, reason="the run is stuck")
+        assert asked.cancel_requested_at is not None
+        if not attempt_held:
+            final = await jobs.wait(job.id, timeout=30, interval=0.05)
+            assert final.status == "cancelled"  # the attempt read the recorded request
+            await eventually(failing_task, 60, "the workflow task failing again")
+        result = await reconcile_once(temporal, paced)
+        gate.released.set()
+        assert result.ended == 1
+        described = await _closed(temporal, job.workflow_id)
+        assert described.status == WorkflowExecutionStatus.TERMINATED
+        history = await handle.fetch_history()
+        reason = history.events[-1].workflow_execution_terminated_event_attributes.reason
+        assert reason.startswith("job cancelled; its workflow was stuck (TypeError"), reason
+        ended = await jobs.get(job.id)
+        assert ended.status == "cancelled" and ended.cancel_reason == "the run is stuck"
+        # Nothing is terminated twice, and a healthy run is left alone.
+        assert (await reconcile_once(temporal, paced)).ended == 0

@@ -1,6 +1,6 @@
-"""A run's signal budget (issue 30): a run that took its job's ``run_signal_budget``
-signals, its own progress reports and others' bad ones alike, asks its attempt for the
-job back and continues as new; the job ends exact, and every refused signal is counted
+"""A run's signal budget: a run that took its job's ``run_signal_budget`` signals, its
+own progress reports and others' bad ones alike, continues as new at once, its attempt
+left to find its run gone and stop; the job ends exact, and every refused signal is counted
 across the runs. (The limits themselves, reached with real processes:
 tests/system/test_signal_limits.py.)"""
 
@@ -98,6 +98,12 @@ async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact
     assert asked_at[0] is not None and asked_at[0][1] >= BUDGET, asked_at
     assert all(at is not None and at[0] < BUDGET <= at[1] for at in asked_at[1:]), asked_at
     assert progress["refused_signals"] == BAD, progress
+    # No run asked its attempt to stop: it continued as new with the attempt running.
+    assert not any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+        for run in runs
+        for e in run
+    )
     # The first run, which continued as new on its budget, for the replay test.
     first_run = runs[-1][0].workflow_execution_started_event_attributes.first_execution_run_id
     await record(

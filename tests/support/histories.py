@@ -26,7 +26,9 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # v6: a run past its job's signal budget continues as new (``run-signal-budget``).
 # v7: a run closes with its failed items in ``JobFailedItems``, and names each work
 # activity a slice (no patch: Temporal compares neither on replay).
-GENERATION = "v7"
+# v8: a full run continues as new at once, its attempt left running
+# (``run-full-leaves-attempt``).
+GENERATION = "v8"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:

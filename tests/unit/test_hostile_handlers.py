@@ -27,7 +27,6 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import worker as worker_module
 from hubjobs.kinds import REGISTRY
@@ -42,6 +41,7 @@ from hubjobs.temporal.maintenance import (
     RETENTION_SWEEP_WORKFLOW,
 )
 from hubjobs.temporal.messages import CANCEL_SIGNAL, PROGRESS_QUERY, PROGRESS_SIGNAL, JobInput
+from hubjobs.temporal.sandbox import sandbox_runner
 
 TASK_QUEUE = "hostile"
 NOTHING = object()  # no argument at all
@@ -119,11 +119,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
             task_queue=TASK_QUEUE,
             workflows=worker_module.workflows(versioned=False),
             activities=[stand_in(environment.client)],
-            workflow_runner=SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules(
-                    *worker_module.PASSED_THROUGH
-                )
-            ),
+            workflow_runner=sandbox_runner(),
         )
         async with worker:
             yield environment
