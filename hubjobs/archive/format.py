@@ -20,9 +20,11 @@ hubjobs.archive.reader.
 
 from __future__ import annotations
 
+import glob
 import unicodedata
 import uuid
 from datetime import datetime
+from pathlib import Path
 from typing import Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -73,6 +75,19 @@ def attachment_member(attachment_id: uuid.UUID | str) -> str:
 
 def archive_name(backup_id: uuid.UUID) -> str:
     return f"hubjobs-backup-{backup_id}.zip"
+
+
+def temporary_name(backup_id: uuid.UUID, writer: str) -> str:
+    """Where one attempt writes its archive before committing it: a name of its own, so
+    that an attempt presumed dead (its worker stopped past the heartbeat timeout) that
+    wakes up never removes or writes into its successor's file."""
+    return f"{archive_name(backup_id)}.{writer}.partial"
+
+
+def temporary_files(folder: Path, backup_id: uuid.UUID) -> list[Path]:
+    """Every attempt's temporary archive of a backup (and the one name all attempts
+    shared before, ``<archive>.partial``)."""
+    return sorted(folder.glob(f"{glob.escape(archive_name(backup_id))}.*partial"))
 
 
 class TableEntry(BaseModel):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.archive.format import HUB_TABLES
+from hubjobs.archive.format import HUB_TABLES, temporary_files
 from hubjobs.archive.scope import count_attachments
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel.views import Counters, JobView
@@ -116,11 +116,14 @@ def build_result(
 
 
 async def expire(job: JobView, settings: Settings) -> None:
-    """Removes the archive of an expired backup (a failed or cancelled one has none)."""
+    """Removes the archive of an expired backup (a failed or cancelled one has none), and
+    any temporary file an attempt killed midway left behind."""
     path = (job.result or {}).get("archivePath")
     if path:
         await asyncio.to_thread(Path(path).unlink, missing_ok=True)
         log.info("removed the archive of expired backup %s", job.id)
+    for leftover in temporary_files(settings.resolved_backup_dir, job.id):
+        await asyncio.to_thread(leftover.unlink, missing_ok=True)
 
 
 BACKUP = JobKind(

@@ -833,6 +833,9 @@ async def finish(
 
 # --- completion webhooks ----------------------------------------------------------------
 
+# A withdrawn job's webhook, as ``notify_last_error`` says it (our code and message).
+NOT_STARTED_NOTIFY = "not_started: the job was not started, so no completion is sent"
+
 
 async def record_notify(
     conn: AsyncConnection,
@@ -870,16 +873,29 @@ async def withdraw(
 ) -> bool:
     """A job whose start did not get through Temporal, made final (failed) while it is
     still queued, so that nothing ever runs it: a workflow that starts after all (a
-    request the server took late) opens a final row and ends at once. False when the
-    row is no longer queued: its workflow did start and opened it."""
+    request the server took late) opens a final row and ends at once. Its caller was
+    told nothing started, so its completion webhook is owed to no one: recorded
+    ``failed`` (no workflow would ever deliver it). False when the row is no longer
+    queued: its workflow did start and opened it."""
+    pending = f"notify_state = {NotifyState.pending.sql}"
     result = await conn.execute(
         text(
             f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
             "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
+            f"notify_last_error = CASE WHEN {pending} THEN :notify_error "
+            "ELSE notify_last_error END, "
+            f"notify_state = CASE WHEN {pending} THEN {NotifyState.failed.sql} "
+            "ELSE notify_state END, "
             f"updated_at = now() WHERE id = :id AND status = {JobStatus.queued.sql} "
             f"RETURNING {NOTIFY}"
         ),
-        {"id": job_id, "code": code, "message": message, "retention": retention},
+        {
+            "id": job_id,
+            "code": code,
+            "message": message,
+            "retention": retention,
+            "notify_error": NOT_STARTED_NOTIFY,
+        },
     )
     return result.first() is not None
 

@@ -12,6 +12,8 @@ client whose engine has 5 + 5 connections, as every ``HubJobsClient`` makes its 
   the pool was busy with the burst's other starts.
 - a caller that gives up (cancelled) once its row is written: the start still settles
   (here: withdrawn once Temporal's call timed out), the row is not left queued.
+- a withdrawn start with a completion webhook owes none: recorded ``failed``, never
+  left ``pending``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -236,3 +239,46 @@ async def test_a_start_whose_caller_gives_up_after_its_row_still_settles_it(
     finally:
         await client.close()
         await proxy.close()
+
+
+async def test_a_withdrawn_start_leaves_no_webhook_pending(
+    engine: AsyncEngine, settings: Settings, temporal: Client
+) -> None:
+    """Found by the chaos campaign (seed 202: two starts with a completion webhook sent
+    while the dev server was stopped): a start withdrawn because Temporal did not take
+    it has no workflow, so nothing would ever deliver its webhook or give it up; its
+    ``notify_state`` stayed ``pending`` for good. Its caller was answered
+    ``unavailable`` (nothing started): no completion is owed, and the row says so,
+    ``failed`` with ``not_started``."""
+    course = await seed(engine, 1)
+    target = int(settings.resolved_temporal_address().rsplit(":", 1)[1])
+    proxy = await Proxy(target).start()
+    through = settings.model_copy(
+        update={
+            "temporal_address": f"127.0.0.1:{proxy.port}",
+            "temporal_rpc_timeout_seconds": 1,
+            "webhook_secret": SecretStr("a-webhook-secret-of-the-tests-" + "z" * 32),
+        }
+    )
+    client = HubJobsClient(temporal=await connect(through), settings=through)
+    jobs = client.scope(course.workspace_id, course.actor_id)
+    try:
+        proxy.switch(Mode.BLACKHOLE)
+        with pytest.raises(Unavailable):
+            await jobs.start(
+                "course_tagging",
+                {"root_page_id": course.root_page_id, "tag": "told"},
+                notify_url="http://127.0.0.1:9/hook",
+            )
+    finally:
+        await client.close()
+        await proxy.close()
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT status, error_code, notify_state, notify_last_error FROM jobs")
+            )
+        ).one()
+    assert tuple(row[:2]) == ("failed", "unavailable"), row
+    assert row.notify_state == "failed", row
+    assert row.notify_last_error.startswith("not_started: "), row

@@ -4,12 +4,14 @@ checksum recomputed so that only the check under test can catch the change)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
 import os
 import stat
 import struct
+import time
 import uuid
 import warnings
 import zipfile
@@ -33,6 +35,7 @@ from hubjobs.archive.format import (
 from hubjobs.archive.writer import Progress, write_archive
 from hubjobs.devstack.demo_data import create_attachment
 from hubjobs.devstack.embedded import StackInfo
+from tests.support.processes import WorkerProcess
 
 
 async def _no_progress(nbytes: int, step_done: bool, stage: str) -> None:
@@ -369,3 +372,26 @@ async def add_attachments(
             attachment_id = await create_attachment(conn, folder, page, f"file-{i}.bin", content)
             created[attachment_id] = content
     return created
+
+
+def temporary_archives(folder: Path) -> dict[str, int]:
+    """The backup folder's temporary archives (one an attempt), by name: their sizes."""
+    if not folder.exists():
+        return {}
+    return {p.name: p.stat().st_size for p in folder.glob("*.partial") if p.is_file()}
+
+
+async def archive_being_written(
+    folder: Path, worker: WorkerProcess, beyond: dict[str, int] | None = None
+) -> Path:
+    """Until an attempt on ``worker`` has written 2 MB of a temporary archive (one not in
+    ``beyond``, or grown 2 MB past its size there): that file."""
+    beyond = beyond or {}
+    deadline = time.monotonic() + 60
+    while True:
+        for name, size in temporary_archives(folder).items():
+            if size > 2 * MB and (name not in beyond or size > beyond[name] + 2 * MB):
+                return folder / name
+        assert worker.alive(), f"{worker.name} exited early:\n{worker.tail()}"
+        assert time.monotonic() < deadline, f"no archive grew on {worker.name}:\n{worker.tail()}"
+        await asyncio.sleep(0.01)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,9 @@ class Delivery:
     body: bytes
     # The status it was answered (None while held, or when its sender went away).
     answered: int | None = None
+    # When it arrived, by the receiver's clock (a signature's timestamp is checked
+    # against it).
+    received_at: float = field(default_factory=time.time)
 
     @property
     def signature(self) -> str:

@@ -37,6 +37,7 @@ from hubjobs.archive.format import (
     HUB_TABLES,
     MANIFEST,
     archive_name,
+    temporary_name,
 )
 from hubjobs.archive.writer import AttachmentUnavailable, write_archive
 from hubjobs.db.migrate import head_revision
@@ -53,6 +54,7 @@ from tests.support.archive_helpers import (
     MB,
     Databases,
     add_attachments,
+    archive_being_written,
     assert_same_attachments,
     assert_sequences_continue,
     file_facts,
@@ -61,12 +63,14 @@ from tests.support.archive_helpers import (
     names_in,
     snapshot_archive,
     tables_of,
+    temporary_archives,
 )
 from tests.support.cli_errors import refusal_code
 from tests.support.helpers import edit, row_of, run_endings, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import TEMPLATE, running_worker
+from tests.system.test_faults import identity_of, running_attempt, wait_started
 from workflows.backup import BackupWorkflow
 
 HUBJOBS = Path(sys.executable).parent / "hubjobs"
@@ -610,8 +614,7 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
         course.workspace_id, course.actor_id
     )
     backups = backup_settings.resolved_backup_dir
-    final = backups / "unknown"
-    partial = backups / "unknown.partial"
+    final = partial = backups / "unknown"
     env = hubjobs_env(
         backup_settings,
         backup_settings.home,
@@ -626,14 +629,8 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
         workers.append(first)
         job = await jobs.start("backup", {})
         final = backups / archive_name(job.id)
-        partial = final.with_name(final.name + ".partial")
-        deadline = time.monotonic() + 60
-        while (file_facts(partial) or (0, 0))[1] <= 2 * MB:
-            assert first.alive(), f"worker-1 exited early:\n{first.tail()}"
-            assert file_facts(final) is None, "the backup finished before the kill"
-            assert time.monotonic() < deadline, f"no partial archive grew:\n{first.tail()}"
-            await asyncio.sleep(0.01)
-        assert file_facts(final) is None
+        partial = await archive_being_written(backups, first)
+        assert file_facts(final) is None, "the backup finished before the kill"
         assert first.kill() == -signal.SIGKILL
         at_kill = file_facts(partial)
         assert at_kill is not None
@@ -681,6 +678,79 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     )
 
 
+async def test_an_attempt_presumed_dead_leaves_its_successor_s_archive_alone(
+    temporal: Client,
+    engine: AsyncEngine,
+    backup_settings: Settings,
+    database_url: str,
+    new_database: Databases,
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos campaign (seed 101, its worker_stop fault at +523 s during a
+    backup): worker A's attempt stopped (SIGSTOP) past its heartbeat timeout, the
+    next attempt writing on worker B, then A continued. A's attempt, told it was
+    cancelled, removed its temporary archive on its way out, which was B's, under the
+    same name: B's commit found no file, and the backup failed ``storage_unavailable``
+    though its disk was fine. Each attempt now writes a temporary file of its own, and
+    the one that commits removes the others'."""
+    folder = backup_settings.resolved_attachments_dir
+    async with engine.begin() as conn:
+        course = await seed_demo(conn, 1000)
+    await add_attachments(engine, folder, course.page_ids, [MB] * 60)
+    source = await asyncio.to_thread(fingerprint, database_url)
+    starter_settings = backup_settings.model_copy(update={"heartbeat_timeout_seconds": 3})
+    jobs = HubJobsClient(temporal, engine, starter_settings).scope(
+        course.workspace_id, course.actor_id
+    )
+    backups = backup_settings.resolved_backup_dir
+    # 4 MB a second: the 60 MB of files take B some 15 s, while A wakes up.
+    env = hubjobs_env(
+        backup_settings,
+        backup_settings.home,
+        backup_dir=backups,
+        attachments_dir=folder,
+        heartbeat_timeout_seconds=3,
+        backup_max_bytes_per_second=4 * MB,
+    )
+    workers: list[WorkerProcess] = []
+    a = WorkerProcess("worker-a", env, tmp_path)
+    workers.append(a)
+    try:
+        await wait_started(a)
+        job = await jobs.start("backup", {})
+        held_by_a = await archive_being_written(backups, a)
+        os.kill(a.pid, signal.SIGSTOP)
+        b = WorkerProcess("worker-b", env, tmp_path)
+        workers.append(b)
+        held_by_b = await archive_being_written(backups, b, temporary_archives(backups))
+        attempt = await running_attempt(temporal, job.workflow_id, WRITE_BACKUP)
+        assert attempt is not None and attempt.identity == identity_of(b), attempt
+        os.kill(a.pid, signal.SIGCONT)
+        done = await jobs.wait(job.id, timeout=90, interval=0.2)
+        print(
+            f"\nA wrote {held_by_a.name}, stopped; B wrote {held_by_b.name}; A continued: the job "
+            f"{done.status} ({done.error_code}), {done.attempts} attempts"
+        )
+        assert done.status == "succeeded", (
+            f"{done.status} ({done.error_code}: {done.error_message})\n"
+            f"--- worker-a\n{a.tail()}\n--- worker-b\n{b.tail()}"
+        )
+        await workflow_closed(temporal, done.workflow_id)
+    finally:
+        for w in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.pid, signal.SIGCONT)
+            w.kill()
+    assert done.result is not None
+    final = Path(done.result["archivePath"])
+    assert final == backups / archive_name(job.id)
+    assert names_in(backups) == [final.name]
+    target_url, target_dir = new_database.create(), tmp_path / "restored"
+    report = await asyncio.to_thread(restore, final, target_url, target_dir)
+    assert report.tables == {t: n for t, (n, _) in source.items()}
+    assert await asyncio.to_thread(fingerprint, target_url) == source
+
+
 # --- 5. expiry ------------------------------------------------------------------------------------
 
 
@@ -701,6 +771,8 @@ async def test_an_expired_backup_takes_its_archive_with_it(
     assert archive != kept_archive
     assert file_facts(archive) is not None and file_facts(kept_archive) is not None
     assert done.expires_at is not None
+    # What an attempt killed midway left behind goes with the job too.
+    (backup_settings.resolved_backup_dir / temporary_name(done.id, "killed")).write_bytes(b"x")
 
     async with engine.begin() as conn:
         await conn.execute(
