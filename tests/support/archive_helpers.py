@@ -387,7 +387,9 @@ async def archive_being_written(
     """Until an attempt on ``worker`` has written 2 MB of a temporary archive (one not in
     ``beyond``, or grown 2 MB past its size there): that file."""
     beyond = beyond or {}
-    deadline = time.monotonic() + 60
+    # Generous: a worker stopped while it held the job's workflow task keeps the run
+    # waiting for the task's timeout before another worker takes the next attempt.
+    deadline = time.monotonic() + 180
     while True:
         for name, size in temporary_archives(folder).items():
             if size > 2 * MB and (name not in beyond or size > beyond[name] + 2 * MB):
