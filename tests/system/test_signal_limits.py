@@ -127,52 +127,45 @@ def run_summaries(runs: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def overruns(run: list[Any]) -> list[Any]:
+    """The timeouts of the run's workflow tasks a worker started and did not finish in
+    time (start-to-close)."""
+    return [
+        e
+        for e in run
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+        and e.workflow_task_timed_out_event_attributes.timeout_type
+        == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
+    ]
+
+
 def overruns_not_followed(runs: list[list[Any]]) -> int:
-    """Workflow tasks a worker started and did not finish in time that no completed task
-    of their run followed: a run that stopped moving."""
+    """Overruns that no completed task of their run followed: a run that stopped moving."""
     stuck = 0
     for run in runs:
         completed = [
             e.event_id for e in run if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
         ]
         last = completed[-1] if completed else 0
-        stuck += sum(
-            1
-            for e in run
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
-            and e.workflow_task_timed_out_event_attributes.timeout_type
-            == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
-            and e.event_id > last
-        )
+        stuck += sum(1 for e in overruns(run) if e.event_id > last)
     return stuck
 
 
 def tasks_timed_out_started(run: list[Any]) -> list[str]:
-    """Each workflow task a worker started and did not finish in time: when it was
-    scheduled, started (by which worker) and timed out, and the signals meanwhile."""
+    """Each overrun task: when it was scheduled, started (by which worker) and timed out.
+    (Signals sent meanwhile wait in the server's buffer until the task ends.)"""
     by_id = {e.event_id: e for e in run}
     lines = []
-    for e in run:
-        if e.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-            continue
+    for e in overruns(run):
         timed_out = e.workflow_task_timed_out_event_attributes
-        if timed_out.timeout_type != TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE:
-            continue
         started = by_id[timed_out.started_event_id]
         scheduled = by_id[timed_out.scheduled_event_id]
-        between = sum(
-            1
-            for x in run
-            if started.event_id < x.event_id < e.event_id
-            and x.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-        )
         t0 = scheduled.event_time.ToDatetime()
         lines.append(
             f"task {scheduled.event_id}: started +"
             f"{(started.event_time.ToDatetime() - t0).total_seconds():.1f} s by "
             f"{started.workflow_task_started_event_attributes.identity}, timed out +"
-            f"{(e.event_time.ToDatetime() - t0).total_seconds():.1f} s, "
-            f"{between} signals meanwhile, attempt "
+            f"{(e.event_time.ToDatetime() - t0).total_seconds():.1f} s, attempt "
             f"{scheduled.workflow_task_scheduled_event_attributes.attempt}"
         )
     return lines
