@@ -16,6 +16,7 @@ import uuid
 import warnings
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -90,26 +91,21 @@ class Databases:
 
 def fingerprint(url: str) -> dict[str, tuple[int, str]]:
     """Per hub table: row count and md5 over every row's text, in key order."""
-    out: dict[str, tuple[int, str]] = {}
-    with psycopg.connect(url) as conn:
-        for table, key in HUB_TABLES:
-            row = conn.execute(
-                f"SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) "
-                f"FROM {table} AS t"
-            ).fetchone()
-            assert row is not None
-            out[table] = (int(row[0]), str(row[1]))
-    return out
+    return _fingerprint(url, lambda table: "true")
 
 
 def workspace_fingerprint(url: str, workspace: uuid.UUID) -> dict[str, tuple[int, str]]:
     """``fingerprint`` of one workspace's rows (hubjobs.archive.scope says which)."""
+    return _fingerprint(url, lambda table: scope.condition(table, workspace))
+
+
+def _fingerprint(url: str, where: Callable[[str], str]) -> dict[str, tuple[int, str]]:
     out: dict[str, tuple[int, str]] = {}
     with psycopg.connect(url) as conn:
         for table, key in HUB_TABLES:
             row = conn.execute(
                 f"SELECT count(*), md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) "
-                f"FROM {table} AS t WHERE {scope.condition(table, workspace)}"
+                f"FROM {table} AS t WHERE {where(table)}"
             ).fetchone()
             assert row is not None
             out[table] = (int(row[0]), str(row[1]))
