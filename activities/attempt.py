@@ -22,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.clock import OneClock
-from activities.context import WorkContext, asked_to_hand_over
+from activities.context import CancelTaken, WorkContext, asked_to_hand_over
 from activities.deps import Deps
 from activities.endings import (
     Done,
@@ -47,7 +47,6 @@ from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.temporal.failures import UNAVAILABLE
 from hubjobs.temporal.messages import (
     Beat,
-    JobOutcome,
     WorkRequest,
     WorkResult,
 )
@@ -135,11 +134,14 @@ class KindActivities(Generic[P]):
             if done and ctx.finished is not None:
                 outcome = after_finish(self.deps, ctx.finished)
             else:
-                outcome = await self.finish(
+                outcome = await finish(
+                    self.deps,
                     job,
                     JobStatus.succeeded if done else JobStatus.cancelled,
                     counters=ctx.counters,
                     output=end.output if isinstance(end, Done) else None,
+                    on_wait=ctx.beat,
+                    before_retry=ctx.unless_cancel_taken,
                 )
             await ctx.reports_delivered()
             return WorkResult(outcome=outcome, beat=ctx.beat_state, counters=outcome.counters)
@@ -153,6 +155,11 @@ class KindActivities(Generic[P]):
             raise ApplicationError(
                 "the database did not answer for too long", type=UNAVAILABLE, non_retryable=True
             ) from None
+        except CancelTaken:
+            log.info("cancellation taken while the database refused: job handed back")
+            state = ctx.beat_state if ctx is not None else beat
+            counters = ctx.counters if ctx is not None else Counters()
+            return WorkResult(beat=state, counters=counters)
         except OutOfReach as out:
             # Handed over as at a time slice (at no cost), with when the outage began.
             log.info("database out of reach: job handed over")
@@ -238,13 +245,3 @@ class KindActivities(Generic[P]):
         if not isinstance(end, Done) or ctx.finished is None:
             raise NotWhole("the work did not finish in one unit")
         return ctx.finished
-
-    async def finish(
-        self,
-        job: JobView,
-        status: JobStatus,
-        *,
-        counters: Counters | None = None,
-        output: dict[str, Any] | None = None,
-    ) -> JobOutcome:
-        return await finish(self.deps, job, status, counters=counters, output=output)

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio import activity
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.service import RPCError
 
 from activities.deps import Deps
@@ -27,8 +27,10 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import (
+    PROGRESS_QUERY,
     PROGRESS_SIGNAL,
     Beat,
+    JobProgress,
     JobProgressReport,
     WorkRequest,
 )
@@ -38,6 +40,12 @@ log = logging.getLogger(__name__)
 PROGRESS_RPC_TIMEOUT = timedelta(seconds=5)
 T = TypeVar("T")
 P = TypeVar("P")
+
+
+class CancelTaken(Exception):
+    """The job's workflow took a cancellation while this attempt waited out a database
+    that refused its unit of work: the attempt gives the job back uncommitted, and the
+    workflow ends it cancelled (the request may not have reached the read model yet)."""
 
 
 def asked_to_hand_over() -> bool:
@@ -129,6 +137,7 @@ class WorkContext(Generic[P]):
             work,
             transaction=transaction,
             on_wait=self.beat,
+            before_retry=self.unless_cancel_taken,
             budget=self.settings.db_batch_timeout_seconds,
         )
 
@@ -154,7 +163,28 @@ class WorkContext(Generic[P]):
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
         """Like ``db`` for work holding its own connection (a backup's snapshot): after
         an outage it runs again whole."""
-        return await ride_out_outages(self.settings, work, on_wait=self.beat)
+        return await ride_out_outages(
+            self.settings, work, on_wait=self.beat, before_retry=self.unless_cancel_taken
+        )
+
+    async def unless_cancel_taken(self) -> None:
+        """Before a unit of work runs again after an outage: a cancellation the workflow
+        took meanwhile could not be recorded where the unit looks, so the workflow is
+        asked. Unanswered (a flood, Temporal away), the unit runs again as before."""
+        info = activity.info()
+        if info.workflow_id is None:
+            return
+        # The job's current run: a run continued as new holds its predecessor's request.
+        handle = activity.client().get_workflow_handle(info.workflow_id)
+        try:
+            progress = await handle.query(
+                PROGRESS_QUERY, result_type=JobProgress, rpc_timeout=PROGRESS_RPC_TIMEOUT
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as err:
+            log.debug("progress query not answered: %s", err)
+            return
+        if progress.cancel_requested:
+            raise CancelTaken()
 
     async def report(self, message: str) -> None:
         """A progress message for the workflow's query and the UI's details (the next

@@ -5,6 +5,7 @@ local activities."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +96,12 @@ async def finish(
     error_message: str | None = None,
     attempts: int = 0,
     attempts_failed: int = 0,
+    on_wait: Callable[[], None] | None = None,
+    before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> JobOutcome:
     """The final write, shared by attempts and the workflow's local activity; it rides
-    out outages like any other write, and finishing twice changes nothing."""
+    out outages like any other write (an attempt's beating through them, and stopping
+    as its units of work do), and finishing twice changes nothing."""
 
     async def write(conn: AsyncConnection) -> store.Finished | None:
         return await job_rows.finish_job(
@@ -113,7 +117,9 @@ async def finish(
             attempts_failed=attempts_failed,
         )
 
-    finished = await with_outage_retry(deps.engine, deps.settings, write)
+    finished = await with_outage_retry(
+        deps.engine, deps.settings, write, on_wait=on_wait, before_retry=before_retry
+    )
     if finished is None:
         raise job_not_found()
     if finished.changed and finished.job.status == JobStatus.cancelled:

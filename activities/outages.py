@@ -129,11 +129,13 @@ async def ride_out_outages(
     work: Callable[[], Awaitable[T]],
     *,
     on_wait: Callable[[], None] | None = None,
+    before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> T:
     """Runs ``work`` until it gets through a database outage: each failure that is an
     outage (by the error's class, see hubjobs.db.errors; a deadline passed included)
     waits 1 s, 2 s, 4 s… (at most HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait``
-    every second, e.g. to heartbeat) and runs it again whole; past
+    every second, e.g. to heartbeat), calls ``before_retry`` (which may raise to stop
+    trying) and runs it again whole; past
     HUBJOBS_MAX_OUTAGE_SECONDS of outage (measured across attempts and hosts, on
     Temporal's clock: activities/clock.py) it gives up with OutageTooLong. In an attempt
     (or a lifecycle step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in
@@ -183,6 +185,8 @@ async def ride_out_outages(
                 pause = min(pause, max(0.0, settings.outage_handover_seconds - waited))
             await pauses.pause(pause, on_wait or _unobserved)
             delay = min(delay * 2, settings.outage_retry_max_seconds)
+            if before_retry is not None:
+                await before_retry()
 
 
 async def with_outage_retry(
@@ -192,6 +196,7 @@ async def with_outage_retry(
     *,
     transaction: bool = False,
     on_wait: Callable[[], None] | None = None,
+    before_retry: Callable[[], Awaitable[None]] | None = None,
     budget: float | None = None,
 ) -> T:
     """``work`` on a fresh connection, riding out outages: in autocommit (each statement
@@ -209,4 +214,6 @@ async def with_outage_retry(
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
                 return await work(conn)
 
-    return await ride_out_outages(settings, on_connection, on_wait=on_wait)
+    return await ride_out_outages(
+        settings, on_connection, on_wait=on_wait, before_retry=before_retry
+    )

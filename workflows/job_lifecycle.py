@@ -147,6 +147,9 @@ RUN_SIGNAL_BUDGET = "run-signal-budget"
 # A full run continues as new without its attempt; recorded histories cancelled the
 # attempt and waited for it to hand the job over.
 RUN_FULL_LEAVES_ATTEMPT = "run-full-leaves-attempt"
+# A cancellation's record held up by the database is handed to any worker soon: a local
+# activity holds the workflow task, and the attempt's query for the request waits on it.
+CANCEL_LOCAL_SECONDS = 2.0
 # A run closes with its failed items in ``JobFailedItems`` and its details led by its
 # status as people read it (``succeeded (10 failed)``), and names each work activity a
 # slice: no patch (two events and a visibility write a run), for Temporal compares
@@ -580,6 +583,7 @@ class JobWorkflow:
             self.job.job_id,
             request,
             summary="Record the cancellation request",
+            local_seconds=CANCEL_LOCAL_SECONDS,
         )
 
     async def _finish(
@@ -600,13 +604,20 @@ class JobWorkflow:
         )
         return outcome
 
-    async def _lifecycle(self, step: Callable[..., Any], *args: Any, summary: str) -> Any:
+    async def _lifecycle(
+        self,
+        step: Callable[..., Any],
+        *args: Any,
+        summary: str,
+        local_seconds: float | None = None,
+    ) -> Any:
         """A lifecycle step, as a local activity on this worker (no task queue round
         trip). Its attempts give up on a database this worker cannot reach (a retryable
-        ``database_out_of_reach``), and past the job's ``lifecycle_local_seconds`` the
-        step goes to whichever worker polls, as an ordinary activity tried until it
-        lands: a local activity would keep the workflow on this worker however long it
-        retried. A refusal (no such job) goes straight up either way."""
+        ``database_out_of_reach``), and past the job's ``lifecycle_local_seconds`` (or
+        the step's shorter ``local_seconds``) the step goes to whichever worker polls,
+        as an ordinary activity tried until it lands: a local activity would keep the
+        workflow on this worker however long it retried. A refusal (no such job) goes
+        straight up either way."""
         if not workflow.patched(LIFECYCLE_HANDOVER):
             return await workflow.execute_local_activity_method(
                 step,
@@ -616,7 +627,8 @@ class JobWorkflow:
                 summary=summary,
             )
         assert self.job is not None
-        bound = timedelta(seconds=self.job.options.lifecycle_local_seconds)
+        seconds = self.job.options.lifecycle_local_seconds
+        bound = timedelta(seconds=min(seconds, local_seconds or seconds))
         try:
             return await workflow.execute_local_activity_method(
                 step,

@@ -16,6 +16,11 @@ and the API serves.
    stack's supervisor starts it again, its crash recovery fails for lack of space, and
    it tries again until the file is removed; then PostgreSQL is back by itself, on its
    port with its data, and the job succeeds exactly, without a manual ``hubjobs up``.
+3. A bare ``cancel`` signal taken while the disk is full and the job's last batch waits
+   on it: the request cannot reach the read model, where the batch looks, so the attempt
+   asks the workflow before each try and gives the job back; freed, the job ends
+   cancelled, its work done kept. Before (the chaos campaign's seed 101): the batch
+   (or the final write) committed once the disk was freed and the job ended succeeded.
 
 Before (main f524399): the batch failed ``DiskFull``, which was not an outage, the
 attempt fell back page by page and recorded pages ``page_update_failed`` for good, the
@@ -51,6 +56,7 @@ from starter.client import HubJobsClient, WorkspaceJobs
 from tests.support.helpers import (
     assert_every_page_tagged_once,
     item_counts,
+    job_revisions,
     until,
     wait_until_final,
     wait_until_processed,
@@ -161,17 +167,24 @@ class DiskRun:
 
 
 @asynccontextmanager
-async def disk_run(stack: OwnStack, disk: Path, logs: Path, tag: str) -> AsyncIterator[DiskRun]:
+async def disk_run(
+    stack: OwnStack,
+    disk: Path,
+    logs: Path,
+    tag: str,
+    pages: int = PAGES,
+    worker_settings: dict[str, Any] = WORKER_SETTINGS,
+) -> AsyncIterator[DiskRun]:
     """Seeds the course, starts a worker process and the API (both reading the stack's
     addresses from its record), and the job."""
     settings = Settings(
         home=stack.home, task_queue=f"disk-{uuid.uuid4().hex[:12]}", maintenance=False
     )
     port = embedded.choose_port(0)
-    worker_env = hubjobs_env(settings, stack.home, **WORKER_SETTINGS)
+    worker_env = hubjobs_env(settings, stack.home, **worker_settings)
     api_env = hubjobs_env(settings, stack.home, api_port=port, api_jwt_secret=SECRET)
     async with await HubJobsClient.connect(settings) as client:
-        course = await seed(client.engine, PAGES)
+        course = await seed(client.engine, pages)
         jobs = client.scope(course.workspace_id, course.actor_id)
         worker = WorkerProcess("worker", worker_env, logs)
         token = mint(course.actor_id, Settings(api_jwt_secret=SecretStr(SECRET)))
@@ -370,5 +383,63 @@ async def test_a_postgres_killed_while_its_disk_is_full_comes_back_once_space_is
 def _logged(run: DiskRun, line: str, times: int = 1) -> Any:
     async def probe() -> bool:
         return run.supervisor_log().count(line) >= times
+
+    return probe
+
+
+# Two batches on one lane with a long breath between them: the disk fills once the
+# first has landed, and the second, the job's last, waits on it.
+CANCEL_BATCH = 20
+CANCEL_SETTINGS: dict[str, Any] = {
+    **WORKER_SETTINGS,
+    "tagging_batch_size": CANCEL_BATCH,
+    "tagging_lanes": 1,
+    "tagging_batch_pause_seconds": 15,
+}
+
+
+async def test_a_cancel_taken_while_the_disk_is_full_ends_the_job_cancelled(
+    tmp_path: Path,
+) -> None:
+    with database_on_small_disk() as (stack, disk):
+        async with disk_run(
+            stack,
+            disk,
+            tmp_path,
+            "cancel-full",
+            pages=2 * CANCEL_BATCH,
+            worker_settings=CANCEL_SETTINGS,
+        ) as run:
+            await wait_until_processed(
+                run.client.engine, run.job.id, CANCEL_BATCH, run.worker, timeout=60
+            )
+            await fresh_wal_segment(run)
+            fill(disk)
+            before = await run.jobs.get(run.job.id)
+            await until("the last batch's write to be refused", _refused(stack), timeout=60)
+            # Bare, as `temporal workflow signal --name cancel` sends it: nothing recorded.
+            handle = run.client.temporal.get_workflow_handle(before.workflow_id)
+            await handle.signal("cancel")
+            await until(
+                "the attempt to give the job back",
+                _worker_logged(run, "job handed back"),
+                timeout=60,
+            )
+            free(disk)
+            done = await wait_until_final(run.jobs, run.job.id, timeout=FINISH_TIMEOUT)
+            items = await item_counts(run.client.engine, run.job.id)
+            revisions = await job_revisions(run.client.engine, run.tag)
+    print(f"\nthe job: {done.status}, items {items}, {done.attempts} attempt(s)")
+    assert before.status == "running" and before.processed < 2 * CANCEL_BATCH, before
+    assert done.status == "cancelled", failed_job(done, [run.worker])
+    # The work done is kept, once: a revision for each page its items say it tagged.
+    assert "failed" not in items and items.get("succeeded", 0) >= CANCEL_BATCH, items
+    assert sorted(revisions.values()) == [1] * items["succeeded"], revisions
+    assert done.attempts_failed == 0, done
+
+
+def _worker_logged(run: DiskRun, line: str) -> Any:
+    async def probe() -> bool:
+        return line in run.worker.log_text()
 
     return probe
