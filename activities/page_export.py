@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import shutil
 from collections.abc import Awaitable
 from contextlib import aclosing
@@ -116,7 +117,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         lines = store.item_detail_lines(
             conn, ctx.job.id, ordinals.start, ordinals.stop - 1, chunk_bytes=CHUNK_BYTES
         )
-        with _WholeFile(folder, file_name(number)) as out:
+        with WholeFile(folder, file_name(number)) as out:
             async with aclosing(lines) as chunks:
                 async for chunk in chunks:
                     await asyncio.to_thread(out.write, chunk)
@@ -165,19 +166,20 @@ async def _on_disk(folder: Path, step: Awaitable[T]) -> T:
         raise refusal from None
 
 
-class _WholeFile:
+class WholeFile:
     """A file whole or not at all: written aside, fsynced, renamed, folder fsynced
     (``commit``); left without a commit (a failed write, an outage, a cancellation), it
-    leaves no file."""
+    leaves no file. Aside under a name of its own: an attempt presumed dead that wakes
+    while the next writes the same file must not take or remove the other's."""
 
     def __init__(self, folder: Path, name: str) -> None:
         self.folder = folder
         self.final = folder / name
-        self.partial = folder / f".{name}.partial"
+        self.partial = folder / f".{name}.{secrets.token_hex(6)}.partial"
         fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         self.out = os.fdopen(fd, "wb")
 
-    def __enter__(self) -> _WholeFile:
+    def __enter__(self) -> WholeFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from activities.page_export import WholeFile
 from hubjobs.domain.text import is_key
 from hubjobs.kinds.page_export import (
     PAGE_EXPORT,
@@ -157,3 +158,28 @@ def test_a_retrys_key_is_one_per_source_and_no_callers_key() -> None:
     source = uuid.uuid4()
     assert retry_key(source) == retry_key(source) != retry_key(uuid.uuid4())
     assert not is_key(retry_key(source))  # a start's key can never name a retry
+
+
+def test_two_attempts_writing_the_same_file_each_commit_it_whole(tmp_path: Path) -> None:
+    """An attempt presumed dead wakes while the next writes the same file: each writes
+    aside under a name of its own, and both commits land the same whole file. Before
+    (chaos campaign, seed 101): they shared one temporary name, the second's rename
+    found it gone, and the export's folder was removed as unwritable under a job that
+    then succeeded."""
+    first, second = (
+        WholeFile(tmp_path, "pages-0001.ndjson"),
+        WholeFile(tmp_path, "pages-0001.ndjson"),
+    )
+    with first, second:
+        for out in (first, second):
+            out.write(b'{"page": 1}\n')
+        first.commit()
+        second.commit()
+    assert (tmp_path / "pages-0001.ndjson").read_bytes() == b'{"page": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["pages-0001.ndjson"]
+
+
+def test_a_file_left_without_a_commit_leaves_nothing(tmp_path: Path) -> None:
+    with WholeFile(tmp_path, "pages-0001.ndjson") as out:
+        out.write(b"half")
+    assert list(tmp_path.iterdir()) == []
