@@ -34,7 +34,7 @@ from activities.endings import (
     finish,
     outcome_of,
 )
-from activities.opening import Fits, NotWhole, open_for_attempt, open_whole
+from activities.opening import NotWhole, Whole, open_for_attempt
 from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
@@ -59,10 +59,14 @@ def _not_whole(err: Exception) -> None:
     """Logs why a small job's whole attempt gave the job back: a refusal or what the
     database said as what the attempts will meet and say again; anything else with its
     traceback, for it would otherwise be seen nowhere (the attempts may well succeed)."""
-    if isinstance(err, HubJobsError | ApplicationError | DBAPIError) or is_outage(err):
+    if isinstance(err, HubJobsError | ApplicationError | DBAPIError | Refused) or is_outage(err):
         log.info("job not done whole (%s): its attempts take it", type(err).__name__)
     else:
         log.warning("job not done whole: its attempts take it", exc_info=err)
+
+
+def _unobserved() -> None:
+    """A wait in a whole attempt: a local activity has no heartbeat to send."""
 
 
 class KindActivities(Generic[P]):
@@ -80,7 +84,10 @@ class KindActivities(Generic[P]):
         """The attempt runs in a task of its own: cancelled because its workflow asked for
         the job back (its run is full of signals), it is not cut but hands the job over at
         its next step (``time_to_pause``); cancelled for any other reason (the worker's
-        shutdown, a timeout, the run gone), at once, as ever."""
+        shutdown, a timeout, the run gone), at once, as ever. A request ``whole`` (a small
+        job's first attempt, the workflow's local activity) runs it in one transaction."""
+        if request.whole:
+            return await self._whole(request, work)
         running = asyncio.ensure_future(self._attempt(request, work))
         try:
             return await asyncio.shield(running)
@@ -181,20 +188,23 @@ class KindActivities(Generic[P]):
         finally:
             outage_clock.reset(outage)
 
-    async def attempt_whole(
-        self,
-        request: WorkRequest,
-        work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
-        fits: Fits,
+    async def fits_whole(self, conn: AsyncConnection, job: JobView) -> bool:
+        """Whether a job not yet snapshotted is small enough to be done whole in one
+        transaction (a bounded count, no write); asked only of a kind whose
+        ``whole_when_small`` says so."""
+        return False
+
+    async def _whole(
+        self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
     ) -> WorkResult:
-        """A small job's first attempt as the workflow's local activity: the ordinary
-        attempt (its opening, the kind's ``work``, the final row written by the last
-        unit) run whole in ONE transaction (one commit, no activity task, no second
-        workflow task). Only for a job nothing has touched yet that ``fits``; a job it
-        cannot finish so, for whatever reason (too big, refused, a failure, the database
-        out of reach or slow), it leaves as it found it, its transaction rolled back,
-        and hands back no outcome: the workflow's attempts then do the job. Run twice
-        (its worker killed after the commit), it finds the row final and returns it."""
+        """A small job's first attempt: the ordinary one (its opening, the kind's
+        ``work``, the final row written by the last unit) run whole in ONE transaction
+        (one commit, no activity task, no second workflow task). Only for a job nothing
+        has touched yet that ``fits_whole``; a job it cannot finish so, for whatever
+        reason (too big, refused, a failure, the database out of reach or slow), it
+        leaves as it found it, its transaction rolled back, and hands back no outcome:
+        the workflow's ordinary attempts then do the job. Run twice (its worker killed
+        after the commit), it finds the row final and returns it."""
         bind_job(request.job)
         if self.deps.reach.cut_off:
             return WorkResult()  # this worker knows it cannot reach the database
@@ -202,7 +212,7 @@ class KindActivities(Generic[P]):
             # One unit of work of one batch's size: the batch's deadline bounds it all.
             with deadline(self.deps.settings.db_batch_timeout_seconds):
                 async with self.deps.engine.begin() as conn:
-                    finished = await self._whole(conn, request, work, fits)
+                    finished = await self._in_one_transaction(conn, request, work)
         except NotWhole as why:
             log.debug("job not done whole: %s", why)
             return WorkResult()
@@ -212,24 +222,22 @@ class KindActivities(Generic[P]):
         outcome = after_finish(self.deps, finished)
         return WorkResult(outcome=outcome, counters=outcome.counters)
 
-    async def _whole(
+    async def _in_one_transaction(
         self,
         conn: AsyncConnection,
         request: WorkRequest,
         work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
-        fits: Fits,
     ) -> store.Finished:
         info = activity.info()
-        job = await open_whole(
-            conn,
-            self.deps.settings,
+        job = await open_for_attempt(
+            self.deps,
+            self.kind,
             request,
             info.workflow_id,
             info.workflow_run_id,
-            fits=fits,
+            on_wait=_unobserved,
+            whole=Whole(conn, self.fits_whole),
         )
-        if not isinstance(job, JobView):
-            raise NotWhole("no row of this workflow, or its snapshot refused")
         if job.is_final:
             return store.Finished(job, changed=False)
         ctx: WorkContext[P] = WorkContext(

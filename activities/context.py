@@ -72,7 +72,7 @@ class WorkContext(Generic[P]):
     message: str | None = None
     # Set when the kind's last unit of work finished the row in its own transaction.
     finished: store.Finished | None = None
-    # A small job's attempt done whole (``KindActivities.attempt_whole``): the one
+    # A small job's attempt done whole (``WorkRequest.whole``): the one
     # transaction every unit of work runs in, committed only once the job is finished.
     conn: AsyncConnection | None = None
     _reported: float = field(default_factory=time.monotonic)

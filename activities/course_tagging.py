@@ -139,14 +139,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         cancellation request is seen, or the time slice is over."""
         return await self.attempt(request, self.work)
 
-    @activity.defn
-    async def tag_small_course(self, request: WorkRequest) -> WorkResult:
-        """A job's first attempt as the workflow's local activity: a course that fits in
-        one batch is tagged by the same attempt, done whole in one transaction; any other
-        job (or one this cannot finish) is left untouched for ``tag_course``'s."""
-        return await self.attempt_whole(request, self.work, self.fits_one_batch)
-
-    async def fits_one_batch(self, conn: AsyncConnection, job: JobView) -> bool:
+    async def fits_whole(self, conn: AsyncConnection, job: JobView) -> bool:
+        """A course that fits in one batch is tagged whole, in one transaction."""
         payload = self.kind.validate(job.payload)
         return await fits(conn, job, payload, self.deps.settings.tagging_batch_size)
 

@@ -22,8 +22,6 @@ from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 @kind_workflow(COURSE_TAGGING, versioning=JOB_VERSIONING)
 class CourseTaggingWorkflow(JobWorkflow):
     work = CourseTaggingActivities.tag_course
-    # A course that fits in one batch is tagged in one transaction, by a local activity.
-    at_once = CourseTaggingActivities.tag_small_course
 
     @workflow.run
     async def run(self, *job: Any) -> JobOutcome:

@@ -3,9 +3,9 @@ its kind and its work activity (see ``kind_workflow``).
 
 A job runs as attempts of its kind's work activity, each carrying on from the cursor
 of the one before. The first opens the read-model row, and the attempt that completes
-the work finishes it. A kind that can do a small job whole in one transaction names a
-local activity for it (``at_once``), tried before the first attempt: a small job is
-then one workflow task and one commit; any other job it leaves as it found it. Between
+the work finishes it. A kind whose small jobs can be done whole in one transaction
+(``whole_when_small``) has its first attempt run as a local activity, whole: a small
+job is then one workflow task and one commit; any other job it leaves as it found it. Between
 attempts the workflow judges each failure: only attempts that made no durable progress
 count against the kind's attempts (see hubjobs.temporal.failures); an attempt that
 handed its job over (time slice over, worker shutting down) costs nothing.
@@ -133,11 +133,14 @@ ATTEMPT_TIMEOUT = timedelta(hours=6)
 # A job cancelled by signal closes as Canceled in Temporal, not Completed (the UI's list
 # then tells it from a success); before, such runs completed.
 CLOSE_CANCELLED_AS_CANCELED = "close-cancelled-as-canceled"
-# A job whose kind can do a small job whole in one transaction (``at_once``) tries that
-# first, as a local activity: one workflow task and one commit instead of an activity
-# task between two workflow tasks, open, then batch and finish. Recorded histories
-# started with an ordinary attempt.
+# A job whose kind does small jobs whole in one transaction tries that first, as a
+# local activity: one workflow task and one commit instead of an activity task between
+# two workflow tasks, open, then batch and finish. Recorded histories started with an
+# ordinary attempt; later ones (SMALL_JOB_AT_ONCE) ran a small-job activity of the kind's
+# own, by its recorded name; now it is the kind's work activity, whole (SMALL_JOB_WHOLE).
 SMALL_JOB_AT_ONCE = "small-job-at-once"
+RECORDED_SMALL_JOB_STEP = "tag_small_course"
+SMALL_JOB_WHOLE = "small-job-whole"
 # A job started with a notify_url starts its completion webhook's delivery (a child
 # workflow, workflows/completion_delivery.py) once its row is final.
 COMPLETION_WEBHOOK = "completion-webhook"
@@ -196,10 +199,6 @@ class JobWorkflow:
 
     kind: ClassVar[JobKind[Any]]
     work: ClassVar[Callable[..., Any]]
-    # A kind whose small jobs can be done whole in one transaction names the activity
-    # that does it (a ``KindActivities.attempt_whole``); it runs first, as a local
-    # activity. None: every job starts with an ordinary attempt.
-    at_once: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(self) -> None:
         self.job: JobInput | None = None
@@ -461,24 +460,28 @@ class JobWorkflow:
         )
 
     async def _at_once(self, job: JobInput) -> JobOutcome | None:
-        """A new job of a kind with ``at_once``: its first attempt as a local activity,
-        which does a small job whole in one transaction. It hands back the outcome, or
-        none having changed nothing (the job was bigger than one unit, refused, failed,
-        or out of the worker's reach): the ordinary attempts then take it, the first
-        numbered 1 as ever. Bounded as a lifecycle step is: it must not hold the
-        workflow on a worker that cannot reach the database, and a small job's one
-        transaction runs well within it (the activity bounds it by the batch deadline).
-        Shielded as an attempt is: cancelled from Temporal, it is let finish, and
-        ``_cancelled_in_temporal`` takes its outcome or ends the job cancelled."""
-        at_once = type(self).at_once
-        if at_once is None or self.attempts > 0 or self.cancel_request is not None:
+        """A new job of a kind whose small jobs are done whole (``whole_when_small``): its
+        first attempt, the kind's work activity run as a local activity with ``whole``,
+        does a small job in one transaction. It hands back the outcome, or none having
+        changed nothing (the job was bigger than one unit, refused, failed, or out of the
+        worker's reach): the ordinary attempts then take it, the first numbered 1 as ever.
+        Bounded as a lifecycle step is: it must not hold the workflow on a worker that
+        cannot reach the database, and a small job's one transaction runs well within it
+        (the activity bounds it by the batch deadline). Shielded as an attempt is:
+        cancelled from Temporal, it is let finish, and ``_cancelled_in_temporal`` takes
+        its outcome or ends the job cancelled."""
+        if not self.kind.whole_when_small or self.attempts or self.cancel_request is not None:
             return None
-        if not workflow.patched(SMALL_JOB_AT_ONCE):
-            return None
-        request = WorkRequest(job=job, attempt=1, attempts_failed=self.attempts_failed)
-        self.running = workflow.start_local_activity_method(
-            at_once,
+        step: Any = type(self).work
+        if not workflow.patched(SMALL_JOB_WHOLE):
+            if not workflow.patched(SMALL_JOB_AT_ONCE):
+                return None
+            step = RECORDED_SMALL_JOB_STEP
+        request = WorkRequest(job=job, attempt=1, attempts_failed=self.attempts_failed, whole=True)
+        self.running = workflow.start_local_activity(
+            step,
             request,
+            result_type=WorkResult,
             # The job's lifecycle_local_seconds (30 s by default), as a lifecycle step:
             # past it the attempts take the job, on any worker.
             start_to_close_timeout=min(

@@ -143,6 +143,9 @@ class JobKind(Generic[P]):
     # The files a finished job serves (GET …/files/{name}) and their media type.
     file_of: FileOf | None = None
     file_content_type: str = "application/octet-stream"
+    # Its small jobs are done whole: the first attempt, a local activity, does a job its
+    # activities' ``fits_whole`` accepts in one transaction (one workflow task).
+    whole_when_small: bool = False
     # The kind's own settings, read from the environment under a prefix of its own
     # (``own_settings``), so that a kind needs no field of the deployment's Settings.
     settings: type[BaseSettings] | None = None

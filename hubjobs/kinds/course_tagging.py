@@ -261,6 +261,7 @@ COURSE_TAGGING = JobKind(
     # Interactive: someone waits for their course; ahead of backups and exports.
     priority=2,
     retryable_items=True,
+    whole_when_small=True,
     command="tag-course",
     help="Tag every page of a course.",
 )

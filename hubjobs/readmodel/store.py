@@ -22,7 +22,7 @@ from hubjobs.db import direct
 from hubjobs.db.arrays import int_array
 from hubjobs.db.direct import Statement
 from hubjobs.readmodel.changes import notify_column
-from hubjobs.readmodel.reads import JOB_COLUMN_NAMES, JOB_COLUMNS
+from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import (
     UNFINISHED_STATUSES,
     ItemState,
@@ -220,18 +220,6 @@ GET_JOB = Statement.of(
     "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace)",
     prepared=True,
 )
-
-
-async def get_job_locked(conn: AsyncConnection, job_id: uuid.UUID) -> JobView | None:
-    """The job, read once its snapshot lock is held (``lock_snapshot``): an attempt
-    taking its items meanwhile has taken them by then."""
-    params = {"id": job_id, "workspace": None}
-    _, found = await direct.each(conn, _locked(job_id, GET_JOB, params))
-    return (
-        JobView.model_validate(dict(zip(JOB_COLUMN_NAMES, found[0], strict=True)))
-        if found
-        else None
-    )
 
 
 async def get_job(
@@ -565,36 +553,12 @@ async def unfinished_of_workspace(
     return [row.id for row in rows]
 
 
-# What an attempt's opening sets (``_opening`` gives its parameters): running, the run,
-# the attempts only ever growing; with a snapshot's total, the snapshot too (a small
-# job's one transaction: one update of the row, not two).
+# What an attempt's opening sets: running, the run, the attempts only ever growing.
 OPENING = (
     f"status = {JobStatus.running.sql}, started_at = COALESCE(started_at, now()), "
     "run_id = :run_id, attempts = GREATEST(attempts, :attempts), "
-    "attempts_failed = GREATEST(attempts_failed, :failed), "
-    "total = COALESCE(CAST(:total AS integer), total), "
-    "summary = COALESCE(CAST(:summary AS text), summary), "
-    "snapshot_at = CASE WHEN CAST(:total AS integer) IS NULL THEN snapshot_at ELSE now() END"
+    "attempts_failed = GREATEST(attempts_failed, :failed)"
 )
-
-
-def _opening(
-    job_id: uuid.UUID,
-    run_id: str | None,
-    attempts: int,
-    attempts_failed: int,
-    workflow_id: str | None,
-    snapshot: tuple[int, str] | None = None,
-) -> dict[str, Any]:
-    return {
-        "id": job_id,
-        "run_id": run_id,
-        "attempts": attempts,
-        "failed": attempts_failed,
-        "workflow_id": workflow_id,
-        "total": None if snapshot is None else snapshot[0],
-        "summary": None if snapshot is None else snapshot[1],
-    }
 
 
 OPEN_JOB = Statement.of(
@@ -621,15 +585,18 @@ async def open_job(
     attempts: int,
     attempts_failed: int,
     workflow_id: str | None = None,
-    snapshot: tuple[int, str] | None = None,
 ) -> JobView | None:
     """Moves an unfinished job to running for one attempt of its work, and returns it
     (a finished one as it is): the one read of the row an attempt makes. With
     ``workflow_id``, only the row of that workflow (a direct start that names another
-    job's id must not work on that job). With ``snapshot`` (total, summary), the items
-    this transaction took under the snapshot lock are recorded too, as ``set_snapshot``
-    records them."""
-    params = _opening(job_id, run_id, attempts, attempts_failed, workflow_id, snapshot)
+    job's id must not work on that job)."""
+    params = {
+        "id": job_id,
+        "run_id": run_id,
+        "attempts": attempts,
+        "failed": attempts_failed,
+        "workflow_id": workflow_id,
+    }
     return _job_or_none(await direct.first(conn, OPEN_JOB, params))
 
 

@@ -232,6 +232,9 @@ class WorkRequest(BaseModel):
     # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS), on
     # Temporal's clock (activities/clock.py), never one host's wall clock against another's.
     outage_since: datetime | None = None
+    # A small job's first attempt, run by the workflow as a local activity: the job done
+    # whole in one transaction, or left as it was (see KindActivities.attempt).
+    whole: bool = False
 
 
 class Beat(BaseModel):

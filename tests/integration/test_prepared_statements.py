@@ -91,35 +91,33 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
     course: DemoCourse, settings: Settings
 ) -> None:
     """A course that fits in a batch, done in one transaction on a connection of its own
-    (the ordinary attempt's statements): the lock, the row's read (under the lock, so
-    the snapshot is not checked again), the snapshot's record, the opening, the root's
-    facts and the batch's read are prepared; the count and the snapshot (the course's
-    walk), the write and the outcomes (arrays of the batch) never are, whatever the
-    size: their generic plan is the trap hubjobs/db/engine.py describes."""
+    (the ordinary attempt's statements): the opening, the snapshot lock with the check
+    that the snapshot is due, the snapshot's record, the row's read, the root's facts
+    and the batch's read are prepared; the count and the snapshot (the course's walk),
+    the write and the outcomes (arrays of the batch) never are, whatever the size: their
+    generic plan is the trap hubjobs/db/engine.py describes."""
     engine = async_engine(settings.resolved_database_url(), pool_size=1)
     try:
         async with engine.connect() as conn:
             job = await _insert(conn, course)
             await conn.commit()
         request, environment = local_attempt(job)
-        done = await environment.run(tagging_activities(engine, settings).tag_small_course, request)
+        done = await environment.run(tagging_activities(engine, settings).tag_course, request)
         assert done.outcome is not None and done.outcome.status == "succeeded"
         async with engine.connect() as conn:
             prepared = await _prepared(conn)
             await conn.commit()
     finally:
         await engine.dispose()
+    assert sum("UPDATE jobs SET status = 'running'" in s for s in prepared) == 1
     assert sum("pg_advisory_xact_lock" in s for s in prepared) == 1
+    assert sum("SELECT snapshot_at IS NULL AS due FROM jobs" in s for s in prepared) == 1
+    assert sum("UPDATE jobs SET total" in s for s in prepared) == 1
     assert sum("FROM jobs WHERE id = $1 AND (CAST($2 AS uuid)" in s for s in prepared) == 1
-    assert not any("SELECT snapshot_at IS NULL FROM jobs" in s for s in prepared)
-    # The opening records the snapshot in the same update: no update of its own.
-    assert not any("UPDATE jobs SET total" in s for s in prepared)
-    opening = [s for s in prepared if "UPDATE jobs SET status = 'running'" in s]
-    assert len(opening) == 1 and "snapshot_at = CASE" in opening[0]
     assert sum("trashed, title FROM pages WHERE id" in s for s in prepared) == 1
     assert sum("AS cancel_requested" in s for s in prepared) == 1
     assert sum("INSERT INTO jobs" in s for s in prepared) == 1  # the start's, by key
-    assert len(prepared) == 6, prepared  # and nothing else: not the pool's ping either
+    assert len(prepared) == 8, prepared  # and nothing else: not the pool's ping either
     planned_on_values = re.compile(r"(unnest|ANY)\(\s*(CAST\()?\$\d|RECURSIVE|INTO job_items")
     assert not any(planned_on_values.search(s) for s in prepared)
 

@@ -73,6 +73,11 @@ def test_histories_are_recorded() -> None:
         "course_tagging_slices_v7",
         # A run full of signals that continued as new with its attempt still running.
         "course_tagging_signal_budget_v8",
+        # A small job's first attempt, the work activity run whole: done, too big for
+        # it, cancelled before its work could commit.
+        "course_tagging_at_once_v9",
+        "course_tagging_at_once_too_big_v9",
+        "course_tagging_at_once_cancelled_v9",
     } <= names
 
 

@@ -1,6 +1,7 @@
-"""A small job done at once (workflows/job_lifecycle.py ``at_once``): a course that fits
-in one tagging batch is opened, snapshotted, tagged and finished by one local activity
-in one transaction, and anything else goes the ordinary way, untouched by the try.
+"""A small job done whole (workflows/job_lifecycle.py ``_at_once``): a course that fits
+in one tagging batch is opened, snapshotted, tagged and finished by its first attempt,
+the work activity run as a local activity with ``whole``, in one transaction; anything
+else goes the ordinary way, untouched by the try.
 
 The worker's commits are counted on its engine (SQLAlchemy's events): each explicit
 transaction that commits, and each statement run in autocommit (its own transaction
@@ -38,7 +39,6 @@ from tests.support.servers import running_worker, seed
 from workflows.course_tagging import CourseTaggingWorkflow
 
 TAG = "exam-2026"
-AT_ONCE = "tag_small_course"
 WORK = "tag_course"
 
 
@@ -83,7 +83,7 @@ def local_activities(history: WorkflowHistory) -> list[str]:
         details = e.marker_recorded_event_attributes.details
         if "data" in details:
             data = details["data"].payloads[0].data
-            found += [name for name in (AT_ONCE, WORK) if f'"{name}"'.encode() in data]
+            found += [WORK] if f'"{WORK}"'.encode() in data else []
     return found
 
 
@@ -125,7 +125,7 @@ async def test_a_one_page_job_is_one_local_activity_and_one_commit(
     assert progress.status == "succeeded" and progress.counters == done.counters
     assert progress.attempts == 1
     history = await handle.fetch_history()
-    assert scheduled(history) == [] and local_activities(history) == [AT_ONCE]
+    assert scheduled(history) == [] and local_activities(history) == [WORK]
     assert workflow_tasks(history) == 1
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     await record(handle, "course_tagging_at_once")
@@ -147,7 +147,7 @@ async def test_a_course_larger_than_a_batch_goes_the_ordinary_way(
     history = await temporal.get_workflow_handle(done.workflow_id).fetch_history()
     # Tried, found too big, and handed on having done nothing: the first ordinary
     # attempt is attempt 1, as before.
-    assert local_activities(history) == [AT_ONCE]
+    assert local_activities(history) == [WORK]
     assert scheduled(history)[0] == WORK
     assert done.attempts == len(scheduled(history))
     await record(temporal.get_workflow_handle(done.workflow_id), "course_tagging_at_once_too_big")
@@ -184,7 +184,7 @@ async def test_a_cancel_recorded_before_the_work_commits_cancels_it(
     assert await job_revisions(engine, TAG) == {}
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
     history = await handle.fetch_history()
-    assert local_activities(history) == [AT_ONCE]
+    assert local_activities(history) == [WORK]
     await record(handle, "course_tagging_at_once_cancelled")
 
 
@@ -268,7 +268,7 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
         raise RuntimeError("cut mid-write")
 
     cut_short = tagging_activities(engine, settings, {"before_write": cut})
-    left = await environment.run(cut_short.tag_small_course, request)
+    left = await environment.run(cut_short.tag_course, request)
     assert left.outcome is None
     row = await row_of(engine, job.id)
     assert row is not None and (row.status, row.snapshot_at, row.total) == ("queued", None, 0)
@@ -276,8 +276,8 @@ async def test_the_local_attempt_run_twice_or_cut_keeps_the_read_model_exact(
     assert await job_revisions(engine, TAG) == {}
 
     tagger = tagging_activities(engine, settings, {})
-    first = await environment.run(tagger.tag_small_course, request)
-    again = await environment.run(tagger.tag_small_course, request)
+    first = await environment.run(tagger.tag_course, request)
+    again = await environment.run(tagger.tag_course, request)
     assert first.outcome is not None and first.outcome.status == "succeeded"
     assert again.outcome == first.outcome
     done = await row_of(engine, job.id)
@@ -308,9 +308,7 @@ async def test_a_local_attempt_behind_an_ordinary_snapshot_gives_the_job_back(
 
     async def local() -> Any:
         await holding.wait()
-        return await environment.run(
-            tagging_activities(engine, settings, {}).tag_small_course, request
-        )
+        return await environment.run(tagging_activities(engine, settings, {}).tag_course, request)
 
     took, left = await asyncio.gather(ordinary(), local())
     assert took and left.outcome is None

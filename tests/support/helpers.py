@@ -317,7 +317,7 @@ def local_attempt(job: JobView) -> tuple[WorkRequest, ActivityEnvironment]:
     environment.info = dataclasses.replace(
         environment.info, workflow_id=job.workflow_id, workflow_run_id="run", is_local=True
     )
-    return WorkRequest(job=job_input(job), attempt=1), environment
+    return WorkRequest(job=job_input(job), attempt=1, whole=True), environment
 
 
 def tagging_activities(

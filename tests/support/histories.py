@@ -28,7 +28,9 @@ FOLDER = Path(__file__).resolve().parents[1] / "histories"
 # activity a slice (no patch: Temporal compares neither on replay).
 # v8: a full run continues as new at once, its attempt left running
 # (``run-full-leaves-attempt``).
-GENERATION = "v8"
+# v9: a small job's first attempt is the kind's work activity run whole, not an
+# activity of its own (``small-job-whole``).
+GENERATION = "v9"
 
 
 async def record(handle: WorkflowHandle[object, object], name: str) -> None:
