@@ -32,12 +32,11 @@ class JobStatus(SqlLiteral):
 
 
 # The moves a job's row makes, and no others: opened by its first attempt, finished by
-# the attempt that ends it (a small job at once, from queued), failed at its start when
-# refused. docs/concepts/states.md draws them (tests/unit/test_state_diagrams.py).
+# the attempt that ends it, failed at its start when refused, cancelled before any
+# attempt ran. docs/concepts/states.md draws them (tests/unit/test_state_diagrams.py),
+# and every write of a row guards on them (hubjobs/readmodel/moves.py).
 JOB_MOVES: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.queued: frozenset(
-        {JobStatus.running, JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
-    ),
+    JobStatus.queued: frozenset({JobStatus.running, JobStatus.failed, JobStatus.cancelled}),
     JobStatus.running: frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}),
     JobStatus.succeeded: frozenset(),
     JobStatus.failed: frozenset(),

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hubjobs.db import direct
 from hubjobs.db.arrays import int_array
 from hubjobs.db.direct import Statement
+from hubjobs.readmodel import moves
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import (
@@ -178,7 +179,7 @@ async def lock_snapshot(conn: AsyncConnection, job_id: uuid.UUID) -> None:
 
 
 SNAPSHOT_DUE = Statement.of(
-    f"SELECT snapshot_at IS NULL AS due FROM jobs WHERE id = :id AND status IN {UNFINISHED}",
+    f"SELECT snapshot_at IS NULL AS due FROM jobs WHERE id = :id AND {moves.SNAPSHOT.guard}",
     prepared=True,
 )
 
@@ -441,21 +442,18 @@ async def settled_among(
 # --- running ----------------------------------------------------------------------------
 
 
+MARK_STUCK = text(
+    "UPDATE jobs SET stuck_since = now(), stuck_reason = :reason "
+    f"WHERE id = :id AND stuck_since IS NULL AND {moves.MARK_STUCK.guard} RETURNING id"
+)
+
+
 async def mark_stuck(conn: AsyncConnection, job_id: uuid.UUID, reason: str) -> bool:
     """Flags an unfinished job whose workflow tasks keep failing (the first time only:
     ``stuck_since`` says since when); True when this call flagged it. ``updated_at``
     stays: the flag is about the workflow, not the job's progress, and the reconciler's
     selection (least recently touched first) then keeps looking at the job."""
-    row = (
-        await conn.execute(
-            text(
-                "UPDATE jobs SET stuck_since = now(), stuck_reason = :reason "
-                f"WHERE id = :id AND stuck_since IS NULL AND status IN {UNFINISHED} "
-                "RETURNING id"
-            ),
-            {"id": job_id, "reason": reason},
-        )
-    ).first()
+    row = (await conn.execute(MARK_STUCK, {"id": job_id, "reason": reason})).first()
     return row is not None
 
 
@@ -473,6 +471,16 @@ async def clear_stuck(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
     return row is not None
 
 
+# The first cancellation request of each unfinished job among ``ids`` (of ``workspace``
+# when one is given): who asked and why.
+REQUEST_CANCELS = text(
+    "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
+    "cancel_reason = :reason, updated_at = now() WHERE id = ANY(:ids) "
+    "AND (CAST(:workspace AS uuid) IS NULL OR workspace_id = :workspace) "
+    f"AND cancel_requested_at IS NULL AND {moves.REQUEST_CANCEL.guard} RETURNING {NOTIFY}"
+)
+
+
 async def request_cancel(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -482,12 +490,7 @@ async def request_cancel(
     """Records the first cancellation request of an unfinished job, who asked and why;
     later ones and requests on finished jobs change nothing."""
     await conn.execute(
-        text(
-            "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
-            "cancel_reason = :reason, updated_at = now() WHERE id = :id "
-            f"AND cancel_requested_at IS NULL AND status IN {UNFINISHED} RETURNING {NOTIFY}"
-        ),
-        {"id": job_id, "actor": actor_id, "reason": reason},
+        REQUEST_CANCELS, {"ids": [job_id], "workspace": None, "actor": actor_id, "reason": reason}
     )
 
 
@@ -509,15 +512,7 @@ async def request_cancels(
         params,
     )
     found = [_view(row) for row in rows]
-    await conn.execute(
-        text(
-            "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
-            "cancel_reason = :reason, updated_at = now() "
-            "WHERE id = ANY(:ids) AND workspace_id = :workspace "
-            f"AND cancel_requested_at IS NULL AND status IN {UNFINISHED} RETURNING {NOTIFY}"
-        ),
-        {**params, "actor": actor_id, "reason": reason},
-    )
+    await conn.execute(REQUEST_CANCELS, {**params, "actor": actor_id, "reason": reason})
     return found
 
 
@@ -565,7 +560,7 @@ OPEN_JOB = Statement.of(
     f"""
     WITH opened AS (
         UPDATE jobs SET {OPENING}, updated_at = now()
-         WHERE id = :id AND status IN {UNFINISHED} AND {SAME_WORKFLOW}
+         WHERE id = :id AND {moves.OPEN.guard} AND {SAME_WORKFLOW}
      RETURNING {JOB_COLUMNS}, {NOTIFY}
     )
     SELECT {JOB_COLUMNS} FROM opened
@@ -751,7 +746,7 @@ FINISH = Statement.of(
                attempts = GREATEST(attempts, :attempts),
                attempts_failed = GREATEST(attempts_failed, :failed),
                stuck_since = NULL, stuck_reason = NULL, updated_at = now()
-         WHERE id = :id AND status IN {UNFINISHED}
+         WHERE id = :id AND {moves.FINISH.guard}
      RETURNING {JOB_COLUMNS}, {NOTIFY}
     )
     SELECT {JOB_COLUMNS}, true AS changed FROM finished
@@ -777,6 +772,8 @@ async def finish(
 ) -> Finished | None:
     """Moves an unfinished job to its final status, with ``expires_at`` after its
     retention; a finished job stays as it was. None when there is no such job."""
+    if status not in moves.FINISH.targets:
+        raise ValueError(f"a job does not finish {status}")
     row = await direct.first(
         conn,
         FINISH,
@@ -830,6 +827,18 @@ async def record_notify(
     return result.first() is not None
 
 
+_PENDING = f"notify_state = {NotifyState.pending.sql}"
+WITHDRAW = text(
+    f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
+    "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
+    f"notify_last_error = CASE WHEN {_PENDING} THEN :notify_error "
+    "ELSE notify_last_error END, "
+    f"notify_state = CASE WHEN {_PENDING} THEN {NotifyState.failed.sql} "
+    "ELSE notify_state END, "
+    f"updated_at = now() WHERE id = :id AND {moves.WITHDRAW.guard} RETURNING {NOTIFY}"
+)
+
+
 async def withdraw(
     conn: AsyncConnection,
     job_id: uuid.UUID,
@@ -844,18 +853,8 @@ async def withdraw(
     told nothing started, so its completion webhook is owed to no one: recorded
     ``failed`` (no workflow would ever deliver it). False when the row is no longer
     queued: its workflow did start and opened it."""
-    pending = f"notify_state = {NotifyState.pending.sql}"
     result = await conn.execute(
-        text(
-            f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
-            "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
-            f"notify_last_error = CASE WHEN {pending} THEN :notify_error "
-            "ELSE notify_last_error END, "
-            f"notify_state = CASE WHEN {pending} THEN {NotifyState.failed.sql} "
-            "ELSE notify_state END, "
-            f"updated_at = now() WHERE id = :id AND status = {JobStatus.queued.sql} "
-            f"RETURNING {NOTIFY}"
-        ),
+        WITHDRAW,
         {
             "id": job_id,
             "code": code,
@@ -915,25 +914,26 @@ async def get_jobs(conn: AsyncConnection, job_ids: Sequence[uuid.UUID]) -> list[
     return [_view(row) for row in rows]
 
 
+# A schedule's successful runs but the newest ``:keep``, expired now.
+EXPIRE_OLDER_RUNS = text(
+    f"""
+    UPDATE jobs SET expires_at = now(), updated_at = now()
+     WHERE schedule_id = :schedule AND {moves.EXPIRE_OLDER_RUNS.guard}
+       AND (expires_at IS NULL OR expires_at > now())
+       AND finished_at IS NOT NULL
+       AND id NOT IN (SELECT id FROM jobs
+                       WHERE schedule_id = :schedule AND {moves.EXPIRE_OLDER_RUNS.guard}
+                       ORDER BY finished_at DESC, id DESC LIMIT :keep)
+    """
+)
+
+
 async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) -> int:
     """A schedule's ``keep``: its successful runs but the newest ``keep`` expire now, so
     that the retention sweep removes them (each after its kind's expire hook, as any
     expired job). Returns how many it moved; a run whose expiry has passed already is
     left alone. Idempotent: a second call with the same ``keep`` moves nothing."""
-    expired = await conn.execute(
-        text(
-            f"""
-            UPDATE jobs SET expires_at = now(), updated_at = now()
-             WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
-               AND (expires_at IS NULL OR expires_at > now())
-               AND finished_at IS NOT NULL
-               AND id NOT IN (SELECT id FROM jobs
-                               WHERE schedule_id = :schedule AND status = {JobStatus.succeeded.sql}
-                               ORDER BY finished_at DESC, id DESC LIMIT :keep)
-            """
-        ),
-        {"schedule": schedule_id, "keep": keep},
-    )
+    expired = await conn.execute(EXPIRE_OLDER_RUNS, {"schedule": schedule_id, "keep": keep})
     return int(expired.rowcount or 0)
 
 

@@ -1,0 +1,132 @@
+"""Every write that moves a job's row guards on its move's statuses, read back from the
+statement's own SQL, and every move is one that ``JOB_MOVES`` (the diagram's dict)
+draws: a guard edited by hand, or a move the diagram does not have, fails here."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.sql.elements import TextClause
+
+from hubjobs.db.direct import Statement
+from hubjobs.readmodel import moves, store
+from hubjobs.readmodel.moves import Move
+from hubjobs.readmodel.status import JOB_MOVES, JobStatus
+
+# Each statement of the store that writes a job's row under a status guard, and its move.
+GUARDED: dict[str, Move] = {
+    "OPEN_JOB": moves.OPEN,
+    "FINISH": moves.FINISH,
+    "WITHDRAW": moves.WITHDRAW,
+    "REQUEST_CANCELS": moves.REQUEST_CANCEL,
+    "MARK_STUCK": moves.MARK_STUCK,
+    "SNAPSHOT_DUE": moves.SNAPSHOT,
+    "EXPIRE_OLDER_RUNS": moves.EXPIRE_OLDER_RUNS,
+}
+# The row's own status column, not a parameter (``:status``) nor another column.
+IN_LIST = re.compile(r"(?<![:\w.])status IN \(([^)]*)\)")
+EQUALS = re.compile(r"(?<![:\w.])status = '(\w+)'")
+SETS = re.compile(r"SET status = '(\w+)'")
+PAIR = re.compile(r"\('(\w+)', '(\w+)'\)")
+
+
+def sql_of(statement: Any) -> str:
+    if isinstance(statement, Statement):
+        return statement.sql
+    if isinstance(statement, TextClause):
+        return statement.text
+    return str(statement)
+
+
+def guard_of(sql: str) -> frozenset[str]:
+    """The statuses the statement's WHERE lets the row be in."""
+    where = sql.split("WHERE", 1)[-1]
+    found = {v.strip().strip("'") for m in IN_LIST.finditer(where) for v in m[1].split(",")}
+    found |= {source for source, _ in PAIR.findall(where)}
+    return frozenset(found | set(EQUALS.findall(where)))
+
+
+def pairs_of(sql: str) -> frozenset[tuple[str, str]]:
+    """The (from, to) pairs a guard on the status and the target parameter allows."""
+    return frozenset(PAIR.findall(sql.split("WHERE", 1)[-1]))
+
+
+def disagreement(sql: str, move: Move) -> str | None:
+    guard = guard_of(sql)
+    if guard != {str(s) for s in move.sources}:
+        return f"guards on {sorted(guard)}, its move {move.name} on {sorted(move.sources)}"
+    targets = set(SETS.findall(sql))
+    if not targets <= {str(s) for s in move.targets}:
+        return f"sets {sorted(targets)}, its move {move.name} goes to {sorted(move.targets)}"
+    if move.target is not None:
+        drawn = {(str(s), str(t)) for s, moves_to in JOB_MOVES.items() for t in moves_to}
+        allowed = pairs_of(sql)
+        if not allowed or allowed != drawn & {(str(s), str(t)) for s, t in move.pairs}:
+            return f"moves {sorted(allowed)}, the diagram draws {sorted(drawn)}"
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(GUARDED))
+def test_each_statement_guards_on_its_moves_statuses(name: str) -> None:
+    assert disagreement(sql_of(getattr(store, name)), GUARDED[name]) is None
+
+
+@pytest.mark.parametrize("name", sorted(GUARDED))
+def test_a_guard_changed_by_hand_is_caught(name: str) -> None:
+    """The check above can fail: the statement with one status dropped from its guard
+    (or, guarding on one, another put in its place; or one pair of a finish's moved to
+    a target the diagram does not draw)."""
+    sql = sql_of(getattr(store, name))
+    move = GUARDED[name]
+    if move.target is not None:
+        source, target = sorted(move.pairs)[0]
+        edited = sql.replace(f"({source.sql}, {target.sql})", f"({source.sql}, 'succeeded')")
+        edited = edited if edited != sql else sql.replace(f"({source.sql}, ", "('queued', ", 1)
+    else:
+        kept = sorted(move.sources)[1:] or [next(s for s in JobStatus if s not in move.sources)]
+        edited = sql.replace(move.guard, "status IN (" + ", ".join(f"'{s}'" for s in kept) + ")")
+    assert edited != sql
+    assert disagreement(edited, move) is not None
+
+
+def test_every_status_guarded_write_of_the_store_is_declared() -> None:
+    """A new statement that writes a job's row under a status guard names its move here:
+    the store's named statements that guard on the status are the ones above, and no
+    ``UPDATE jobs`` in its source spells a guard on the status by hand."""
+    named = {
+        name
+        for name, value in vars(store).items()
+        if isinstance(value, Statement | TextClause)
+        and ("UPDATE jobs" in sql_of(value) or name in GUARDED)
+        and guard_of(sql_of(value))
+    }
+    assert named == set(GUARDED)
+    source = inspect.getsource(store)
+    for call in ast.walk(ast.parse(source)):
+        if not (isinstance(call, ast.Call) and call.args):
+            continue
+        segment = ast.get_source_segment(source, call.args[0]) or ""
+        if "UPDATE jobs" in segment and "WHERE" in segment:
+            where = segment.split("WHERE", 1)[1]
+            assert not re.search(r"(?<![:\w.])status (IN|=) ", where), segment
+
+
+def test_a_move_the_diagram_does_not_draw_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a job's move"):
+        Move("revive", frozenset({JobStatus.succeeded}), frozenset({JobStatus.running}))
+    with pytest.raises(ValueError, match="does not finish"):
+        asyncio.run(
+            store.finish(
+                None,  # type: ignore[arg-type]  # refused before any statement
+                uuid.uuid4(),
+                status=JobStatus.running,
+                retention=timedelta(days=1),
+            )
+        )
