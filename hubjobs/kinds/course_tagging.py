@@ -162,6 +162,8 @@ COURSE_SIZE = Statement.of(f"""{COURSE}
     SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
 """)
 FAILED_SIZE = Statement.of(f"SELECT count(*) FROM ({FAILED_ITEMS} LIMIT :bound) s")
+COURSE_SNAPSHOT = store.item_snapshot("course_tagging.course", COURSE_ITEMS)
+RETRY_SNAPSHOT = store.item_snapshot("course_tagging.retry", FAILED_ITEMS)
 
 
 async def fits(
@@ -223,12 +225,12 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
     params: dict[str, Any] = {"workspace": job.workspace_id, "tag": payload.tag}
     if job.source_job_id is not None:
         total = await store.insert_items(
-            conn, job.job_id, FAILED_ITEMS, {**params, "source": job.source_job_id}
+            conn, job.job_id, RETRY_SNAPSHOT, {**params, "source": job.source_job_id}
         )
         return Prepared(total=total, summary=f"Retry tagging {total} pages with {payload.tag}")
     title = await course_root(conn, payload.root_page_id, job.workspace_id)
     total = await store.insert_items(
-        conn, job.job_id, COURSE_ITEMS, {**params, "root": payload.root_page_id}
+        conn, job.job_id, COURSE_SNAPSHOT, {**params, "root": payload.root_page_id}
     )
     if total >= ANALYZE_FROM:
         # A big snapshot changes job_items' statistics at once; without fresh ones the

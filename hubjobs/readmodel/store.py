@@ -139,19 +139,34 @@ async def release_idempotency_key(conn: AsyncConnection, job_id: uuid.UUID) -> N
     )
 
 
-async def insert_items(
-    conn: AsyncConnection, job_id: uuid.UUID, select: str, params: dict[str, Any]
-) -> int:
-    """A job's snapshot: ``select`` (a kind's query) yields ``ordinal, ref, label,
-    done_at_snapshot, detail`` for each item; one statement, whatever the size, run
-    under the snapshot lock and its planner settings (``lock_snapshot``)."""
-    statement = Statement.of(
-        "WITH inserted AS (INSERT INTO job_items "
-        "(job_id, ordinal, ref, label, done_at_snapshot, detail) "
-        f"SELECT CAST(:job_id AS uuid), s.* FROM ({select}) AS s RETURNING 1) "
-        "SELECT count(*) FROM inserted"
+@dataclass(frozen=True)
+class ItemSnapshot:
+    """A kind's snapshot of a job's items as one named statement, built once when the
+    kind loads: its SELECT yields ``ordinal, ref, label, done_at_snapshot, detail`` for
+    each item, and the job's items are inserted from it."""
+
+    name: str
+    statement: Statement
+
+
+def item_snapshot(name: str, select: str) -> ItemSnapshot:
+    return ItemSnapshot(
+        name,
+        Statement.of(
+            "WITH inserted AS (INSERT INTO job_items "
+            "(job_id, ordinal, ref, label, done_at_snapshot, detail) "
+            f"SELECT CAST(:job_id AS uuid), s.* FROM ({select}) AS s RETURNING 1) "
+            "SELECT count(*) FROM inserted"
+        ),
     )
-    (count,), *_ = (await direct.rows(conn, statement, {**params, "job_id": job_id}))[0]
+
+
+async def insert_items(
+    conn: AsyncConnection, job_id: uuid.UUID, snapshot: ItemSnapshot, params: dict[str, Any]
+) -> int:
+    """A job's snapshot: one statement, whatever the size, run under the snapshot lock
+    and its planner settings (``lock_snapshot``)."""
+    (count,), *_ = (await direct.rows(conn, snapshot.statement, {**params, "job_id": job_id}))[0]
     return int(count)
 
 

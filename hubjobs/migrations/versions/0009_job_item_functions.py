@@ -18,27 +18,29 @@ from __future__ import annotations
 
 from alembic import op
 
+from hubjobs.readmodel.status import ItemState
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
 
-# The states as hubjobs.readmodel.status.ItemState spells them.
-PENDING_ITEMS = """
+PENDING_ITEMS = f"""
 CREATE FUNCTION job_pending_items(of_job uuid, after_ordinal int, up_to int, at_most int)
 RETURNS TABLE (ordinal int, ref uuid, done_at_snapshot boolean)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT i.ordinal, i.ref, i.done_at_snapshot FROM job_items i
-     WHERE i.job_id = of_job AND i.ordinal > after_ordinal AND i.state = 'pending'
+     WHERE i.job_id = of_job AND i.ordinal > after_ordinal AND i.state = {ItemState.pending.sql}
        AND (up_to IS NULL OR i.ordinal <= up_to)
      ORDER BY i.ordinal LIMIT at_most
 $$
 """
-FAILED_ITEMS = """
+FAILED_ITEMS = f"""
 CREATE FUNCTION job_failed_items(of_job uuid)
 RETURNS TABLE (ordinal int, ref uuid)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT i.ordinal, i.ref FROM job_items i WHERE i.job_id = of_job AND i.state = 'failed'
+    SELECT i.ordinal, i.ref FROM job_items i
+     WHERE i.job_id = of_job AND i.state = {ItemState.failed.sql}
 $$
 """
 

@@ -31,31 +31,33 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from hubjobs.readmodel.status import ItemState
+
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
 
 # The largest ordinal (int4): ``up_to`` NULL reads to the end of the job, by the index.
-PENDING_ITEMS = """
+PENDING_ITEMS = f"""
 CREATE OR REPLACE FUNCTION job_pending_items(
     of_job uuid, after_ordinal int, up_to int, at_most int)
 RETURNS TABLE (ordinal int, ref uuid, done_at_snapshot boolean)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT i.ordinal, i.ref, i.done_at_snapshot FROM job_items i
      WHERE i.job_id = of_job AND i.ordinal > after_ordinal
-       AND i.ordinal <= coalesce(up_to, 2147483647) AND i.state = 'pending'
+       AND i.ordinal <= coalesce(up_to, 2147483647) AND i.state = {ItemState.pending.sql}
      ORDER BY i.ordinal LIMIT at_most
 $$
 """
 # 0009's, for the downgrade.
-PENDING_ITEMS_0009 = """
+PENDING_ITEMS_0009 = f"""
 CREATE OR REPLACE FUNCTION job_pending_items(
     of_job uuid, after_ordinal int, up_to int, at_most int)
 RETURNS TABLE (ordinal int, ref uuid, done_at_snapshot boolean)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT i.ordinal, i.ref, i.done_at_snapshot FROM job_items i
-     WHERE i.job_id = of_job AND i.ordinal > after_ordinal AND i.state = 'pending'
+     WHERE i.job_id = of_job AND i.ordinal > after_ordinal AND i.state = {ItemState.pending.sql}
        AND (up_to IS NULL OR i.ordinal <= up_to)
      ORDER BY i.ordinal LIMIT at_most
 $$
@@ -70,7 +72,7 @@ def upgrade() -> None:
         "job_items",
         ["job_id", "ordinal"],
         unique=False,
-        postgresql_where=sa.text("state = 'failed'"),
+        postgresql_where=sa.text(f"state = {ItemState.failed.sql}"),
     )
     op.execute(PENDING_ITEMS)
 
@@ -78,7 +80,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(PENDING_ITEMS_0009)
     op.drop_index(
-        "ix_job_items_failed", table_name="job_items", postgresql_where=sa.text("state = 'failed'")
+        "ix_job_items_failed",
+        table_name="job_items",
+        postgresql_where=sa.text(f"state = {ItemState.failed.sql}"),
     )
     op.create_index(
         op.f("ix_job_items_job_state_ordinal"),
