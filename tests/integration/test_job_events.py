@@ -80,7 +80,9 @@ async def progress(engine: AsyncEngine, job_id: uuid.UUID, done: int, message: s
 
 
 async def finish(engine: AsyncEngine, job_id: uuid.UUID) -> None:
+    """Opened and finished at once, as a small job's one transaction does."""
     async with engine.begin() as conn:
+        await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
         await store.finish(
             conn, job_id, status=JobStatus.succeeded, retention=store.FAILED_WINDOW, result={}
         )

@@ -387,6 +387,7 @@ async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
             source_job_id=source.id,
         )
         await store.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
+        await store.open_job(conn, empty, run_id=None, attempts=1, attempts_failed=0)
         await store.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
 
     # The pages back: the retry is a new job, which tags them.
