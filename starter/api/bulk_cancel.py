@@ -83,7 +83,7 @@ def result_of(outcome: CancelOutcome) -> CancelResult:
 
 
 @router.post(
-    "/workspaces/{workspace_id}/jobs/cancel",
+    "/jobs/cancel",
     status_code=202,
     response_model=BulkCancelAnswer,
     responses={**ERRORS},

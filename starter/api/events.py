@@ -77,7 +77,7 @@ async def job_events(
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/{job_id}/events",
+    "/jobs/{job_id}/events",
     responses={
         200: {
             "description": "A stream of Server-Sent Events: `progress` (the job, as a "

@@ -27,7 +27,7 @@ router = APIRouter(tags=["items and files"])
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/{job_id}/items",
+    "/jobs/{job_id}/items",
     response_model=ItemPage,
     responses={**ERRORS},
     summary="The job's items in order (each page's id, title, state, code and "
@@ -47,7 +47,7 @@ async def job_items(
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/{job_id}/files/{name}",
+    "/jobs/{job_id}/files/{name}",
     response_class=StreamingResponse,
     responses={
         200: {

@@ -44,7 +44,7 @@ router = APIRouter(tags=["jobs"])
 
 
 @router.post(
-    "/workspaces/{workspace_id}/jobs/{kind}",
+    "/jobs/{kind}",
     status_code=202,
     response_model=JobResource,
     responses={**ERRORS, **KEY_REUSED},
@@ -103,7 +103,7 @@ async def start_job(
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs",
+    "/jobs",
     response_model=JobPage,
     responses={**ERRORS},
     summary="The workspace's jobs, newest first, keyset-paged: pass `next` as `before` "
@@ -143,7 +143,7 @@ async def list_jobs(
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/{job_id}",
+    "/jobs/{job_id}",
     responses={
         200: {
             "description": "Finished: the job's result, in its content type",
@@ -194,7 +194,7 @@ def result_shown(request: Request, job: JobView) -> dict[str, Any] | None:
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/{job_id}/record",
+    "/jobs/{job_id}/record",
     response_model=JobRecord,
     responses={**ERRORS},
     summary="The job's record at any status: what a 202 shows, and its result once it succeeded",
@@ -207,7 +207,7 @@ async def job_record(request: Request, jobs: Jobs, job_id: uuid.UUID) -> JobReco
 
 
 @router.delete(
-    "/workspaces/{workspace_id}/jobs/{job_id}",
+    "/jobs/{job_id}",
     status_code=202,
     response_model=JobResource,
     responses={**ERRORS},
@@ -231,7 +231,7 @@ async def cancel_job(
 
 
 @router.post(
-    "/workspaces/{workspace_id}/jobs/{job_id}/retry",
+    "/jobs/{job_id}/retry",
     status_code=202,
     response_model=JobResource,
     responses={**ERRORS},

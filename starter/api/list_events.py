@@ -46,7 +46,7 @@ async def list_events(changes: AsyncIterator[WorkspaceChange]) -> AsyncIterator[
 
 
 @router.get(
-    "/workspaces/{workspace_id}/jobs/events",
+    "/jobs/events",
     responses={
         200: {
             "description": "A stream of Server-Sent Events: `reset` first (read the list "

@@ -14,7 +14,7 @@ router = APIRouter(tags=["schedules"])
 
 
 @router.post(
-    "/workspaces/{workspace_id}/schedules",
+    "/schedules",
     status_code=201,
     response_model=ScheduleResource,
     responses={**ERRORS},
@@ -38,7 +38,7 @@ async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONRe
 
 
 @router.get(
-    "/workspaces/{workspace_id}/schedules",
+    "/schedules",
     response_model=list[ScheduleResource],
     responses={**ERRORS},
     summary="The workspace's schedules, newest first",
@@ -48,7 +48,7 @@ async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
 
 
 @router.get(
-    "/workspaces/{workspace_id}/schedules/{schedule_id}",
+    "/schedules/{schedule_id}",
     response_model=ScheduleResource,
     responses={**ERRORS},
     summary="One schedule: its definition, next firings and recent runs",
@@ -58,7 +58,7 @@ async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Schedul
 
 
 @router.post(
-    "/workspaces/{workspace_id}/schedules/{schedule_id}/pause",
+    "/schedules/{schedule_id}/pause",
     response_model=ScheduleResource,
     responses={**ERRORS},
     summary="Pause the schedule (a run under way goes on)",
@@ -68,7 +68,7 @@ async def pause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Sched
 
 
 @router.post(
-    "/workspaces/{workspace_id}/schedules/{schedule_id}/unpause",
+    "/schedules/{schedule_id}/unpause",
     response_model=ScheduleResource,
     responses={**ERRORS},
     summary="Let a paused schedule fire again",
@@ -78,7 +78,7 @@ async def unpause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Sch
 
 
 @router.post(
-    "/workspaces/{workspace_id}/schedules/{schedule_id}/trigger",
+    "/schedules/{schedule_id}/trigger",
     status_code=202,
     response_model=ScheduleResource,
     responses={**ERRORS},
@@ -89,7 +89,7 @@ async def trigger_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Sch
 
 
 @router.delete(
-    "/workspaces/{workspace_id}/schedules/{schedule_id}",
+    "/schedules/{schedule_id}",
     status_code=204,
     response_class=Response,
     responses={**ERRORS},
