@@ -1,5 +1,5 @@
 """How long a database call may take, by what it is for, and how every connection is
-made so that a dead or unreachable server is noticed (issue 19).
+made so that a dead or unreachable server is noticed.
 
 Each purpose has a budget (HUBJOBS_DB_<PURPOSE>_TIMEOUT_SECONDS and
 HUBJOBS_DB_<PURPOSE>_LOCK_TIMEOUT_SECONDS): a unit of work of that purpose runs under a

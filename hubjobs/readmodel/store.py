@@ -170,11 +170,9 @@ async def insert_items(
     return int(count)
 
 
-# Set with the snapshot lock, for the rest of its transaction. A snapshot reads a bounded
-# part of a workspace by index. Right after a bulk import the statistics are stale and the
-# planner took ``pages`` for a few hundred rows, scanning all of it once per parent (186 s
-# for a fresh 100,000-page course, 0.35 s by index); and its ordering sort stays in memory
-# (4 MB spilled that course). The transaction's other statements go by key.
+# Set with the snapshot lock, for the rest of its transaction: right after a bulk import
+# stale statistics made the planner scan ``pages`` once per parent instead of by index,
+# and its ordering sort must stay in memory. The transaction's other statements go by key.
 SNAPSHOT_PLANNER = "set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
 
 

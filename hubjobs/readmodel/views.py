@@ -112,8 +112,8 @@ class JobView(BaseModel):
 
 
 # What the API shows of a job (its resource; the CLI prints the API's record of it),
-# by JobView's field names (JobView is the one declaration;
-# tests/unit/test_job_columns.py holds these to it). The result is left to the job's
+# by JobView's field names (JobView is the one declaration; a unit test holds these to
+# it). The result is left to the job's
 # own URL, in its content type, and to its record.
 API_JOB_FIELDS = (
     "id",
