@@ -9,7 +9,7 @@ them as an administrator, and one workspace never sees another's jobs. Errors ar
 Nothing connects before a call needs it, and nothing is imported before then either:
 reading a job (``get``, ``list``, ``watch``, ``wait``) is one statement on a plain
 psycopg connection (``hubjobs.readmodel.reads``); Temporal, SQLAlchemy and the kinds
-come in with the first start or cancel. ``hubjobs status`` pays for none of them.
+come in with the first start or cancel, so a process that only reads pays for none of them.
 
 Every call has a deadline (hubjobs.db.limits, hubjobs.temporal.deadlines): a server that
 does not answer in time is ``unavailable`` at once. A start whose workflow Temporal did
