@@ -147,10 +147,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             return ended
         if ctx.counters.processed >= ctx.counters.total:
             return finished  # the counters are exact: no need to look for more
-        # The items, not the cursor, say when the work is done. A database that lost
-        # commits it had acknowledged (a crash without synchronous commits, a failover
-        # to an asynchronous replica) may have put items behind the cursor back to
-        # pending: go over them, a batch at a time, before succeeding.
+        # The items, not the cursor, say when the work is done: a database that lost
+        # acknowledged commits (a failover to an asynchronous replica) may have put items
+        # behind the cursor back to pending, so go over them before succeeding.
         after = 0
         while True:
             landed = await self.one_batch(ctx, after, None)

@@ -316,10 +316,9 @@ async def first_pending_ordinal(
     return None if first is None else int(first)
 
 
-# What the snapshot froze for each item, as one line of JSON (jsonb's own text, then a
-# newline) in chunks of at most :chunk bytes, item after item: whoever reads them holds
-# a chunk at a time, never a whole page. The line is made once per item (OFFSET 0 keeps
-# the planner from making it again for every chunk).
+# What the snapshot froze for each item, as a line of JSON in chunks of at most :chunk
+# bytes: a reader holds a chunk at a time, never a whole page. OFFSET 0 keeps the planner
+# from making the line again for every chunk.
 DETAIL_CHUNKS = """
 SELECT substring(d.line FROM c.n * :chunk + 1 FOR :chunk) AS chunk
   FROM job_items i
