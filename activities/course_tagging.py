@@ -98,14 +98,9 @@ class Batch:
     items: list[Item]
 
 
-# The next pending items after a cursor with their pages' facts, the job's cancellation
-# request and whether its actor is still an enabled administrator, in one statement. A
-# job no longer running (finished while this attempt was presumed dead) has none left.
-# Each page is read by key (the LATERAL … LIMIT 1 keeps the planner from hashing the
-# whole pages table on stale statistics). Prepared (hubjobs/db/engine.py PREPARED):
-# the job by its key, its items by the key's (job, ordinal) range, in its order, each
-# page by its key, so no value can turn the plan (0.81 -> 0.28 ms a small job's
-# batch; 100,000 pages tagged at the same rate).
+# The next pending items after a cursor with their pages' facts, the cancel request and
+# the actor's standing, in one statement; a job no longer running has none left. Every
+# read goes by key (LATERAL … LIMIT 1 stops a hash of pages on stale statistics): prepared.
 READ_BATCH = Statement.of(
     f"""
     SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
@@ -152,10 +147,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             return ended
         if ctx.counters.processed >= ctx.counters.total:
             return finished  # the counters are exact: no need to look for more
-        # The items, not the cursor, say when the work is done. A database that lost
-        # commits it had acknowledged (a crash without synchronous commits, a failover
-        # to an asynchronous replica) may have put items behind the cursor back to
-        # pending: go over them, a batch at a time, before succeeding.
+        # The items, not the cursor, say when the work is done: a database that lost
+        # acknowledged commits (a failover to an asynchronous replica) may have put items
+        # behind the cursor back to pending, so go over them before succeeding.
         after = 0
         while True:
             landed = await self.one_batch(ctx, after, None)

@@ -207,9 +207,8 @@ class Settings(BaseSettings):
     # a new one, so that other jobs (and other workspaces) waiting for a slot get it.
     work_slice_seconds: float = 5.0
     # Start each job's workflow with its workspace as Temporal fairness key, so a
-    # workspace's backlog of jobs does not hold up another workspace's job (the task
-    # queue hands out tasks in turn across workspaces). Off only to show what it
-    # prevents (tests/test_fairness.py); the kinds' priorities apply either way.
+    # workspace's backlog of jobs does not hold up another workspace's job. Off only to
+    # show what it prevents; the kinds' priorities apply either way.
     fairness: bool = True
     # Attempts in a row without progress before a job fails (an attempt that committed
     # work, or that handed over because its worker was shutting down, does not count),
@@ -223,10 +222,9 @@ class Settings(BaseSettings):
     # `unavailable`, with the work done kept.
     max_outage_seconds: float = 3600.0
     outage_retry_max_seconds: float = 30.0
-    # Pages read and written per database round trip, in one transaction. 4,000: a
-    # 100,000-page course measured 0.86x its SQL floor against 0.65x with 1,000 and
-    # 0.79x with 8,000 (bench_tagging --settings, 2026-12-02, loaded machine); a batch
-    # then holds its pages' row locks for a few hundred milliseconds.
+    # Pages read and written per database round trip, in one transaction: the fastest
+    # of the sizes bench/bench_tagging.py --settings compared, and a batch still holds
+    # its pages' row locks for only a few hundred milliseconds.
     tagging_batch_size: int = Field(default=4000, ge=1)
     # Batches of one tagging attempt in flight at once, each on its own connection
     # (1: one after the other).

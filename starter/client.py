@@ -9,7 +9,7 @@ them as an administrator, and one workspace never sees another's jobs. Errors ar
 Nothing connects before a call needs it, and nothing is imported before then either:
 reading a job (``get``, ``list``, ``watch``, ``wait``) is one statement on a plain
 psycopg connection (``hubjobs.readmodel.reads``); Temporal, SQLAlchemy and the kinds
-come in with the first start or cancel. ``hubjobs status`` pays for none of them.
+come in with the first start or cancel, so a process that only reads pays for none of them.
 
 Every call has a deadline (hubjobs.db.limits, hubjobs.temporal.deadlines): a server that
 does not answer in time is ``unavailable`` at once. A start whose workflow Temporal did
@@ -550,10 +550,9 @@ class WorkspaceJobs:
             job = created.job
             if job.status != JobStatus.queued:
                 return job
-            # The row exists: a caller that gives up now (cancelled: the API's request
-            # budget) stops neither the workflow's start nor the withdrawal, which end
-            # on their own within their bounds, rather than leave the row for the
-            # reconciler.
+            # The row exists: a caller that gives up now (the API's request budget) stops
+            # neither the workflow's start nor the withdrawal, which end on their own
+            # within their bounds rather than leave the row for the reconciler.
             settle = asyncio.ensure_future(
                 self._start_workflow(job, withdraw=created.created and not keyed)
             )
@@ -642,9 +641,8 @@ class WorkspaceJobs:
                 conn, job.id, code=Unavailable.code, message=NOT_STARTED, retention=retention
             )
 
-        # A one-row write the caller waits on: within a read's budget, so that the whole
-        # start stays within the API's (connect, record, start, take back).
-        # Urgent: ahead of every call waiting for a connection, so that a burst of starts
+        # A one-row write within a read's budget, so the whole start stays within the API's;
+        # urgent, ahead of every call waiting for a connection, so that a burst of starts
         # never leaves the row behind.
         if await self.client.db(take_back, purpose=Purpose.READ, urgent=True):
             raise Unavailable("Temporal did not answer in time; nothing was started: try again")

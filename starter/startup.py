@@ -1,8 +1,7 @@
 """A command line's imports, without the cyclic garbage collector: nearly every object
 an import makes (modules, classes, functions) lives as long as the process, and the
-collector would walk them again and again as they pile up (a tenth of the restore
-command's imports, ~40 ms). Stdlib only: the ``hubjobs`` entry point uses it before
-anything heavy is loaded."""
+collector would walk them again and again as they pile up. Stdlib only: the ``hubjobs``
+entry point uses it before anything heavy is loaded."""
 
 from __future__ import annotations
 

@@ -153,10 +153,9 @@ RUN_FULL_LEAVES_ATTEMPT = "run-full-leaves-attempt"
 # A cancellation's record held up by the database is handed to any worker soon: a local
 # activity holds the workflow task, and the attempt's query for the request waits on it.
 CANCEL_LOCAL_SECONDS = 2.0
-# A run closes with its failed items in ``JobFailedItems`` and its details led by its
-# status as people read it (``succeeded (10 failed)``), and names each work activity a
-# slice: no patch (two events and a visibility write a run), for Temporal compares
-# neither a search attribute upsert's values nor an activity's summary on replay.
+# A run's ``JobFailedItems``, its details and its activities' summaries need no patch:
+# Temporal compares neither a search attribute upsert's values nor a summary on replay.
+
 # A job failed for its notify_url itself has no webhook to deliver.
 NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 

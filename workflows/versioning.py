@@ -13,7 +13,7 @@ one replays on the other.
 The twin is made only once a worker of this process asks for it (``unversioned``):
 the sandbox runs a workflow's module afresh for each workflow run, and a versioned
 worker would otherwise build, and throw away, a second workflow class per run
-(measured: about 6% of a versioned worker's CPU in a burst of one-page jobs). This
+(a measurable share of its CPU in a burst of one-page jobs). This
 module is passed through the sandbox, so what ``unversioned`` records here is seen by
 every run's fresh copy of the workflow's module, which then makes its twin too.
 """

@@ -332,8 +332,8 @@ class MemberReader:
     def read(self, info: zipfile.ZipInfo, size: int, *, crc: bool = False) -> Iterator[bytes]:
         """A member's bytes, in blocks of at most a MiB, never more than ``size`` in all:
         read with pread (no shared file position: one member per thread at once) from
-        where its local header says, inflated (by ISA-L: the same deflate, 1.7 times
-        zlib's speed, a fifth of a restore's CPU) asked for no more output than is left
+        where its local header says, inflated (by ISA-L: the same deflate, faster than
+        zlib's, and a restore spends much of its CPU here) asked for no more output than is left
         to come. Damage (a header that disagrees with the directory, a truncated
         or broken deflate stream, more or fewer bytes than declared, anything after the
         stream) fails as a corrupt archive. zip's CRC-32 is checked only when asked (for

@@ -11,10 +11,10 @@ is ours for that reason (SQLAlchemy pings before any event could put the connect
 under the deadline): a connection back from the pool is pinged once it is watched, and
 one that fails is replaced. A worker's engine pings only a connection that sat in the
 pool a while (``ping_after_idle``): a ping is a transaction of its own, and a one-page
-job's attempt checks out three connections within milliseconds (issue 22: a job's
-commits). One the server dropped within that while fails its first statement as a
-disconnect, which the unit of work rides out like any outage, and SQLAlchemy then
-replaces every connection the pool held from before."""
+job's attempt checks out three connections within milliseconds. One the server dropped
+within that while fails its first statement as a disconnect, which the unit of work
+rides out like any outage, and SQLAlchemy then replaces every connection the pool held
+from before."""
 
 from __future__ import annotations
 
@@ -42,21 +42,13 @@ def plain_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-# psycopg prepares a statement run five times; PostgreSQL then plans it five times with
-# the values given and switches to a generic plan that knows none of them. For a batch
-# statement (``id = ANY(:ids)`` over a thousand pages) the generic plan scanned the
-# whole workspace: a tagging batch went from 28 ms to 117 ms at its eleventh run. So
-# no prepared statements: each is planned with its values. (``plan_cache_mode =
-# force_custom_plan`` would do it too, but also replans the foreign-key checks of
-# every inserted row: 3× their cost.)
+# No prepared statements by default: PostgreSQL's generic plan for a batch statement
+# (``id = ANY(:ids)``) scans the whole workspace, so each is planned with its values.
+# (``plan_cache_mode = force_custom_plan`` would also replan every row's foreign-key check.)
 NO_PREPARE = {"prepare_threshold": None}
 # Except a statement that asks (``text(...).execution_options(**PREPARED)``): one whose
-# plan cannot turn on its values -- a row by its key, a lock -- is prepared once per
-# connection and not planned again on every run (a one-page job's opening took 1.34 ms,
-# 0.58 ms prepared). PostgreSQL plans a prepared statement again when a table it reads
-# changes (a migration while workers run; each names its columns, so what it returns
-# stays the same), and a rollback drops the connection's prepared statements (psycopg).
-# tests/integration/test_prepared_statements.py
+# plan cannot turn on its values (a row by its key, a lock) is planned once per
+# connection, which roughly halves a one-page job's opening.
 PREPARED = {"hubjobs_prepared": True}
 
 
@@ -85,8 +77,7 @@ def async_engine(
     engine = create_async_engine(
         driver_url(url),
         # Twice ``pool_size``, every connection kept once opened: an overflow closed on
-        # its return was opened again by the next burst (34 connections set up in 300
-        # starts at once, each a backend to fork and a handshake on both sides).
+        # its return was opened again by the next burst, each a backend to fork.
         pool_size=2 * pool_size,
         max_overflow=0,
         # The connection used last goes out first: a busy process keeps reusing a few

@@ -46,7 +46,7 @@ server's, and goes up whole.
 
 SQLAlchemy is not imported here: a process that never imported it (the command line
 reading a job with psycopg alone) cannot hold one of its errors, and importing it
-costs a command ~100 ms.
+slows every command.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How long a database call may take, by what it is for, and how every connection is
-made so that a dead or unreachable server is noticed (issue 19).
+made so that a dead or unreachable server is noticed.
 
 Each purpose has a budget (HUBJOBS_DB_<PURPOSE>_TIMEOUT_SECONDS and
 HUBJOBS_DB_<PURPOSE>_LOCK_TIMEOUT_SECONDS): a unit of work of that purpose runs under a
@@ -91,10 +91,9 @@ class ConnectOptions:
         if self.lock_timeout_seconds > 0:
             options.append(f"-c lock_timeout={int(self.lock_timeout_seconds * 1000)}")
         if self.statement_timeout_seconds > 0:
-            # A transaction left idle that long is one its client lost (cut off in the
-            # middle of it): the server ends it, and the locks it held go with it
-            # (before, a black-holed worker's open batch blocked every other worker's
-            # writes to the same job until the server's keepalives, hours later).
+            # A transaction left idle that long is one its client lost: the server ends
+            # it, and its locks go with it rather than block other workers' writes to the
+            # same job until the keepalives notice, hours later.
             idle = int(self.statement_timeout_seconds * 1000)
             options.append(f"-c idle_in_transaction_session_timeout={idle}")
         if options:

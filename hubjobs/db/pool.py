@@ -3,7 +3,7 @@ plain psycopg, autocommit, kept open between calls.
 
 Not the SQLAlchemy engine: its async checkout and return cost more CPU than the read
 itself (greenlet hops, pool events, a reset on return, a pre-ping round trip), and
-importing it costs a command line ~100 ms. Not psycopg_pool either: it connects in the
+importing it slows every command line. Not psycopg_pool either: it connects in the
 background, so with the database down a caller would wait out the pool's timeout
 instead of hearing ``unavailable`` at once.
 

@@ -4,8 +4,8 @@ line, in order, for a bounded time; past it the wait fails as ``NoTurn``, nothin
 An urgent waiter goes ahead of the others.
 
 Why not the pool's own wait: SQLAlchemy waits for a pooled connection outside any
-deadline (its ``pool_timeout``, 30 s), and a burst of starts from one process (issue 22:
-200 at once on 5 + 5 connections) ran the pool dry in the middle of starts. A start
+deadline (its ``pool_timeout``), and a burst of starts from one process ran the pool dry
+in the middle of starts. A start
 whose row was written and whose workflow Temporal did not take in time must withdraw
 the row, and that withdrawal found no connection either: the row stayed queued with no
 workflow. With turns, the withdrawal is urgent: it has the next connection free,

@@ -611,28 +611,9 @@ class EmbeddedPostgres:
 # --- Temporal dev server --------------------------------------------------------
 
 
-# Dynamic config of every dev server started here (`hubjobs up`, the tests' servers),
-# as docker-compose's deploy/temporal/dynamicconfig.yaml has it for production:
-# - Task-queue fairness: tasks are handed out in turn across fairness keys (a job's
-#   workspace, hubjobs/temporal/launch.py), so one workspace's backlog does not hold up
-#   another's job; tasks without a key share one, first come, first served as before.
-# - One write partition: a task queue has 4 partitions by default, each ordered on its
-#   own, so fairness holds only within one. With 4, tests/test_fairness.py's 50-page
-#   job behind another workspace's flood took 2.3-5.2x its idle time (it must stay
-#   under 3x; with one partition 1.3-2.2x). Partitions spread a busy queue over matching
-#   hosts; the dev server is one process, so they buy nothing here. Writing to one
-#   partition puts every task in one order; reading stays at 4 (polls on the empty ones
-#   are forwarded to the first), so tasks a persisted dev stack queued in the others
-#   before this setting still run (lowering the read partitions too would strand them).
-#   With idle workers, a lone job's attempts go to the longest-waiting poll, so they
-#   come in runs on one worker rather than scattered (tests/test_scale_out.py).
-# - Events buffered while a workflow task runs: past 100 (the default) the server fails
-#   the task (FORCE_CLOSE_COMMAND) and the next must replay them all, so a flood of
-#   signals (~1,000 a second) kept a job's workflow failing its tasks; 1,000 holds them.
-# Eager activity dispatch stays on here (the server's default; production turns it off
-# so that a job's attempts spread over workers): it skips the queue's order only when
-# the worker has a free slot, which a flooded worker seldom has (the flood test passes
-# with it on, and bench/fairness_probe.py saw no difference).
+# As deploy/temporal/dynamicconfig.yaml: fairness across workspaces; one write partition,
+# as fairness holds only within one (reads stay at 4, so tasks queued before still run);
+# room for a flood of signals buffered while a workflow task runs.
 DEV_SERVER_DYNAMIC_CONFIG: dict[str, str] = {
     "matching.enableFairness": "true",
     "matching.numTaskqueueWritePartitions": "1",
@@ -647,15 +628,9 @@ def dynamic_config_args(config: dict[str, str]) -> list[str]:
     ]
 
 
-# The dev server's SQLite file (``--db-filename``) in WAL mode with synchronous=NORMAL
-# (HUBJOBS_TEMPORAL_SQLITE_PRAGMAS; DEV_STORE_PRAGMAS in hubjobs/settings.py). Why: with
-# SQLite's defaults (a rollback journal, synchronous=FULL) every commit waits for two
-# fsyncs, and a 200-job burst ran at 0.29x the in-memory server's jobs/s; with these,
-# 0.85x (bench/bench_devstore.py). What it risks: in WAL mode, NORMAL fsyncs at
-# checkpoints only, so a power loss or an OS crash may lose the last transactions
-# (never corrupt the file); a killed server process loses nothing, since the OS keeps
-# what was written (the bench's SIGKILL check: every workflow still there). For a dev
-# stack that trade is right; production runs the Temporal server on its own database.
+# The dev server's SQLite file in WAL mode with synchronous=NORMAL (DEV_STORE_PRAGMAS):
+# SQLite's defaults fsync twice a commit and cut a burst's jobs/s to a fraction; a power
+# loss may lose the last transactions, a right trade for a dev stack (docs/benchmarks.md).
 class EmbeddedTemporal:
     """``temporal server start-dev`` with its history in ``<home>/temporal.db`` (its
     SQLite ``sqlite_pragmas``, None: ``DEV_STORE_PRAGMAS``, (): SQLite's defaults) and

@@ -64,15 +64,9 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
     return int(found.group(3))
 
 
-# A course: page ``:root`` and every descendant reachable through pages of workspace
-# ``:workspace`` out of the trash, each with its depth (the root's is 0), title and
-# tags (read on the way down: joining the pages again cost as much as the walk). A
-# statement goes on from this CTE, reading ``course`` (id, depth, title, tags); one
-# that needs more of a page joins it. The workspace is compared with
-# IS NOT DISTINCT FROM on purpose: no index serves it, so the planner walks the tree by
-# ix_pages_parent_id even when a new workspace has no statistics yet (with `=` it took
-# the workspace index for each level and compared every page with every parent: 389 s
-# for a fresh 100,000-page course, 0.4 s this way).
+# A course: page ``:root`` and every descendant out of the trash, with depth, title and
+# tags read on the way down. IS NOT DISTINCT FROM on purpose: no index serves it, so the
+# planner walks by ix_pages_parent_id even before a new workspace has statistics.
 #
 # What is in the trash, the one definition a course and a whole workspace share: a page
 # trashed itself, and every page under it (a walk steps down only to a child of the

@@ -67,7 +67,7 @@ class Prepared:
 
 # Checks the start (raising a typed HubJobsError) in the transaction that inserts the
 # job row, so that a refused start leaves nothing behind; returns the job's summary.
-# Bounded whatever the job's size: a start returns within a second (issue 22).
+# Bounded whatever the job's size: a start returns within a second.
 Check = Callable[[AsyncConnection, NewJob, Any], Awaitable[str]]
 # Snapshots the job's items, in the transaction of its first attempt that opens it
 # (what the items were then is what the job works on); may refuse too (the course was

@@ -154,10 +154,9 @@ FAILED_ITEMS = """
 """
 
 
-# How many items a job would take, up to ``:bound``: the same walk (or the same failed
-# items) read no further than the bound, and nothing written. A recursive query under a
-# LIMIT is evaluated only as far as it is read, so a course of a million pages costs no
-# more to count here than one of ``:bound``.
+# How many items a job would take, up to ``:bound``, nothing written: a recursive query
+# under a LIMIT is evaluated only as far as it is read, so a huge course costs no more
+# to count than one of ``:bound``.
 COURSE_SIZE = Statement.of(f"""{COURSE}
     SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
 """)

@@ -74,9 +74,8 @@ async def admit(
     start passes its checks (the payload valid for its kind, the actor an enabled
     administrator, a hub operator (one of ``operators``: HUBJOBS_HUB_OPERATORS) for a
     start that acts on the whole hub, the kind's own check), or its typed HubJobsError
-    raised. A start no
-    caller waits on (a firing, a direct start through Temporal) passes
-    ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
+    raised. A start no caller waits on (a firing, a direct start through Temporal)
+    passes ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
     and kept that long, so that whoever started it sees why (the refusal is raised all
     the same). ``refusal``: the start was refused before its row could be tried (its
     input did not read)."""

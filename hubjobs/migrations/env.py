@@ -7,7 +7,7 @@ the config (the ``alembic`` command with alembic.ini), the database is the setti
 The models (the tables' declarations) are for comparing only: autogenerate and
 ``alembic check``. An upgrade from code (hubjobs.db.migrate, which marks it
 ``MIGRATIONS_ONLY``) runs the migrations alone, without importing them or the ORM
-(~0.1 s of a restore's schema); its metadata carries just the naming convention,
+(a cost on every restore); its metadata carries just the naming convention,
 the one thing operations take from it."""
 
 from __future__ import annotations

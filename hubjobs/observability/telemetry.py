@@ -169,8 +169,8 @@ def setup_tracing(settings: Settings) -> None:
 
 def interceptors(*, tracing: bool = True) -> list[Any]:
     """The client's (and so its workers') interceptors: the tracing one when on (its
-    module, and SQLAlchemy's through it, imported only then: a CLI start pays ~0.2 s
-    for them otherwise)."""
+    module, and SQLAlchemy's through it, imported only then: a CLI start would pay for
+    them otherwise)."""
     if not tracing:
         return []
     require("otel", TRACING)

@@ -147,15 +147,9 @@ RESTORE_ERROR_CODES = (
 # Loading connections when neither the caller nor HUBJOBS_RESTORE_CONNECTIONS says:
 # one per core (each COPY keeps a backend's core busy compressing), at most this many.
 DEFAULT_CONNECTIONS = 4
-# Session settings for every connection of the restore. Memory for building the keys
-# and indexes after the load; no timeout of the server's may cut a long restore short
-# (a statement, a lock wait, the transaction, or a connection idle in its transaction
-# while the others load) but the bulk purpose's own, generous ones
-# (HUBJOBS_DB_BULK_TIMEOUT_SECONDS a statement, 3,600 s by default, and
-# HUBJOBS_DB_BULK_LOCK_TIMEOUT_SECONDS a lock wait; see ``bulk_settings``). A backend
-# whose restore was killed mid-statement notices within a second and stops (instead of
-# building an index for no one while holding the restores' lock). Settings this
-# server does not have are skipped.
+# Every restore connection's session: memory for building indexes, no server timeout but
+# the bulk purpose's generous ones (``bulk_settings``), and a backend whose client was
+# killed stops within a second rather than hold the restores' lock.
 BULK_SETTINGS = {
     "maintenance_work_mem": "256MB",
     "statement_timeout": "0",

@@ -1,8 +1,8 @@
 """Every write that moves a job's row, named, with the statuses it moves the row from:
 each statement's ``WHERE`` takes its guard from here, and each guard is checked against
 ``JOB_MOVES`` (the diagram's dict) when this module loads, so a write cannot allow a move
-the diagram does not draw. tests/unit/test_job_moves.py reads the statements' SQL back
-and fails when one's guard is not its move's."""
+the diagram does not draw. A unit test reads the statements' SQL back and fails when
+one's guard is not its move's."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each is one statement that checks the actor's membership and reads the jobs together:
 one round trip, in plain psycopg (``hubjobs.db.pool``), so that ``hubjobs status`` and
 the API's ``GET`` pay for neither SQLAlchemy nor a second query. Rows come in binary
-(ids and times are not parsed from text: a tenth less time for a page of 50). A workspace the actor
+(ids and times are not parsed from text). A workspace the actor
 is not an enabled member of and one that does not exist give the same answer (no row)
 from the same statement. Writes stay in ``store``.
 """
@@ -21,7 +21,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 
 # Every column of a JobView, in its order: the view declares them (one declaration of
-# what a job is to callers; tests/unit/test_job_columns.py holds it against the table).
+# what a job is to callers; a unit test holds it against the table).
 JOB_COLUMN_NAMES = tuple(JobView.model_fields)
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 _J_COLUMNS = ", ".join(f"j.{name}" for name in JOB_COLUMN_NAMES)

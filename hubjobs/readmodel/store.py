@@ -170,11 +170,9 @@ async def insert_items(
     return int(count)
 
 
-# Set with the snapshot lock, for the rest of its transaction. A snapshot reads a bounded
-# part of a workspace by index. Right after a bulk import the statistics are stale and the
-# planner took ``pages`` for a few hundred rows, scanning all of it once per parent (186 s
-# for a fresh 100,000-page course, 0.35 s by index); and its ordering sort stays in memory
-# (4 MB spilled that course). The transaction's other statements go by key.
+# Set with the snapshot lock, for the rest of its transaction: right after a bulk import
+# stale statistics made the planner scan ``pages`` once per parent instead of by index,
+# and its ordering sort must stay in memory. The transaction's other statements go by key.
 SNAPSHOT_PLANNER = "set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
 
 
@@ -318,10 +316,9 @@ async def first_pending_ordinal(
     return None if first is None else int(first)
 
 
-# What the snapshot froze for each item, as one line of JSON (jsonb's own text, then a
-# newline) in chunks of at most :chunk bytes, item after item: whoever reads them holds
-# a chunk at a time, never a whole page. The line is made once per item (OFFSET 0 keeps
-# the planner from making it again for every chunk).
+# What the snapshot froze for each item, as a line of JSON in chunks of at most :chunk
+# bytes: a reader holds a chunk at a time, never a whole page. OFFSET 0 keeps the planner
+# from making the line again for every chunk.
 DETAIL_CHUNKS = """
 SELECT substring(d.line FROM c.n * :chunk + 1 FOR :chunk) AS chunk
   FROM job_items i

@@ -115,7 +115,7 @@ class Job(Base):
     # ones its budget counts; a handover or a death after progress is not one).
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     attempts_failed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
-    # The job whose failed items this one retries (issue: retry what failed).
+    # The job whose failed items this one retries.
     source_job_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     # The Temporal Schedule whose firing started the job; NULL for a job started by hand.
     schedule_id: Mapped[str | None] = mapped_column(Text)
@@ -162,8 +162,8 @@ class JobItem(Base):
             postgresql_where=text(f"state = {ItemState.failed.sql}"),
         ),
     )
-    # No foreign key to jobs (0010): its row-by-row check was 40 % of a snapshot's
-    # INSERT. Items are written only by their job's snapshot and deleted with their job
+    # No foreign key to jobs (0010): its row-by-row check was a large share of a
+    # snapshot's INSERT. Items are written only by their job's snapshot and deleted with their job
     # by store.delete_jobs.
     job_id: Mapped[uuid.UUID] = mapped_column(UUID)
     ordinal: Mapped[int] = mapped_column(Integer)

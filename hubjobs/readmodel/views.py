@@ -111,10 +111,9 @@ class JobView(BaseModel):
         return self.progress_message or self.counters.describe()
 
 
-# What the API shows of a job (its resource; the CLI prints the API's record of it),
-# by JobView's field names (JobView is the one declaration;
-# tests/unit/test_job_columns.py holds these to it). The result is left to the job's
-# own URL, in its content type, and to its record.
+# What the API shows of a job (the CLI prints the API's record of it), by JobView's field
+# names, JobView being the one declaration. The result is left to the job's own URL, in
+# its content type, and to its record.
 API_JOB_FIELDS = (
     "id",
     "workflow_id",

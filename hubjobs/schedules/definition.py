@@ -50,11 +50,9 @@ MEMO_KEY = "hubjobs_schedule"
 # of one hub at once, or a tagging run overtaking the last one, help nobody; the next
 # firing after the run ends takes its place.
 OVERLAP = ScheduleOverlapPolicy.SKIP
-# A firing missed while the Temporal server was unreachable still runs when the server
-# is back within a minute of its time (a restart, a failover), and is skipped beyond
-# that: a nightly backup or a bulk tagging run delayed by an outage of hours is better
-# left to its next regular time than started at an arbitrary hour, into daytime
-# traffic (Temporal's default window is a year; its minimum is 10 s).
+# A firing missed while Temporal was unreachable runs if the server is back within a
+# minute (a restart, a failover) and is skipped beyond: a nightly job delayed by hours is
+# better left to its next time than started into daytime traffic (Temporal's default: a year).
 CATCHUP_WINDOW = timedelta(minutes=1)
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -1,4 +1,4 @@
-"""A deadline on every Temporal call a hubjobs client makes (issue 19).
+"""A deadline on every Temporal call a hubjobs client makes.
 
 The SDK waits for an answer as long as the server takes unless a call says otherwise;
 a server that hangs (its process stopped, a network black hole) then holds the caller

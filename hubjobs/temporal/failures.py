@@ -2,7 +2,7 @@
 with. Pure functions of Temporal's failure objects: the workflow calls them (they are
 deterministic) and the unit tier tests them without servers.
 
-The rule (issue "jobs outlive the faults they exist to survive"): only attempts that
+The rule (jobs outlive the faults they exist to survive): only attempts that
 made no durable progress count. An attempt that died after committing work, or that
 handed its job over because its worker was shutting down, costs nothing; the job fails
 after ``max_attempts`` attempts in a row without progress, as ``abandoned`` when the

@@ -19,7 +19,7 @@ from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters
 
 # Bounds of the ids and names a message holds (every text field is bounded, so that no
-# message nears Temporal's 2 MB payload limit: tests/unit/test_message_sizes.py).
+# message nears Temporal's 2 MB payload limit).
 KIND_MAX_LENGTH = 64
 URL_MAX_LENGTH = 2000
 # Temporal's own bound on a workflow id (the server's limit.maxIDLength).

@@ -43,7 +43,7 @@ INTERNAL_MESSAGE = "internal error; the detail is in the server log"
 
 # Every code an error may carry (the stable part of an answer; the message is for
 # people), published as the schema's enum so that a generated client can switch on it.
-# tests/unit/test_error_codes.py holds it to every code the code base names.
+# A unit test holds it to every code the code base names.
 ERROR_CODES: tuple[str, ...] = (
     "actor_not_administrator",
     "archive_conflict",

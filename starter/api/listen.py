@@ -16,7 +16,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     reuse on, for a restart over connections in TIME_WAIT); uvicorn listens on it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Named TCP: asyncio turns Nagle off (TCP_NODELAY) only on connections whose socket
-    # says IPPROTO_TCP; with proto 0, each keep-alive answer's body waited 40 ms for the
+    # says IPPROTO_TCP; with proto 0, each keep-alive answer's body waited for the
     # client's delayed ACK of its headers.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -78,8 +78,8 @@ def _group() -> None:
 
 def app_for(args: Sequence[str]) -> typer.Typer:
     """The app that runs ``args``: one holding only the command named first, when one
-    is (typer builds the options of every command an app holds, before it runs any:
-    ~20 ms a command line), else the whole app (help, an unknown command, a group such
+    is (typer builds the options of every command an app holds, before it runs any),
+    else the whole app (help, an unknown command, a group such
     as ``schedule``). The one command stays a subcommand, so its usage, help and errors
     read the same. A name no command of hubjobs' own has is a kind's start command,
     as the API describes its kinds (starter/cli/kinds.py)."""

@@ -35,10 +35,8 @@ def console_on(
     file: IO[str] | None = None, *, stderr: bool = False, environ: Mapping[str, str] | None = None
 ) -> Console:
     """A console as commands print with: a terminal or not as rich decides (from the
-    file and the environment: FORCE_COLOR, TTY_COMPATIBLE, …), unbounded off one. The
-    stack's worker renders a quick read (starter/warm/quick.py) on one of these, with
-    the caller's environment (``environ``; default this process's) and a stand-in for
-    the caller's stdout (``file``; default ours)."""
+    file and the environment (``environ``; default this process's): FORCE_COLOR,
+    TTY_COMPATIBLE, …), unbounded off one."""
     from rich.console import Console
 
     console = Console(file=file, stderr=stderr, _environ=environ)

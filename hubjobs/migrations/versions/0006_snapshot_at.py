@@ -6,7 +6,7 @@ Create Date: 2026-12-01
 
 - ``jobs.snapshot_at``: when the job's items were taken (the moment of "had the tag at
   snapshot"); NULL while the snapshot is still to be taken. A start only inserts the
-  row (issue 22: a start returns within a second whatever the course's size); the
+  row (a start returns within a second whatever the course's size); the
   job's first attempt takes the snapshot in the transaction that opens it.
 - Jobs unfinished at the upgrade were snapshotted by their start: they get their
   creation time, so that no attempt takes their snapshot again. Finished ones are
