@@ -55,7 +55,7 @@ run: install
 # so the two share one pool (one after the other: 2:57 then 7:30). Then the docs site.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 3 --dist loadfile --durations=15 tests/integration tests/system
+	$(BIN)/pytest -n 3 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/integration tests/system
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
