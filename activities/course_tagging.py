@@ -58,9 +58,10 @@ from hubjobs.kinds.course_tagging import (
     fits,
     written,
 )
-from hubjobs.readmodel import store
+from hubjobs.readmodel import items as job_items
+from hubjobs.readmodel.items import ItemOutcome, Recorded
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.store import Finished, ItemOutcome, Recorded
+from hubjobs.readmodel.store import Finished
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -266,7 +267,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         if not batch.items:
             return None
         outcomes = await self._tag(conn, ctx, batch.items, careful=careful)
-        result = await store.record_outcomes(
+        result = await job_items.record_outcomes(
             conn,
             job.id,
             [

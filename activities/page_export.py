@@ -40,9 +40,9 @@ from hubjobs.kinds.page_export import (
     files_of,
     ordinals_of,
 )
-from hubjobs.readmodel import store
+from hubjobs.readmodel import items as job_items
+from hubjobs.readmodel.items import ItemOutcome, Recorded
 from hubjobs.readmodel.status import ItemState
-from hubjobs.readmodel.store import ItemOutcome, Recorded
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], per_file: int, after: int
     ) -> int | None:
         """The number of the first file that still has pending items after ``after``."""
-        first = await store.first_pending_ordinal(conn, ctx.job.id, after=after)
+        first = await job_items.first_pending_ordinal(conn, ctx.job.id, after=after)
         return None if first is None else file_of(first, per_file)
 
     @staticmethod
@@ -114,7 +114,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         stream may stall, not by one unit's deadline, and heartbeats as it goes."""
         ordinals = ordinals_of(number, per_file, ctx.job.total)
         bound = current_deadline()
-        lines = store.item_detail_lines(
+        lines = job_items.item_detail_lines(
             conn, ctx.job.id, ordinals.start, ordinals.stop - 1, chunk_bytes=CHUNK_BYTES
         )
         with WholeFile(folder, file_name(number)) as out:
@@ -130,7 +130,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
     async def _record(
         conn: AsyncConnection, *, ctx: WorkContext[PageExportPayload], number: int, per_file: int
     ) -> Recorded:
-        return await store.record_outcomes(
+        return await job_items.record_outcomes(
             conn,
             ctx.job.id,
             [

@@ -715,6 +715,7 @@ class WorkspaceJobs:
         after ordinal ``after``; ``state`` keeps only those. Pass the answer's ``next``
         as ``after`` for the following page (None: that was the last)."""
         from hubjobs.domain.access import require_member
+        from hubjobs.readmodel import items as job_items
         from hubjobs.readmodel import store as read_model
 
         require_uuid("job_id", job_id)
@@ -733,7 +734,7 @@ class WorkspaceJobs:
             if await read_model.get_job(conn, job_id, self.workspace_id) is None:
                 raise JobNotFound("no such job in this workspace")
             # One more than asked: whether another page follows, without a count.
-            found = await read_model.list_items(
+            found = await job_items.list_items(
                 conn, job_id, state=wanted, after=after, limit=limit + 1
             )
             page = found[:limit]

@@ -27,7 +27,7 @@ from hubjobs.domain.pages import (
 )
 from hubjobs.errors import InvalidInput
 from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
-from hubjobs.readmodel import store
+from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import Counters, JobView
 
@@ -161,8 +161,8 @@ COURSE_SIZE = Statement.of(f"""{COURSE}
     SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
 """)
 FAILED_SIZE = Statement.of(f"SELECT count(*) FROM ({FAILED_ITEMS} LIMIT :bound) s")
-COURSE_SNAPSHOT = store.item_snapshot("course_tagging.course", COURSE_ITEMS)
-RETRY_SNAPSHOT = store.item_snapshot("course_tagging.retry", FAILED_ITEMS)
+COURSE_SNAPSHOT = job_items.item_snapshot("course_tagging.course", COURSE_ITEMS)
+RETRY_SNAPSHOT = job_items.item_snapshot("course_tagging.retry", FAILED_ITEMS)
 
 
 async def fits(
@@ -223,18 +223,18 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
     (``page_not_found``, ``page_trashed``), as the start would have."""
     params: dict[str, Any] = {"workspace": job.workspace_id, "tag": payload.tag}
     if job.source_job_id is not None:
-        total = await store.insert_items(
+        total = await job_items.insert_items(
             conn, job.job_id, RETRY_SNAPSHOT, {**params, "source": job.source_job_id}
         )
         return Prepared(total=total, summary=f"Retry tagging {total} pages with {payload.tag}")
     title = await course_root(conn, payload.root_page_id, job.workspace_id)
-    total = await store.insert_items(
+    total = await job_items.insert_items(
         conn, job.job_id, COURSE_SNAPSHOT, {**params, "root": payload.root_page_id}
     )
     if total >= ANALYZE_FROM:
         # A big snapshot changes job_items' statistics at once; without fresh ones the
         # planner may take this job's items for a handful.
-        await store.analyze_items(conn)
+        await job_items.analyze_items(conn)
     return Prepared(total=total, summary=f"Tag course {title} with {payload.tag}, {total} pages")
 
 

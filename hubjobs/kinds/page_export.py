@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import COURSE, WORKSPACE, course_root
 from hubjobs.kinds.base import CarriedResult, JobKind, NewJob, Prepared, Result
-from hubjobs.readmodel import store
+from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -161,8 +161,8 @@ WORKSPACE_PAGES = f"""{WORKSPACE}
     SELECT row_number() OVER (ORDER BY p.id)::int, p.id, p.title, false, {FROZEN}
       FROM course c JOIN pages p ON p.id = c.id
 """
-COURSE_SNAPSHOT = store.item_snapshot("page_export.course", COURSE_PAGES)
-WORKSPACE_SNAPSHOT = store.item_snapshot("page_export.workspace", WORKSPACE_PAGES)
+COURSE_SNAPSHOT = job_items.item_snapshot("page_export.course", COURSE_PAGES)
+WORKSPACE_SNAPSHOT = job_items.item_snapshot("page_export.workspace", WORKSPACE_PAGES)
 
 
 async def check(conn: AsyncConnection, job: NewJob, payload: PageExportPayload) -> str:
@@ -177,10 +177,10 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: PageExportPayload
     """By the first attempt: the pages as they are then, their fields frozen."""
     params: dict[str, Any] = {"workspace": job.workspace_id}
     if payload.root_page_id is None:
-        total = await store.insert_items(conn, job.job_id, WORKSPACE_SNAPSHOT, params)
+        total = await job_items.insert_items(conn, job.job_id, WORKSPACE_SNAPSHOT, params)
         return Prepared(total=total, summary=f"Export the workspace's {total} pages")
     title = await course_root(conn, payload.root_page_id, job.workspace_id)
-    total = await store.insert_items(
+    total = await job_items.insert_items(
         conn, job.job_id, COURSE_SNAPSHOT, {**params, "root": payload.root_page_id}
     )
     return Prepared(total=total, summary=f"Export course {title}, {total} pages")

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hubjobs.kinds import job_rows
 from hubjobs.kinds.page_export import PAGE_EXPORT
-from hubjobs.readmodel import store
+from hubjobs.readmodel import items as job_items
 from tests.support.servers import seed
 
 TEXTS = [
@@ -73,7 +73,9 @@ async def test_the_streamed_lines_are_the_bytes_json_dumps_wrote(
     expected = b"".join(json.dumps(d, ensure_ascii=False).encode() + b"\n" for d in details)
     chunks: list[bytes] = []
     async with engine.begin() as conn:
-        async for chunk in store.item_detail_lines(conn, job_id, 1, total, chunk_bytes=chunk_bytes):
+        async for chunk in job_items.item_detail_lines(
+            conn, job_id, 1, total, chunk_bytes=chunk_bytes
+        ):
             assert 0 < len(chunk) <= chunk_bytes
             chunks.append(chunk)
     streamed = b"".join(chunks)
