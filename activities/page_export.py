@@ -75,6 +75,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
                 partial(self._next_file, ctx=ctx, per_file=per_file, after=recorded_upto)
             )
             if number is None:
+                await asyncio.to_thread(_sweep_partials, folder)
                 return Done(self._output(ctx))
             write = partial(self._write, ctx=ctx, folder=folder, number=number, per_file=per_file)
             await _on_disk(folder, ctx.db(write, transaction=True))
@@ -166,6 +167,12 @@ async def _on_disk(folder: Path, step: Awaitable[T]) -> T:
         raise refusal from None
 
 
+def _sweep_partials(folder: Path) -> None:
+    """Once every file is written: what killed attempts left aside goes."""
+    for leftover in folder.glob(".*.partial"):
+        leftover.unlink(missing_ok=True)
+
+
 class WholeFile:
     """A file whole or not at all: written aside, fsynced, renamed, folder fsynced
     (``commit``); left without a commit (a failed write, an outage, a cancellation), it
@@ -194,7 +201,12 @@ class WholeFile:
         self.out.flush()
         os.fsync(self.out.fileno())
         self.out.close()
-        os.replace(self.partial, self.final)
+        try:
+            os.replace(self.partial, self.final)
+        except FileNotFoundError:
+            if not self.final.exists():
+                raise
+            return  # swept by the attempt that finished the export: the file is whole
         directory = os.open(self.folder, os.O_RDONLY)
         try:
             os.fsync(directory)

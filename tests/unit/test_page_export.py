@@ -183,3 +183,15 @@ def test_a_file_left_without_a_commit_leaves_nothing(tmp_path: Path) -> None:
     with WholeFile(tmp_path, "pages-0001.ndjson") as out:
         out.write(b"half")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_swept_aside_after_another_committed_it_commits_as_done(tmp_path: Path) -> None:
+    """The attempt that finished the export swept the leftovers aside while one presumed
+    dead still wrote: its commit finds the file whole and does not fail."""
+    late = WholeFile(tmp_path, "pages-0001.ndjson")
+    with late:
+        late.write(b'{"page": 1}\n')
+        (tmp_path / "pages-0001.ndjson").write_bytes(b'{"page": 1}\n')
+        late.partial.unlink()
+        late.commit()
+    assert [p.name for p in tmp_path.iterdir()] == ["pages-0001.ndjson"]
