@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from hubjobs.kinds import load_kinds
@@ -67,10 +67,8 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     app.state.verifier = TokenVerifier(settings)
     if client is not None:
         app.state.client = client
-    # Every route of a workspace's jobs and schedules under its prefix; the workspace-wide
-    # ones first: their paths (…/jobs/events, …/jobs/cancel) would otherwise match a
-    # job's (…/jobs/{job_id}) or a kind's start (…/jobs/{kind}).
-    workspace = APIRouter(prefix="/workspaces/{workspace_id}")
+    # The workspace-wide routes first: their paths (…/jobs/events, …/jobs/cancel) would
+    # otherwise match a job's (…/jobs/{job_id}) or a kind's start (…/jobs/{kind}).
     for router in (
         list_events.router,
         bulk_cancel.router,
@@ -78,9 +76,10 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         events.router,
         items.router,
         schedules.router,
+        health.router,
+        contract.router,
+        kinds.router,
     ):
-        workspace.include_router(router)
-    for router in (workspace, health.router, contract.router, kinds.router):
         app.include_router(router)
     if settings.payload_codec:
         # Temporal's codec endpoint, for the UI and the CLI (see starter/api/codec.py).

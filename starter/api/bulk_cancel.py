@@ -18,10 +18,10 @@ from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PAT
 from starter.api.auth import Jobs
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, ErrorDetail
-from starter.api.resources import JobResource, JobResourceFields
+from starter.api.resources import WORKSPACE_ROUTES, JobResource, JobResourceFields
 from starter.client import MAX_BULK_CANCEL, CancelOutcome
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
 
 
 class JobFilter(BaseModel):

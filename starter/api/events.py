@@ -27,10 +27,10 @@ from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS, INTERNAL_MESSAGE, log
-from starter.api.resources import JobResource
+from starter.api.resources import WORKSPACE_ROUTES, JobResource
 from starter.client import HubJobsClient
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
 
 
 def event_id(job: JobView) -> str:

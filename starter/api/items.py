@@ -20,10 +20,11 @@ from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import ItemPage
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS
+from starter.api.resources import WORKSPACE_ROUTES
 from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL
 
 FILE_CHUNK_BYTES = 256 * 1024
-router = APIRouter(tags=["items and files"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["items and files"])
 
 
 @router.get(

@@ -30,6 +30,7 @@ from starter.api.auth import Jobs
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, KEY_REUSED, error
 from starter.api.resources import (
+    WORKSPACE_ROUTES,
     JobPage,
     JobRecord,
     JobResource,
@@ -40,7 +41,7 @@ from starter.api.resources import (
 )
 
 RETRY_AFTER_SECONDS = 2
-router = APIRouter(tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
 
 
 @router.post(

@@ -23,9 +23,9 @@ from hubjobs.settings import Settings
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS
 from starter.api.events import error_event
-from starter.api.resources import JobResource
+from starter.api.resources import WORKSPACE_ROUTES, JobResource
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
 
 
 def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:

@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
 
+# Where every route of a workspace's jobs and schedules lives: each of their routers
+# takes it as its prefix.
+WORKSPACE_ROUTES = "/workspaces/{workspace_id}"
+
 if TYPE_CHECKING:
     from hubjobs.schedules.definition import ScheduleView
 

@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse, Response
 from starter.api.auth import ScheduleId, Schedules
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS
-from starter.api.resources import ScheduleRequest, ScheduleResource, schedule_url
+from starter.api.resources import WORKSPACE_ROUTES, ScheduleRequest, ScheduleResource, schedule_url
 
-router = APIRouter(tags=["schedules"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["schedules"])
 
 
 @router.post(
