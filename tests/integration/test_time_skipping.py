@@ -173,6 +173,7 @@ async def insert_finished(
                 payload=payload,
                 notify_url=notify_url,
             )
+            await read_model.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
             await read_model.finish(
                 conn,
                 job_id,
