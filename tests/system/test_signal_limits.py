@@ -61,9 +61,9 @@ from tests.system.test_faults import failed_job, wait_started
 from worker import STOP_BOUND_SECONDS
 
 TEMPORAL_SIGNAL_LIMIT = 10_000
-# The suite sends each job 3,000, several runs' worth; the flood that wedged a run was
+# The suite sends each job 2,000, several runs' worth; the flood that wedged a run was
 # 20,000 (HUBJOBS_TEST_FLOOD_SIGNALS=20000, about fifteen minutes on two loaded cores).
-FLOOD = int(os.environ.get("HUBJOBS_TEST_FLOOD_SIGNALS", "3000"))
+FLOOD = int(os.environ.get("HUBJOBS_TEST_FLOOD_SIGNALS", "2000"))
 # Senders at once, each sending as fast as the server answers it, and the progress
 # queries a second beside them: the flood that wedged a run on a loaded machine.
 FLOOD_SENDERS = 25
