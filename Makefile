@@ -52,10 +52,11 @@ run: install
 # namespaces, browsers and other languages' clients (tests/system), four files at a
 # time, each pytest process with its own embedded servers: the system tier's tests mostly
 # wait (on leases, timeouts, restarts) while the integration tier's keep the cores busy,
-# so the two share one pool, as wide as the waiting allows on two cores. Then the docs.
+# so the two share one pool, as wide as the waiting allows on two cores; the system
+# tier's long files first, so that the short ones fill the pool's end. Then the docs.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 4 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/integration tests/system
+	$(BIN)/pytest -n 4 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/system tests/integration
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
