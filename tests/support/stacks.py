@@ -149,6 +149,18 @@ def held_ports() -> Iterator[embedded.StackPorts]:
         yield embedded.StackPorts(*ports)
 
 
+def _wait_until_free(port: int, timeout: float = 30) -> None:
+    """A port a killed server held may take a moment to be free: waits until it binds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_server(("127.0.0.1", port)).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"port {port} still taken"
+            time.sleep(0.1)
+
+
 class ForeignListener:
     """Another program listening on ``port``: a Python process of its own, so the port's
     holder has a pid and a command line other than this one's."""
@@ -161,6 +173,7 @@ class ForeignListener:
 
     def __init__(self, port: int) -> None:
         self.port = port
+        _wait_until_free(port)
         self.process = subprocess.Popen(
             [sys.executable, "-c", self.SCRIPT, str(port), "foreign-listener"],
             stdin=subprocess.PIPE,

@@ -283,7 +283,12 @@ def test_a_killed_api_comes_back_by_itself() -> None:
         assert back != killed and embedded.port_holder(record["port"]) == embedded.PortHolder(
             back, embedded.command_line(back) or "?"
         )
-        assert "API restarted" in (own.home / "supervisor.log").read_text()
+        # The supervisor says so once it has seen the API answer, maybe after the CLI did.
+        supervisor = own.home / "supervisor.log"
+        deadline = time.monotonic() + 30
+        while "API restarted" not in supervisor.read_text():
+            assert time.monotonic() < deadline, supervisor.read_text()
+            time.sleep(0.2)
         assert seeded["workspace_id"] == json.loads(listed.stdout)[0]["workspace_id"]
 
 
