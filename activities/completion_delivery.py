@@ -86,10 +86,15 @@ class CompletionDeliveryActivities:
         # and this host's wall clock may be hours off.
         clock = OneClock.temporal()
 
-        async def read(conn: AsyncConnection) -> JobView | None:
+        async def claim(conn: AsyncConnection) -> JobView | None:
+            # The try counted before anything is sent: a POST the receiver sees is one the
+            # row counts, even when the deadline's failed write lands while it is out.
+            await store.record_notify(
+                conn, request.job_id, state=NotifyState.pending, attempt=attempt
+            )
             return await store.get_job(conn, request.job_id)
 
-        job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        job = await with_outage_retry(self.deps.engine, self.deps.settings, claim, transaction=True)
         if job is None or job.notify_url is None or job.notify_state is None:
             # Expired and removed (or never had one): nothing left to tell.
             return DeliveryReport(job_id=request.job_id, state="gone")
