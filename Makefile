@@ -49,14 +49,14 @@ run: install
 
 # The fast tier first (tests/unit: no servers, seconds), then the tests on real servers
 # in one process each (tests/integration) and those with real processes, kills, network
-# namespaces, browsers and other languages' clients (tests/system), four files at a
+# namespaces, browsers and other languages' clients (tests/system), three files at a
 # time, each pytest process with its own embedded servers: the system tier's tests mostly
 # wait (on leases, timeouts, restarts) while the integration tier's keep the cores busy,
-# so the two share one pool, as wide as the waiting allows on two cores; the system
-# tier's long files first, so that the short ones fill the pool's end. Then the docs.
+# so the two share one pool. Four wide is faster, but some system tests' set-ups still
+# depend on the load (docs/tests.md). Then the docs site.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 4 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/system tests/integration
+	$(BIN)/pytest -n 3 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/integration tests/system
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
