@@ -35,7 +35,7 @@ from activities.endings import (
     outcome_of,
 )
 from activities.opening import NotWhole, Whole, open_for_attempt
-from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock
+from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock, unobserved
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
 from hubjobs.errors import HubJobsError
@@ -63,10 +63,6 @@ def _not_whole(err: Exception) -> None:
         log.info("job not done whole (%s): its attempts take it", type(err).__name__)
     else:
         log.warning("job not done whole: its attempts take it", exc_info=err)
-
-
-def _unobserved() -> None:
-    """A wait in a whole attempt: a local activity has no heartbeat to send."""
 
 
 class KindActivities(Generic[P]):
@@ -235,7 +231,7 @@ class KindActivities(Generic[P]):
             request,
             info.workflow_id,
             info.workflow_run_id,
-            on_wait=_unobserved,
+            on_wait=unobserved,  # a local activity has no heartbeat to send
             whole=Whole(conn, self.fits_whole),
         )
         if job.is_final:

@@ -120,7 +120,7 @@ def handing_over(reach: Reach | None = None) -> Iterator[None]:
         outage_clock.reset(token)
 
 
-def _unobserved() -> None:
+def unobserved() -> None:
     """A wait nobody needs told of (a step without a heartbeat timeout)."""
 
 
@@ -183,7 +183,7 @@ async def ride_out_outages(
             pause = delay
             if clock.hand_over:
                 pause = min(pause, max(0.0, settings.outage_handover_seconds - waited))
-            await pauses.pause(pause, on_wait or _unobserved)
+            await pauses.pause(pause, on_wait or unobserved)
             delay = min(delay * 2, settings.outage_retry_max_seconds)
             if before_retry is not None:
                 await before_retry()
