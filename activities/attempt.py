@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -63,6 +64,16 @@ def _not_whole(err: Exception) -> None:
         log.info("job not done whole (%s): its attempts take it", type(err).__name__)
     else:
         log.warning("job not done whole: its attempts take it", exc_info=err)
+
+
+def _handed_over(
+    ctx: WorkContext[Any] | None, beat: Beat, outage_since: datetime | None = None
+) -> WorkResult:
+    """The job given back with how far the attempt got (its opening's beat if no work
+    ran), for the workflow's next attempt."""
+    if ctx is None:
+        return WorkResult(beat=beat, counters=Counters(), outage_since=outage_since)
+    return WorkResult(beat=ctx.beat_state, counters=ctx.counters, outage_since=outage_since)
 
 
 class KindActivities(Generic[P]):
@@ -160,15 +171,11 @@ class KindActivities(Generic[P]):
             ) from None
         except CancelTaken:
             log.info("cancellation taken while the database refused: job handed back")
-            state = ctx.beat_state if ctx is not None else beat
-            counters = ctx.counters if ctx is not None else Counters()
-            return WorkResult(beat=state, counters=counters)
+            return _handed_over(ctx, beat)
         except OutOfReach as out:
             # Handed over as at a time slice (at no cost), with when the outage began.
             log.info("database out of reach: job handed over")
-            state = ctx.beat_state if ctx is not None else beat
-            counters = ctx.counters if ctx is not None else Counters()
-            return WorkResult(beat=state, counters=counters, outage_since=out.since)
+            return _handed_over(ctx, beat, out.since)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 # Out of time to drain: the job is handed over, not failed; whatever the
