@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.unit.test_lazy_imports import probed
 
 # The extras' top-level modules, as a worker-only install lacks them.
 ABSENT = ("fastapi", "fastapi_offline", "uvicorn", "starlette", "sse_starlette", "opentelemetry")
@@ -33,14 +34,7 @@ sys.exit(run_cli(sys.argv[1:]))
 def hubjobs(home: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
     env |= {"HUBJOBS_HOME": str(home)} | {f"HUBJOBS_{k.upper()}": v for k, v in settings.items()}
-    return subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return probed(PROBE, list(args), env)
 
 
 # Addresses nothing is asked at: each refusal comes before any connection.
