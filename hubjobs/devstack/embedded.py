@@ -97,6 +97,11 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+class ServerExited(Unavailable):
+    """A server exited before it listened, its own ports free: the dev server also binds
+    ports it picks itself, and another process may take one between its pick and its bind."""
+
+
 class PortLost(Exception):
     """A server chosen a free port found it taken by another process when it bound."""
 
@@ -107,6 +112,8 @@ class PortLost(Exception):
 
 # A first ``up`` takes another free port this many times before giving up.
 PORT_TRIES = 5
+# A dev server that exited before it listened is started again this many times in all.
+EXIT_TRIES = 3
 
 
 def choose_port(preferred: int, taken: Collection[int] = ()) -> int:
@@ -222,7 +229,7 @@ def _wait_for_own_ports(
             for port in ports:
                 if not port_is_free(port):
                     raise PortLost(port)
-            raise Unavailable(f"{', '.join(ports.values())} exited before it listened")
+            raise ServerExited(f"{', '.join(ports.values())} exited before it listened")
         for port in list(waiting):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
                 probe.settimeout(0.5)
@@ -720,23 +727,31 @@ class EmbeddedTemporal:
         self._launch(list(last["args"]), int(last["port"]), int(last["ui_port"]))
 
     def _launch(self, args: list[str], port: int, ui_port: int) -> None:
-        with open(self.logfile, "ab") as out:
-            process = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pidfile.write_text(str(process.pid))
-        try:
-            _wait_for_own_ports(process, {port: "Temporal", ui_port: "Temporal UI"}, 60, self.ip)
-        except (Unavailable, PortLost):
-            self.stop()
-            if process.poll() is None:
-                process.kill()
-            process.wait(timeout=15)
-            raise
+        ports = {port: "Temporal", ui_port: "Temporal UI"}
+        for attempt in range(1, EXIT_TRIES + 1):
+            with open(self.logfile, "ab") as out:
+                process = subprocess.Popen(
+                    args,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            self.pidfile.write_text(str(process.pid))
+            try:
+                _wait_for_own_ports(process, ports, 60, self.ip)
+                return
+            except ServerExited:
+                self.pidfile.unlink(missing_ok=True)
+                if attempt == EXIT_TRIES:
+                    raise
+                log.warning("the dev server exited before it listened; starting it again")
+            except (Unavailable, PortLost):
+                self.stop()
+                if process.poll() is None:
+                    process.kill()
+                process.wait(timeout=15)
+                raise
 
     def stop(self) -> None:
         pid = self.running_pid()

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -337,6 +338,36 @@ def test_a_reused_pid_is_not_taken_for_the_dev_server(tmp_path: Path) -> None:
     temporal = embedded.EmbeddedTemporal(tmp_path)
     assert temporal.running_pid() is None
     temporal.stop()  # nothing to stop: this process lives on
+
+
+def test_a_dev_server_that_exits_before_it_listens_is_started_again(tmp_path: Path) -> None:
+    """The dev server binds ports it picks itself (its HTTP API, its services); one taken
+    by another process between its pick and its bind makes it exit before it listens.
+    Here its HTTP port is held until the server has exited once for it: the start tries
+    again and the server comes up, its pid file naming the live one."""
+    port, ui_port, http_port = (embedded.choose_port(0) for _ in range(3))
+    holder = ForeignListener(http_port)
+    temporal = embedded.EmbeddedTemporal(tmp_path, persistent=False)
+
+    def free_once_refused() -> None:
+        while "address already in use" not in _text(temporal.logfile):
+            time.sleep(0.05)
+        holder.stop()
+
+    watcher = threading.Thread(target=free_once_refused, daemon=True)
+    watcher.start()
+    try:
+        temporal.start(port, ui_port, ["--http-port", str(http_port)])
+        assert _text(temporal.logfile).count("address already in use") >= 1
+        assert accepts(port) and accepts(ui_port)
+        assert temporal.running_pid() == embedded.port_holder(port).pid  # type: ignore[union-attr]
+    finally:
+        holder.stop()
+        temporal.stop()
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def test_two_first_ups_at_once_each_take_ports_of_their_own() -> None:
