@@ -463,17 +463,20 @@ async def check_flooded(
 async def test_a_job_whose_own_progress_reports_pass_the_runs_limit_finishes_exact(
     engine: AsyncEngine, settings: Settings, tmp_path: Path
 ) -> None:
-    # A run's signals, as 10,000 is: 6,000 pages a batch of ten make 180 to 300 reports
-    # (fewer on a loaded machine, where each report waits on the one before).
-    limit = 100
+    # A run's signals, as 10,000 is. One lane pausing 0.1 s after each of its 80 batches
+    # sends a report a batch (one in flight at a time, none while a full run hands over):
+    # about 70, over the limit of 40 unless a report's round trip outlasts a batch.
+    limit = 40
     budget = 30
-    course = await seed(engine, 6000)
+    course = await seed(engine, 800)
     async with own_temporal({"history.maximumSignalsPerExecution": str(limit)}) as temporal:
         async with worker_on(
             temporal,
             settings,
             tmp_path,
             tagging_batch_size=10,
+            tagging_lanes=1,
+            tagging_batch_pause_seconds=0.1,
             progress_report_seconds=0.01,
             run_signal_budget=budget,
             work_slice_seconds=30,
