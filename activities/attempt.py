@@ -37,12 +37,12 @@ from activities.endings import (
 )
 from activities.opening import NotWhole, Whole, open_for_attempt
 from activities.outages import OutageClock, OutageTooLong, OutOfReach, outage_clock, unobserved
+from hubjobs import job_rows
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import is_outage
 from hubjobs.errors import HubJobsError
 from hubjobs.kinds import JobKind
 from hubjobs.observability.logs import bind_job
-from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.temporal.failures import UNAVAILABLE
@@ -230,7 +230,7 @@ class KindActivities(Generic[P]):
         conn: AsyncConnection,
         request: WorkRequest,
         work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
-    ) -> store.Finished:
+    ) -> job_rows.Finished:
         info = activity.info()
         job = await open_for_attempt(
             self.deps,
@@ -242,7 +242,7 @@ class KindActivities(Generic[P]):
             whole=Whole(conn, self.fits_whole),
         )
         if job.is_final:
-            return store.Finished(job, changed=False)
+            return job_rows.Finished(job, changed=False)
         ctx: WorkContext[P] = WorkContext(
             deps=self.deps,
             kind=self.kind,

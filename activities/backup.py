@@ -40,6 +40,7 @@ from activities.context import WorkContext
 from activities.endings import ActorUnavailable, Done, Paused, Refused, Stopped, WorkEnd
 from activities.pauses import pause
 from activities.storage import storage_refusal
+from hubjobs import job_rows
 from hubjobs.archive.format import (
     MANIFEST,
     Manifest,
@@ -53,7 +54,6 @@ from hubjobs.db.engine import plain_url
 from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.domain.access import ADMINISTRATOR, role_of
 from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
-from hubjobs.readmodel import store
 from hubjobs.readmodel.views import Counters
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -141,7 +141,7 @@ class Progress:
         job_id = self.ctx.job.id
 
         async def write(conn: AsyncConnection) -> bool:
-            return await store.set_progress(conn, job_id, counters, message)
+            return await job_rows.set_progress(conn, job_id, counters, message)
 
         cancel = await self.ctx.db(write)
         if cancel and check_cancel:

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities.clock import OneClock
 from activities.deps import Deps
 from activities.outages import with_outage_retry
-from hubjobs.readmodel import store
+from hubjobs import job_rows
 from hubjobs.readmodel.status import JobStatus, NotifyState
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import CompletionRequest, DeliveryGaveUp, DeliveryReport
@@ -70,7 +70,7 @@ class CompletionDeliveryActivities:
         self, job_id: uuid.UUID, state: NotifyState, attempt: int, error: str | None = None
     ) -> None:
         async def write(conn: AsyncConnection) -> bool:
-            return await store.record_notify(
+            return await job_rows.record_notify(
                 conn, job_id, state=state, attempt=attempt, error=error
             )
 
@@ -89,10 +89,10 @@ class CompletionDeliveryActivities:
         async def claim(conn: AsyncConnection) -> JobView | None:
             # The try counted before anything is sent: a POST the receiver sees is one the
             # row counts, even when the deadline's failed write lands while it is out.
-            await store.record_notify(
+            await job_rows.record_notify(
                 conn, request.job_id, state=NotifyState.pending, attempt=attempt
             )
-            return await store.get_job(conn, request.job_id)
+            return await job_rows.get_job(conn, request.job_id)
 
         job = await with_outage_retry(self.deps.engine, self.deps.settings, claim, transaction=True)
         if job is None or job.notify_url is None or job.notify_state is None:

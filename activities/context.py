@@ -21,8 +21,8 @@ from activities.deps import Deps
 from activities.endings import job_not_found
 from activities.outages import ride_out_outages, with_outage_retry
 from activities.pauses import pause
-from hubjobs.kinds import JobKind, job_rows
-from hubjobs.readmodel import store
+from hubjobs import job_rows
+from hubjobs.kinds import JobKind
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -71,7 +71,7 @@ class WorkContext(Generic[P]):
     # The progress message a kind last gave (``report``); None: the counters say it.
     message: str | None = None
     # Set when the kind's last unit of work finished the row in its own transaction.
-    finished: store.Finished | None = None
+    finished: job_rows.Finished | None = None
     # A small job's attempt done whole (``WorkRequest.whole``): the one
     # transaction every unit of work runs in, committed only once the job is finished.
     conn: AsyncConnection | None = None
@@ -143,7 +143,7 @@ class WorkContext(Generic[P]):
 
     async def finish_in(
         self, conn: AsyncConnection, counters: Counters, output: dict[str, Any] | None
-    ) -> store.Finished:
+    ) -> job_rows.Finished:
         """Finishes the job as succeeded in the caller's unit of work (the kind's last
         batch, whose commit then lands the work and the final row at once: one commit a
         small job fewer). The caller hands the result to ``finished`` once its unit has

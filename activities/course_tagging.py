@@ -47,6 +47,7 @@ from hubjobs.domain.pages import (
     add_tag_if_match,
     read_page_facts,
 )
+from hubjobs.job_rows import Finished
 from hubjobs.kinds.course_tagging import (
     COURSE_TAGGING,
     CourseTaggingPayload,
@@ -61,7 +62,6 @@ from hubjobs.kinds.course_tagging import (
 from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.items import ItemOutcome, Recorded
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.store import Finished
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 

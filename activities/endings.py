@@ -14,9 +14,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.deps import Deps
 from activities.outages import with_outage_retry
+from hubjobs import job_rows
 from hubjobs.errors import HubJobsError, JobNotFound
-from hubjobs.kinds import REGISTRY, job_rows
-from hubjobs.readmodel import store
+from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.temporal.failures import ACTOR_UNAVAILABLE
@@ -103,7 +103,7 @@ async def finish(
     out outages like any other write (an attempt's beating through them, and stopping
     as its units of work do), and finishing twice changes nothing."""
 
-    async def write(conn: AsyncConnection) -> store.Finished | None:
+    async def write(conn: AsyncConnection) -> job_rows.Finished | None:
         return await job_rows.finish_job(
             conn,
             job,
@@ -129,7 +129,7 @@ async def finish(
     return after_finish(deps, finished)
 
 
-def after_finish(deps: Deps, finished: store.Finished) -> JobOutcome:
+def after_finish(deps: Deps, finished: job_rows.Finished) -> JobOutcome:
     """What follows the final write, wherever it was made: the metrics and the log line
     of the attempt that moved the row, and the outcome for the workflow."""
     final = finished.job

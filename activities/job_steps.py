@@ -22,10 +22,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.deps import Deps
 from activities.endings import finish, job_not_found
 from activities.outages import handing_over, with_outage_retry
+from hubjobs import job_rows
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import REGISTRY, job_rows
+from hubjobs.kinds import REGISTRY
 from hubjobs.observability.logs import bind_job
-from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import CancelRequest, FinishJob, JobOutcome, RefusedStart
 
@@ -36,11 +36,11 @@ class JobStepActivities:
 
     @activity.defn
     async def finish_job(self, request: FinishJob) -> JobOutcome:
-        """Writes the final status (see hubjobs.kinds.job_rows); a finished row
+        """Writes the final status (see hubjobs.job_rows); a finished row
         stays as it is and is returned."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
-            return await store.get_job(conn, request.job_id)
+            return await job_rows.get_job(conn, request.job_id)
 
         with handing_over(self.deps.reach):
             job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
@@ -63,7 +63,7 @@ class JobStepActivities:
         compares, after an attempt failed, with what it knew before the attempt."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
-            return await store.get_job(conn, job_id)
+            return await job_rows.get_job(conn, job_id)
 
         with handing_over(self.deps.reach):
             job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
@@ -75,7 +75,7 @@ class JobStepActivities:
     @activity.defn
     async def record_cancel_request(self, job_id: uuid.UUID, request: CancelRequest) -> None:
         async def record(conn: AsyncConnection) -> None:
-            await store.request_cancel(conn, job_id, request.actor_id, request.reason)
+            await job_rows.request_cancel(conn, job_id, request.actor_id, request.reason)
 
         with handing_over(self.deps.reach):
             await with_outage_retry(self.deps.engine, self.deps.settings, record)
@@ -90,7 +90,7 @@ class JobStepActivities:
                 job_id=refused.job_id,
                 kind=refused.kind,
                 workspace_id=refused.workspace_id,
-                actor_id=refused.actor_id or store.UNKNOWN_ACTOR,
+                actor_id=refused.actor_id or job_rows.UNKNOWN_ACTOR,
                 correlation_id=refused.correlation_id,
                 payload=refused.payload,
                 workflow_id=refused.workflow_id,

@@ -25,8 +25,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.deps import Deps
 from activities.endings import finish
 from activities.outages import with_outage_retry
+from hubjobs import job_rows
 from hubjobs.kinds import REGISTRY
-from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal import search_attributes as sa
@@ -117,12 +117,12 @@ class MaintenanceActivities:
     ) -> tuple[int, int] | None:
         """One batch in one transaction: (removed, kept), or None when another sweep
         holds the retention lock. Rows are read whole only for kinds with a hook."""
-        if not await store.claim_retention(conn):
+        if not await job_rows.claim_retention(conn):
             return None
         # A completion webhook tries for up to HUBJOBS_WEBHOOK_DEADLINE_HOURS after its
         # job finished (and a try a little longer): its row stays while it may.
         delivering = timedelta(hours=self.deps.settings.webhook_deadline_hours)
-        expired = await store.expired_jobs(
+        expired = await job_rows.expired_jobs(
             conn,
             request.cutoff,
             request.batch,
@@ -133,7 +133,7 @@ class MaintenanceActivities:
             for job in expired
             if (kind := REGISTRY.find(job.kind)) is not None and kind.expire is not None
         }
-        hooked = await store.get_jobs(conn, [job.id for job in expired if job.kind in hooks])
+        hooked = await job_rows.get_jobs(conn, [job.id for job in expired if job.kind in hooks])
         removed = [job.id for job in expired if job.kind not in hooks]
         kept: list[uuid.UUID] = []
         for job in hooked:
@@ -144,8 +144,8 @@ class MaintenanceActivities:
                 kept.append(job.id)
                 continue
             removed.append(job.id)
-        await store.delete_jobs(conn, removed)
-        await store.postpone_expiry(conn, kept, request.cutoff + HOOK_RETRY_AFTER)
+        await job_rows.delete_jobs(conn, removed)
+        await job_rows.postpone_expiry(conn, kept, request.cutoff + HOOK_RETRY_AFTER)
         return len(removed), len(kept)
 
     @activity.defn
@@ -154,7 +154,7 @@ class MaintenanceActivities:
         while its final write failed) get the status Temporal ended with; queued rows
         whose workflow never started are started. A page of rows a statement."""
         checked = finished = restarted = 0
-        after: store.UnfinishedJob | None = None
+        after: job_rows.UnfinishedJob | None = None
         while checked < request.limit:
             unfinished = await self._unfinished(request, after, checked)
             for row in unfinished:
@@ -192,8 +192,8 @@ class MaintenanceActivities:
             return 0
         grace = timedelta(seconds=request.grace_seconds)
 
-        async def settled(conn: AsyncConnection) -> list[store.SettledJob]:
-            return await store.settled_among(conn, list(open_runs), older_than=grace)
+        async def settled(conn: AsyncConnection) -> list[job_rows.SettledJob]:
+            return await job_rows.settled_among(conn, list(open_runs), older_than=grace)
 
         ended = 0
         for job in await with_outage_retry(self.deps.engine, self.deps.settings, settled):
@@ -217,12 +217,12 @@ class MaintenanceActivities:
         return ended
 
     async def _unfinished(
-        self, request: ReconcileRequest, after: store.UnfinishedJob | None, checked: int
-    ) -> list[store.UnfinishedJob]:
+        self, request: ReconcileRequest, after: job_rows.UnfinishedJob | None, checked: int
+    ) -> list[job_rows.UnfinishedJob]:
         """The next page of the selection (a page a statement: 100 rows, not 500)."""
 
-        async def select(conn: AsyncConnection) -> list[store.UnfinishedJob]:
-            return await store.unfinished_jobs(
+        async def select(conn: AsyncConnection) -> list[job_rows.UnfinishedJob]:
+            return await job_rows.unfinished_jobs(
                 conn,
                 older_than=timedelta(seconds=request.grace_seconds),
                 limit=min(RECONCILE_BATCH, request.limit - checked),
@@ -231,7 +231,9 @@ class MaintenanceActivities:
 
         return await with_outage_retry(self.deps.engine, self.deps.settings, select)
 
-    async def _reconcile(self, row: store.UnfinishedJob) -> Literal["finished", "restarted"] | None:
+    async def _reconcile(
+        self, row: job_rows.UnfinishedJob
+    ) -> Literal["finished", "restarted"] | None:
         """Brings one row into line: "finished", "restarted", or None (left as it is,
         flagged stuck or cleared as its workflow tasks say)."""
         try:
@@ -263,7 +265,7 @@ class MaintenanceActivities:
         return None
 
     async def _check_stuck(
-        self, row: store.UnfinishedJob, description: WorkflowExecutionDescription
+        self, row: job_rows.UnfinishedJob, description: WorkflowExecutionDescription
     ) -> None:
         """A running workflow whose workflow task has failed (or timed out) several times
         in a row is not moving, whatever the row says: flagged stuck, with the failure's
@@ -271,14 +273,14 @@ class MaintenanceActivities:
         attempt = task_attempt(description)
         if attempt < STUCK_ATTEMPTS:
             if row.stuck:
-                await self._write(lambda conn: store.clear_stuck(conn, row.id))
+                await self._write(lambda conn: job_rows.clear_stuck(conn, row.id))
                 log.info("job %s runs again: no longer stuck", row.id)
             return
         if row.stuck:
             return
         failure = await self._last_task_failure(row.workflow_id, description.run_id)
         reason = f"workflow task failing ({failure}), attempt {attempt}"
-        if await self._write(lambda conn: store.mark_stuck(conn, row.id, reason)):
+        if await self._write(lambda conn: job_rows.mark_stuck(conn, row.id, reason)):
             log.error(
                 "job %s is stuck: its workflow task keeps failing (%s, attempt %d)",
                 row.id,
@@ -315,7 +317,7 @@ class MaintenanceActivities:
         """The whole row, for the few the reconciler changes."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
-            return await store.get_job(conn, job_id)
+            return await job_rows.get_job(conn, job_id)
 
         return await with_outage_retry(self.deps.engine, self.deps.settings, read)
 

@@ -16,12 +16,12 @@ from activities.deps import Deps
 from activities.endings import Refused
 from activities.outages import with_outage_retry
 from activities.pauses import beating
+from hubjobs import job_rows
 from hubjobs.db.deadline import current as current_deadline
 from hubjobs.db.engine import set_local_budget
 from hubjobs.db.limits import Purpose, budget
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import JobKind, job_rows
-from hubjobs.readmodel import store
+from hubjobs.kinds import JobKind
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import (
@@ -63,7 +63,7 @@ async def open_for_attempt(
     whole: Whole | None = None,
 ) -> JobView:
     """Moves the job to running for this attempt, committed, then takes its items when
-    no attempt has yet (hubjobs.kinds.job_rows.take_snapshot) in a transaction of
+    no attempt has yet (hubjobs.job_rows.take_snapshot) in a transaction of
     their own: what a large course's snapshot takes, the job spends running, as its
     workflow says, and its ``started_at`` is when it started. A job started straight
     through Temporal has no row yet: it is created with the checks a start through
@@ -109,7 +109,7 @@ class _Opening:
         if self.whole is not None:
             # Its snapshot lock before its row's: an attempt taking the items holds the
             # one and then writes the other, so the reverse order could deadlock.
-            await store.lock_snapshot(self.whole.conn, self.request.job.job_id)
+            await job_rows.lock_snapshot(self.whole.conn, self.request.job.job_id)
         opened = await self.unit(
             lambda conn: open_running(conn, self.request, self.workflow_id, self.run_id)
         )
@@ -132,7 +132,7 @@ class _Opening:
         refused = await snapshot_if_due(conn, opened, settings, bulk=self.whole is None)
         if refused is not None:
             return refused
-        taken = await store.get_job(conn, opened.id)
+        taken = await job_rows.get_job(conn, opened.id)
         assert taken is not None, "an opened row stays while its workflow runs"
         return taken
 
@@ -182,7 +182,7 @@ async def open_running(
     """The row moved to running, in the caller's transaction (a final one as it is,
     following this run). None when the workflow has no row (a direct start creates it)."""
     job = request.job
-    opened = await store.open_job(
+    opened = await job_rows.open_job(
         conn,
         job.job_id,
         run_id=run_id,
@@ -191,7 +191,7 @@ async def open_running(
         workflow_id=workflow_id,
     )
     if opened is not None and opened.is_final and run_id is not None:
-        await store.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
+        await job_rows.follow_run(conn, job.job_id, run_id=run_id, workflow_id=workflow_id)
     return opened
 
 

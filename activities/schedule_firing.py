@@ -11,9 +11,8 @@ from temporalio import activity
 
 from activities.deps import Deps
 from activities.outages import with_outage_retry
+from hubjobs import job_rows
 from hubjobs.errors import HubJobsError
-from hubjobs.kinds import job_rows
-from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import job_id_of_firing
 from hubjobs.temporal.launch import job_start
@@ -38,7 +37,7 @@ class ScheduleActivities:
         job_id = job_id_of_firing(firing_id)
 
         async def create(conn: AsyncConnection) -> tuple[JobView, HubJobsError | None]:
-            existing = await store.get_job(conn, job_id)
+            existing = await job_rows.get_job(conn, job_id)
             if existing is not None:
                 return existing, None
             row = job_rows.JobRow(
@@ -60,7 +59,7 @@ class ScheduleActivities:
                 )
                 return created.job, None
             except HubJobsError as refused:
-                job = await store.get_job(conn, job_id)
+                job = await job_rows.get_job(conn, job_id)
                 assert job is not None
                 return job, refused
 
@@ -88,7 +87,7 @@ class ScheduleActivities:
         goes with its job)."""
 
         async def expire(conn: AsyncConnection) -> int:
-            return await store.expire_older_runs(conn, request.schedule_id, request.keep)
+            return await job_rows.expire_older_runs(conn, request.schedule_id, request.keep)
 
         expired = await with_outage_retry(self.deps.engine, self.deps.settings, expire)
         if expired:

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 # --- hubjobs internals: every import of them in bench/ is in this block ---------------
 from activities.deps import Deps
 from activities.maintenance import MaintenanceActivities
+from hubjobs import job_rows
 from hubjobs.db.engine import async_engine
 from hubjobs.db.migrate import upgrade
 from hubjobs.devstack.demo_data import DemoCourse, create_attachment, create_course, seed_demo
@@ -46,8 +47,7 @@ from hubjobs.devstack.embedded import (
     choose_port,
     wait_for_port,
 )
-from hubjobs.kinds.job_rows import JobRow, admit, take_snapshot
-from hubjobs.readmodel import store as read_model
+from hubjobs.job_rows import JobRow, admit, take_snapshot
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import DEV_STORE_PRAGMAS, Settings
 from hubjobs.temporal.maintenance import RETENTION_SWEEP_WORKFLOW, plan_of
@@ -604,7 +604,7 @@ async def read_model_statements(
         keep("list jobs --status running", seen)
         with capturing(client.engine) as seen:
             async with client.engine.connect() as conn:
-                await read_model.queue_state(conn)
+                await job_rows.queue_state(conn)
         keep("queue state (metrics)", seen)
 
         settings = hub.settings_object()

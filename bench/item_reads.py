@@ -36,9 +36,9 @@ from harness import say
 
 from activities.course_tagging import READ_BATCH
 from hubjobs.db.direct import Statement
+from hubjobs.job_rows.store import DELETE_JOBS
 from hubjobs.kinds.course_tagging import FAILED_SIZE
 from hubjobs.readmodel.items import DETAIL_CHUNKS, FIRST_PENDING, LIST_ITEMS, RECORD_OUTCOMES
-from hubjobs.readmodel.store import DELETE_JOBS
 
 BATCH = 4_000
 # The designs: the indexes of job_items beside its primary key.

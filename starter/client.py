@@ -82,8 +82,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
     from temporalio.client import Client
 
+    from hubjobs.job_rows import CreatedJob
     from hubjobs.kinds import Registry
-    from hubjobs.kinds.job_rows import CreatedJob
     from hubjobs.readmodel.changes import JobChanges
     from hubjobs.readmodel.feeds import JobFeeds
     from hubjobs.readmodel.workspace_feeds import WorkspaceChange, WorkspaceFeeds
@@ -504,7 +504,7 @@ class WorkspaceJobs:
         raw = json_payload(payload)
         notify_url = await checked(self.client.settings, notify_url)
         job_id = uuid.uuid4()
-        from hubjobs.kinds.job_rows import JobRow, admit
+        from hubjobs.job_rows import JobRow, admit
         from hubjobs.observability.telemetry import job_span
 
         row = JobRow(
@@ -568,10 +568,10 @@ class WorkspaceJobs:
         no failed item is left (out of the trash). Idempotent per source job: retrying
         it again returns the same retry, unless that one took no item (its pages were
         trashed by the time it ran): the next retry is then a new job."""
+        from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
-        from hubjobs.kinds.job_rows import JobRow, admit, release_empty_retry
+        from hubjobs.job_rows import JobRow, admit, release_empty_retry
         from hubjobs.observability.telemetry import job_span
-        from hubjobs.readmodel import store as read_model
 
         require_uuid("job_id", job_id)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
@@ -580,7 +580,7 @@ class WorkspaceJobs:
         async def create(conn: AsyncConnection) -> CreatedJob:
             # First: one who may not start jobs here learns nothing about the job.
             await require_administrator(conn, self.workspace_id, self.actor_id)
-            source = await read_model.get_job(conn, job_id, self.workspace_id)
+            source = await job_rows.get_job(conn, job_id, self.workspace_id)
             if source is None:
                 raise JobNotFound("no such job in this workspace")
             kind = self.client.kinds().find(source.kind)
@@ -620,7 +620,7 @@ class WorkspaceJobs:
         start after all (its row moved on: the start went through)."""
         from temporalio.service import RPCError
 
-        from hubjobs.readmodel import store as read_model
+        from hubjobs import job_rows
         from hubjobs.temporal.launch import launch
 
         temporal = await self.client.temporal_client()
@@ -637,7 +637,7 @@ class WorkspaceJobs:
         retention = timedelta(hours=self.client.settings.retention_hours)
 
         async def take_back(conn: AsyncConnection) -> bool:
-            return await read_model.withdraw(
+            return await job_rows.withdraw(
                 conn, job.id, code=Unavailable.code, message=NOT_STARTED, retention=retention
             )
 
@@ -714,9 +714,9 @@ class WorkspaceJobs:
         as ``label``, its state, error code and message) in their order, from the one
         after ordinal ``after``; ``state`` keeps only those. Pass the answer's ``next``
         as ``after`` for the following page (None: that was the last)."""
+        from hubjobs import job_rows
         from hubjobs.domain.access import require_member
         from hubjobs.readmodel import items as job_items
-        from hubjobs.readmodel import store as read_model
 
         require_uuid("job_id", job_id)
         wanted = _item_state(state)
@@ -731,7 +731,7 @@ class WorkspaceJobs:
 
         async def read(conn: AsyncConnection) -> ItemPage:
             await require_member(conn, self.workspace_id, self.actor_id)
-            if await read_model.get_job(conn, job_id, self.workspace_id) is None:
+            if await job_rows.get_job(conn, job_id, self.workspace_id) is None:
                 raise JobNotFound("no such job in this workspace")
             # One more than asked: whether another page follows, without a count.
             found = await job_items.list_items(
@@ -765,16 +765,16 @@ class WorkspaceJobs:
         limit on them) still ends cancelled: its attempt reads the recorded request."""
         require_uuid("job_id", job_id)
         reason = check_reason(reason)
+        from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
-        from hubjobs.readmodel import store as read_model
 
         async def record(conn: AsyncConnection) -> JobView:
             await require_administrator(conn, self.workspace_id, self.actor_id)
-            job = await read_model.get_job(conn, job_id, self.workspace_id)
+            job = await job_rows.get_job(conn, job_id, self.workspace_id)
             if job is None:
                 raise JobNotFound("no such job in this workspace")
             if not job.is_final:
-                await read_model.request_cancel(conn, job_id, self.actor_id, reason)
+                await job_rows.request_cancel(conn, job_id, self.actor_id, reason)
             return job
 
         job = await self.client.db(record)
@@ -795,14 +795,14 @@ class WorkspaceJobs:
         if len(job_ids) > MAX_BULK_CANCEL:
             raise InvalidInput(f"at most {MAX_BULK_CANCEL} jobs at once", code="invalid_limit")
         reason = check_reason(reason)
+        from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
-        from hubjobs.readmodel import store as read_model
 
         wanted = list(dict.fromkeys(job_ids))
 
         async def record(conn: AsyncConnection) -> list[JobView]:
             await require_administrator(conn, self.workspace_id, self.actor_id)
-            return await read_model.request_cancels(
+            return await job_rows.request_cancels(
                 conn, self.workspace_id, wanted, self.actor_id, reason
             )
 
@@ -849,12 +849,12 @@ class WorkspaceJobs:
             from starter.schedules import check_schedule_id
 
             check_schedule_id(schedule_id)
+        from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
-        from hubjobs.readmodel import store as read_model
 
         async def select(conn: AsyncConnection) -> list[uuid.UUID]:
             await require_administrator(conn, self.workspace_id, self.actor_id)
-            return await read_model.unfinished_of_workspace(
+            return await job_rows.unfinished_of_workspace(
                 conn,
                 self.workspace_id,
                 status=status,
@@ -878,7 +878,7 @@ class WorkspaceJobs:
         workflow; ``Unavailable`` when Temporal did not take it."""
         from temporalio.service import RPCError, RPCStatusCode
 
-        from hubjobs.kinds.job_rows import finish_job
+        from hubjobs.job_rows import finish_job
         from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
 
         temporal = await self.client.temporal_client()

@@ -111,7 +111,7 @@ async def refresh_queue_state(
     tried again at the next tick. A database outage is one line when it starts and one
     when it ends, not a traceback every tick. Each read has ``timeout`` seconds (a
     database gone silent must not hold the worker's shutdown)."""
-    from hubjobs.readmodel import store  # the worker's only: SQLAlchemy, not a CLI's
+    from hubjobs import job_rows  # the worker's only: SQLAlchemy, not a CLI's
 
     outage = False
     while not stop.is_set():
@@ -121,7 +121,7 @@ async def refresh_queue_state(
                 # psycopg drop the connection's prepared statements, which the next job
                 # on it (the pool's warmest) would prepare again.
                 async with engine.begin() as conn:
-                    metrics.queue_state(await store.queue_state(conn))
+                    metrics.queue_state(await job_rows.queue_state(conn))
             if outage:
                 log.info("queue state refresh: database answering again")
                 outage = False

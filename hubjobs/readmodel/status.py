@@ -33,7 +33,7 @@ class JobStatus(SqlLiteral):
 
 # The moves a job's row makes, and no others: docs/concepts/states.md draws them (a unit
 # test holds the two together), and every write of a row guards on them
-# (hubjobs/readmodel/moves.py).
+# (hubjobs/job_rows/moves.py).
 JOB_MOVES: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.queued: frozenset({JobStatus.running, JobStatus.failed, JobStatus.cancelled}),
     JobStatus.running: frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}),

@@ -1,6 +1,6 @@
 """The read model's tables: ``jobs`` (one row a job, kept in step with its workflow)
 and ``job_items`` (a job's snapshotted units of work). Written only by
-``hubjobs.readmodel.store``; statuses and states from ``hubjobs.readmodel.status``."""
+``hubjobs.job_rows``; statuses and states from ``hubjobs.readmodel.status``."""
 
 from __future__ import annotations
 

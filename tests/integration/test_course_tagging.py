@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse, create_workspace
-from hubjobs.kinds import job_rows
 from hubjobs.settings import Settings
 from hubjobs.temporal import search_attributes as sa
 from starter.client import HubJobsClient

@@ -1,4 +1,4 @@
-"""An export's lines come from the database in chunks (hubjobs.readmodel.store
+"""An export's lines come from the database in chunks (hubjobs.job_rows.store
 ``item_detail_lines``, issue 30: a worker never holds a whole page): the bytes are
 those the export wrote before, one ``json.dumps(detail, ensure_ascii=False)`` line a
 page, for text that JSON escapes (quotes, backslashes, control characters), text it
@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hubjobs.kinds import job_rows
+from hubjobs import job_rows
 from hubjobs.kinds.page_export import PAGE_EXPORT
 from hubjobs.readmodel import items as job_items
 from tests.support.servers import seed

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from activities.course_tagging import READ_BATCH
 from hubjobs.db import direct
 from hubjobs.db.direct import Statement
+from hubjobs.job_rows.store import DELETE_JOBS
 from hubjobs.kinds.course_tagging import FAILED_ITEMS, FAILED_SIZE
 from hubjobs.readmodel.items import DETAIL_CHUNKS, FIRST_PENDING, LIST_ITEMS, RECORD_OUTCOMES
-from hubjobs.readmodel.store import DELETE_JOBS
 
 SIZE = 10_000  # a job's items; ten other jobs as large share the table
 KEY, FAILED = "pk_job_items", "ix_job_items_failed"

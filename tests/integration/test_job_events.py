@@ -18,9 +18,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.errors import Unavailable
-from hubjobs.readmodel import store
 from hubjobs.readmodel.changes import JobChanges
 from hubjobs.readmodel.feeds import JobFeeds
 from hubjobs.readmodel.status import JobStatus
@@ -60,7 +60,7 @@ async def new_job(engine: AsyncEngine, course: DemoCourse) -> uuid.UUID:
     """A queued job row, no workflow: the test moves it as a worker would."""
     job_id = uuid.uuid4()
     async with engine.begin() as conn:
-        await store.insert_job(
+        await job_rows.insert_job(
             conn,
             job_id=job_id,
             kind="course_tagging",
@@ -76,15 +76,15 @@ async def new_job(engine: AsyncEngine, course: DemoCourse) -> uuid.UUID:
 async def progress(engine: AsyncEngine, job_id: uuid.UUID, done: int, message: str) -> None:
     async with engine.begin() as conn:
         counters = Counters(total=3, processed=done, succeeded=done)
-        await store.set_progress(conn, job_id, counters, message)
+        await job_rows.set_progress(conn, job_id, counters, message)
 
 
 async def finish(engine: AsyncEngine, job_id: uuid.UUID) -> None:
     """Opened and finished at once, as a small job's one transaction does."""
     async with engine.begin() as conn:
-        await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
-        await store.finish(
-            conn, job_id, status=JobStatus.succeeded, retention=store.FAILED_WINDOW, result={}
+        await job_rows.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
+        await job_rows.finish(
+            conn, job_id, status=JobStatus.succeeded, retention=job_rows.FAILED_WINDOW, result={}
         )
 
 
@@ -113,7 +113,7 @@ async def test_a_stream_sees_every_change_then_its_final_event_and_ends(
         first = await next_event(stream)
         assert (first.event, first.job["status"]) == ("progress", "queued")
         async with engine.begin() as conn:
-            await store.open_job(conn, job_id, run_id="r", attempts=1, attempts_failed=0)
+            await job_rows.open_job(conn, job_id, run_id="r", attempts=1, attempts_failed=0)
         assert (await next_event(stream)).job["status"] == "running"
         for done, message in ((1, "one"), (2, "two"), (3, "three")):
             await progress(engine, job_id, done, message)

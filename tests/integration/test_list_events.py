@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.client import HubJobsClient
@@ -169,7 +169,7 @@ async def test_the_client_follows_the_workspace(
         change = await asyncio.wait_for(anext(changes), timeout=30)
         assert [job.id for job in change.jobs] == [job_id]
         async with engine.begin() as conn:
-            job = await store.get_job(conn, job_id)
+            job = await job_rows.get_job(conn, job_id)
         assert change.jobs[0] == job
     finally:
         await changes.aclose()

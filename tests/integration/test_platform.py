@@ -20,13 +20,13 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 import worker as worker_module
+from hubjobs import job_rows
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.errors import IdempotencyKeyReused
+from hubjobs.job_rows import JobRow, admit
 from hubjobs.kinds import REGISTRY
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.kinds.job_rows import JobRow, admit
-from hubjobs.readmodel import store as read_model
 from hubjobs.settings import Settings
 from hubjobs.temporal.maintenance import (
     MAINTENANCE_WORKFLOW,
@@ -435,7 +435,7 @@ async def test_one_retention_sweep_at_a_time(
         return result
 
     async with engine.begin() as other:
-        assert await read_model.claim_retention(other)
+        assert await job_rows.claim_retention(other)
         held = await sweep()
     assert (held.removed, held.kept, held.more) == (0, 0, False)
     swept = await sweep()
@@ -454,7 +454,7 @@ async def test_queue_state_comes_from_the_read_model(
         failed_ago = iter(("59 minutes", "61 minutes"))
         for status in ("queued", "queued", "running", "failed", "failed", "succeeded"):
             job_id = uuid.uuid4()
-            await read_model.insert_job(
+            await job_rows.insert_job(
                 conn,
                 job_id=job_id,
                 kind="toy_echo",
@@ -482,7 +482,7 @@ async def test_queue_state_comes_from_the_read_model(
                 "WHERE status = 'queued')"
             )
         )
-        state = await read_model.queue_state(conn)
+        state = await job_rows.queue_state(conn)
     assert (state.queued, state.running, state.failed) == (2, 1, 1)
     assert state.oldest_queued_age_seconds is not None
     assert 89 <= state.oldest_queued_age_seconds < 120

@@ -14,11 +14,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.runtime import Runtime
 
+from hubjobs import job_rows
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.observability.telemetry import JobMetrics, refresh_queue_state
-from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
 from tests.support.helpers import local_attempt, tagging_activities
@@ -33,7 +33,7 @@ async def _prepared(conn: AsyncConnection) -> list[str]:
 
 
 async def _insert(conn: AsyncConnection, course: DemoCourse) -> JobView:
-    job = await store.insert_job(
+    job = await job_rows.insert_job(
         conn,
         job_id=uuid.uuid4(),
         kind=COURSE_TAGGING.name,
@@ -53,7 +53,7 @@ async def test_a_statement_that_asks_is_prepared_once_and_no_other_is(
     async with engine.connect() as conn:
         job = await _insert(conn, course)
         for _ in range(7):  # past psycopg's own threshold (5), were it on
-            assert await store.get_job(conn, job.id) == job
+            assert await job_rows.get_job(conn, job.id) == job
             await conn.execute(text(UNPREPARED))
         prepared = await _prepared(conn)
         assert sum("INSERT INTO jobs" in s for s in prepared) == 1
@@ -71,18 +71,18 @@ async def test_a_schema_change_meanwhile_and_a_rollback_leave_them_working(
     async with engine.connect() as conn:
         job = await _insert(conn, course)
         await conn.commit()
-        assert await store.get_job(conn, job.id) == job
+        assert await job_rows.get_job(conn, job.id) == job
         await conn.commit()
         async with engine.connect() as other:
             await other.execute(text("ALTER TABLE jobs ADD COLUMN added_later integer DEFAULT 7"))
             await other.commit()
-        assert await store.get_job(conn, job.id) == job
+        assert await job_rows.get_job(conn, job.id) == job
         second = await _insert(conn, course)
-        assert await store.get_job(conn, second.id) == second
+        assert await job_rows.get_job(conn, second.id) == second
         await conn.rollback()
         assert await _prepared(conn) == []
-        assert await store.get_job(conn, job.id) == job
-        assert await store.get_job(conn, second.id) is None  # rolled back with its statements
+        assert await job_rows.get_job(conn, job.id) == job
+        assert await job_rows.get_job(conn, second.id) is None  # rolled back with its statements
         assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
         await conn.commit()
 
@@ -147,7 +147,7 @@ async def test_the_queue_gauges_refresh_leaves_the_jobs_statements_prepared(
         async with engine.connect() as conn:
             job = await _insert(conn, course)
             await conn.commit()
-            assert await store.get_job(conn, job.id) == job
+            assert await job_rows.get_job(conn, job.id) == job
             await conn.commit()
             assert any("FROM jobs WHERE id" in s for s in await _prepared(conn))
             await conn.commit()

@@ -18,9 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.kinds import job_rows
-from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import CANCEL_SIGNAL
 from starter.client import HubJobsClient
@@ -167,7 +166,7 @@ async def test_a_cancel_recorded_before_the_work_commits_cancels_it(
     job = await jobs.start("course_tagging", {"root_page_id": one_page.root_page_id, "tag": TAG})
     async with engine.connect() as cancel:
         request = await cancel.begin()
-        await store.request_cancel(cancel, job.id, one_page.actor_id)
+        await job_rows.request_cancel(cancel, job.id, one_page.actor_id)
         async with running_worker(temporal, settings):
             # The attempt waits on the request's uncommitted write to the row.
             await until("the local attempt waiting on the row", lambda: _waiting(engine))

@@ -17,9 +17,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.kinds import job_rows
-from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import PROGRESS_QUERY
@@ -144,7 +143,7 @@ async def test_a_course_trashed_before_the_first_attempt_fails_the_job(
     assert (done.status, done.error_code, done.total) == ("failed", "page_trashed", 0)
     assert await items_of(engine, job.id) == {}
     async with engine.connect() as conn:
-        assert not await store.snapshot_due(conn, job.id)  # final: never taken again
+        assert not await job_rows.snapshot_due(conn, job.id)  # final: never taken again
 
 
 async def _waiting_on_an_advisory_lock(engine: AsyncEngine) -> bool:
@@ -177,7 +176,7 @@ async def test_a_job_taking_its_snapshot_says_running_everywhere(
     holder = await engine.connect()
     try:
         await holder.begin()
-        await store.lock_snapshot(holder, job.id)
+        await job_rows.lock_snapshot(holder, job.id)
         async with running_worker(temporal, settings):
 
             async def opened_and_waiting() -> bool:

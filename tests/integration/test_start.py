@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_course, create_workspace
 from hubjobs.errors import Forbidden, HubJobsError, IdempotencyKeyReused, InvalidInput, NotFound
-from hubjobs.kinds.job_rows import JobRow, admit
+from hubjobs.job_rows import JobRow, admit
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
 from tests.support.helpers import edit, until

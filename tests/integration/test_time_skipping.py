@@ -39,8 +39,8 @@ import tests.support.toy_impl as toy_impl
 import tests.support.toy_kind as toy
 import worker as worker_module
 from activities.maintenance import DELIVERY_MARGIN, HOOK_RETRY_AFTER
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
-from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.status import JobStatus, NotifyState
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -91,7 +91,7 @@ def handle_of(env: WorkflowEnvironment, job: JobView) -> WorkflowHandle[Any, Job
 
 async def row(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
     async with engine.connect() as conn:
-        return await read_model.get_job(conn, job_id)
+        return await job_rows.get_job(conn, job_id)
 
 
 async def count(engine: AsyncEngine, table: str) -> int:
@@ -162,7 +162,7 @@ async def insert_finished(
     ids = [uuid.uuid4() for _ in payloads]
     async with engine.begin() as conn:
         for job_id, payload in zip(ids, payloads, strict=True):
-            assert await read_model.insert_job(
+            assert await job_rows.insert_job(
                 conn,
                 job_id=job_id,
                 kind=toy.TOY.name,
@@ -173,8 +173,8 @@ async def insert_finished(
                 payload=payload,
                 notify_url=notify_url,
             )
-            await read_model.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
-            await read_model.finish(
+            await job_rows.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
+            await job_rows.finish(
                 conn,
                 job_id,
                 status=JobStatus.succeeded,
@@ -371,7 +371,7 @@ async def test_a_job_whose_webhook_is_still_being_delivered_stays_until_its_deli
         assert await row(engine, delivered) is not None and await row(engine, never) is not None
 
         async with engine.begin() as conn:
-            assert await read_model.record_notify(
+            assert await job_rows.record_notify(
                 conn, delivered, state=NotifyState.delivered, attempt=1
             )
         assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)

@@ -26,9 +26,9 @@ from temporalio.common import VersioningBehavior
 from temporalio.workflow import _Definition
 
 from activities.maintenance import STUCK_ATTEMPTS
+from hubjobs import job_rows
 from hubjobs.devstack import embedded
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.readmodel import store
 from hubjobs.settings import Settings
 from hubjobs.temporal.deployment import describe, describe_version, pinned_query
 from hubjobs.temporal.maintenance import RECONCILER_WORKFLOW
@@ -322,7 +322,7 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
             assert stuck.status == "running" and stuck.stuck_since is not None
             assert stuck.stuck_reason is not None and "TypeError" in stuck.stuck_reason
             async with engine.connect() as conn:
-                assert (await store.queue_state(conn)).stuck == 1
+                assert (await job_rows.queue_state(conn)).stuck == 1
 
             moved = await asyncio.to_thread(
                 temporal_cli,
@@ -357,4 +357,4 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
     builds, _, _ = builds_of(await all_runs_history(temporal, job.workflow_id))
     assert builds == {"1", "2"}  # its first tasks on build 1, the rest on build 2
     async with engine.connect() as conn:
-        assert (await store.queue_state(conn)).stuck == 0
+        assert (await job_rows.queue_state(conn)).stuck == 0

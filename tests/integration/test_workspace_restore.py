@@ -19,12 +19,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hubjobs import job_rows
 from hubjobs.archive.format import ATTACHMENT_INDEX, table_member
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import HubJobsError
 from hubjobs.ops.restore import restore
-from hubjobs.readmodel import store
 from tests.support.archive_helpers import (
     Databases,
     Parts,
@@ -293,7 +293,7 @@ async def test_a_workspace_with_a_job_running_is_not_replaced(
     hub = await two_workspaces(engine, folder)
     archive = await archive_of(database_url, folder, hub.a.workspace_id, tmp_path / "a.zip")
     async with engine.begin() as conn:  # a job queued in A (its workflow not needed here)
-        await store.insert_job(
+        await job_rows.insert_job(
             conn,
             job_id=uuid.uuid4(),
             kind="backup",

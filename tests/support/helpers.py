@@ -27,14 +27,13 @@ from activities.course_tagging import (
     Landed,
 )
 from activities.deps import Deps
+from hubjobs import job_rows
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
-from hubjobs.kinds import job_rows
+from hubjobs.job_rows import JobRow, admit
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
-from hubjobs.kinds.job_rows import JobRow, admit
 from hubjobs.observability.telemetry import JobMetrics
-from hubjobs.readmodel import store
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from hubjobs.temporal.launch import job_input
@@ -302,10 +301,10 @@ async def snapshot_now(engine: AsyncEngine, job_id: uuid.UUID) -> JobView:
     """Takes a started job's snapshot as its first attempt would, before any worker runs:
     for a test that changes the hub between the snapshot and the work."""
     async with engine.begin() as conn:
-        job = await store.get_job(conn, job_id)
+        job = await job_rows.get_job(conn, job_id)
         assert job is not None
         assert await job_rows.take_snapshot(conn, job)
-        taken = await store.get_job(conn, job_id)
+        taken = await job_rows.get_job(conn, job_id)
     assert taken is not None
     return taken
 
@@ -345,10 +344,10 @@ async def tagger_for(
         hooks={"before_write": before_write},
     )
     async with engine.begin() as conn:  # snapshotted and opened, as an attempt would
-        row = await store.get_job(conn, job_id)
+        row = await job_rows.get_job(conn, job_id)
         assert row is not None
         await job_rows.take_snapshot(conn, row)
-        job = await store.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
+        job = await job_rows.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
     assert job is not None
     request = WorkRequest(job=job_input(job))
     ctx = WorkContext(
@@ -416,7 +415,7 @@ async def run_closed(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> N
 async def row_of(engine: AsyncEngine, job_id: uuid.UUID) -> JobView | None:
     """The job's row as the read model holds it (None: no row)."""
     async with engine.connect() as conn:
-        return await store.get_job(conn, job_id)
+        return await job_rows.get_job(conn, job_id)
 
 
 async def final_row(engine: AsyncEngine, job_id: uuid.UUID, timeout: float = 60) -> JobView:

@@ -25,9 +25,9 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio.client import Client
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
-from hubjobs.readmodel import store
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemView, JobView
 from hubjobs.settings import Settings
@@ -375,7 +375,7 @@ async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
     # A retry that took no page, as one whose pages were trashed after its start ends.
     empty = uuid.uuid4()
     async with engine.begin() as conn:
-        await store.insert_job(
+        await job_rows.insert_job(
             conn,
             job_id=empty,
             kind="course_tagging",
@@ -386,9 +386,9 @@ async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
             payload=source.payload,
             source_job_id=source.id,
         )
-        await store.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
-        await store.open_job(conn, empty, run_id=None, attempts=1, attempts_failed=0)
-        await store.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
+        await job_rows.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
+        await job_rows.open_job(conn, empty, run_id=None, attempts=1, attempts_failed=0)
+        await job_rows.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
 
     # The pages back: the retry is a new job, which tags them.
     for page in failed:

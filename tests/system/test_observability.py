@@ -36,12 +36,12 @@ from temporalio.client import Client
 
 import worker as worker_module
 from activities.course_tagging import CourseTaggingActivities
+from hubjobs import job_rows
 from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.observability import telemetry
 from hubjobs.observability.logs import setup_logging
-from hubjobs.readmodel import store as read_model
 from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
@@ -199,7 +199,7 @@ RUNNING = {"status": "running"}
 
 async def _queue_state(engine: AsyncEngine) -> QueueState:
     async with engine.connect() as conn:
-        return await read_model.queue_state(conn)
+        return await job_rows.queue_state(conn)
 
 
 async def test_the_metrics_endpoint_agrees_with_the_read_model(

@@ -32,9 +32,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
+from hubjobs import job_rows
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
-from hubjobs.readmodel import store as read_model
 from hubjobs.settings import Settings
 from hubjobs.temporal.contract import FOLDER as CONTRACT
 from starter.client import HubJobsClient
@@ -314,7 +314,7 @@ async def test_a_bad_direct_start_names_the_field_and_leaves_a_failed_row(
     row = await final_row(engine, job_id)
     assert row.status == "failed" and row.error_code == "invalid_payload"
     assert row.error_message == cause.message
-    assert row.actor_id == read_model.UNKNOWN_ACTOR
+    assert row.actor_id == job_rows.UNKNOWN_ACTOR
 
     # A payload that does not validate: the field, never the value sent.
     job_id = uuid.uuid4()

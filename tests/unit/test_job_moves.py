@@ -10,14 +10,16 @@ import inspect
 import re
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.sql.elements import TextClause
 
 from hubjobs.db.direct import Statement
-from hubjobs.readmodel import items, moves, store
-from hubjobs.readmodel.moves import Move
+from hubjobs.job_rows import moves, store
+from hubjobs.job_rows.moves import Move
+from hubjobs.readmodel import items
 from hubjobs.readmodel.status import JOB_MOVES, JobStatus
 
 # Each statement of the store that writes a job's row under a status guard, and its move.
@@ -131,3 +133,37 @@ def test_a_move_the_diagram_does_not_draw_is_refused() -> None:
                 retention=timedelta(days=1),
             )
         )
+
+
+PRODUCT = ("hubjobs", "starter", "activities", "workflows", "worker.py")
+PRIVATE = ("hubjobs.job_rows.store", "hubjobs.job_rows.moves", "hubjobs.job_rows.admission")
+
+
+def _private_imports(source: str) -> set[str]:
+    """The modules of ``job_rows`` a source names past the package's own door."""
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        else:
+            continue
+        named |= {m for m in modules if m in PRIVATE}
+    return named
+
+
+def test_only_the_package_writes_a_job_s_row() -> None:
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "worker.py"] + [
+        path for top in PRODUCT[:-1] for path in (root / top).rglob("*.py")
+    ]
+    outside = {
+        str(path.relative_to(root)): names
+        for path in files
+        if "job_rows" not in path.parts and (names := _private_imports(path.read_text()))
+    }
+    assert not outside, outside
+    # The check itself: an import of the store from elsewhere is seen.
+    assert _private_imports("from hubjobs.job_rows import store") == {"hubjobs.job_rows.store"}
+    assert _private_imports("from hubjobs.job_rows.store import FINISH")

@@ -28,10 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.access import require_administrator, require_hub_operator
 from hubjobs.errors import HubJobsError, IdempotencyKeyReused, InvalidInput
+from hubjobs.job_rows import store
+from hubjobs.job_rows.store import Finished
 from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
-from hubjobs.readmodel import store
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.store import Finished
 from hubjobs.readmodel.views import Counters, JobView
 
 

@@ -1,6 +1,6 @@
 """The statements of ``jobs``: every write of a job's row is here (its items' are in
 hubjobs/readmodel/items.py), and nowhere else, so that a reader finds each status move
-in one place, each guarded by its move (hubjobs/readmodel/moves.py).
+in one place, each guarded by its move (moves.py).
 
 Writes are idempotent (an activity may run twice): a status only moves forward, a
 finished row is never changed again, and an item is recorded only while pending, with
@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db import direct
 from hubjobs.db.direct import Statement
-from hubjobs.readmodel import moves
+from hubjobs.job_rows import moves
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import (
