@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
+from hubjobs.schedules.definition import ScheduleView
 from starter.api.auth import ScheduleId, Schedules
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS
 from starter.api.resources import WORKSPACE_ROUTES, ScheduleRequest, ScheduleResource, schedule_url
+from starter.schedules import WorkspaceSchedules
+
+ScheduleAction = Callable[[WorkspaceSchedules, str], Awaitable[ScheduleView]]
 
 router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["schedules"])
 
@@ -57,35 +63,35 @@ async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Schedul
     return ScheduleResource.of(await schedules.get(schedule_id))
 
 
-@router.post(
-    "/schedules/{schedule_id}/pause",
-    response_model=ScheduleResource,
-    responses={**ERRORS},
-    summary="Pause the schedule (a run under way goes on)",
+# One schedule moved by one call, answered with the schedule as it is after it.
+SCHEDULE_ACTIONS: tuple[tuple[str, ScheduleAction, int, str], ...] = (
+    ("pause", WorkspaceSchedules.pause, 200, "Pause the schedule (a run under way goes on)"),
+    ("unpause", WorkspaceSchedules.unpause, 200, "Let a paused schedule fire again"),
+    (
+        "trigger",
+        WorkspaceSchedules.trigger,
+        202,
+        "Fire now (422 schedule_running while a run of the schedule is still going)",
+    ),
 )
-async def pause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
-    return ScheduleResource.of(await schedules.pause(schedule_id))
 
 
-@router.post(
-    "/schedules/{schedule_id}/unpause",
-    response_model=ScheduleResource,
-    responses={**ERRORS},
-    summary="Let a paused schedule fire again",
-)
-async def unpause_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
-    return ScheduleResource.of(await schedules.unpause(schedule_id))
+def _route_action(verb: str, action: ScheduleAction, status: int, summary: str) -> None:
+    async def on_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
+        return ScheduleResource.of(await action(schedules, schedule_id))
+
+    on_schedule.__name__ = f"{verb}_schedule"  # the operation's id in the OpenAPI document
+    router.post(
+        f"/schedules/{{schedule_id}}/{verb}",
+        status_code=status,
+        response_model=ScheduleResource,
+        responses={**ERRORS},
+        summary=summary,
+    )(on_schedule)
 
 
-@router.post(
-    "/schedules/{schedule_id}/trigger",
-    status_code=202,
-    response_model=ScheduleResource,
-    responses={**ERRORS},
-    summary="Fire now (422 schedule_running while a run of the schedule is still going)",
-)
-async def trigger_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
-    return ScheduleResource.of(await schedules.trigger(schedule_id))
+for _verb, _action, _status, _summary in SCHEDULE_ACTIONS:
+    _route_action(_verb, _action, _status, _summary)
 
 
 @router.delete(

@@ -136,58 +136,35 @@ def schedule_list(
     out().print(table)
 
 
-@schedule_app.command("show")
-@command
-def schedule_show(
-    schedule: ScheduleArg,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Show one schedule: its definition, next firings and recent runs' jobs."""
-    print_schedule(on_schedules(workspace, actor, "GET", f"/{quote(schedule, safe='')}"), as_json)
+def _on_one(name: str, method: str, suffix: str, doc: str) -> None:
+    """Registers ``hubjobs schedule <name> SCHEDULE``: one call on the schedule, and the
+    schedule as it is after it."""
+
+    def on_one(
+        schedule: ScheduleArg,
+        workspace: WorkspaceOpt = None,
+        actor: ActorOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        found = on_schedules(workspace, actor, method, f"/{quote(schedule, safe='')}{suffix}")
+        print_schedule(found, as_json)
+
+    on_one.__doc__ = doc
+    schedule_app.command(name)(command(on_one))
 
 
-@schedule_app.command("pause")
-@command
-def schedule_pause(
-    schedule: ScheduleArg,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Stop the firings until unpaused (a run under way goes on)."""
-    print_schedule(
-        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/pause"), as_json
-    )
-
-
-@schedule_app.command("unpause")
-@command
-def schedule_unpause(
-    schedule: ScheduleArg,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Let a paused schedule fire again."""
-    print_schedule(
-        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/unpause"), as_json
-    )
-
-
-@schedule_app.command("trigger")
-@command
-def schedule_trigger(
-    schedule: ScheduleArg,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Fire now (refused with schedule_running while a run of it is still going)."""
-    print_schedule(
-        on_schedules(workspace, actor, "POST", f"/{quote(schedule, safe='')}/trigger"), as_json
-    )
+for _name, _method, _suffix, _doc in (
+    ("show", "GET", "", "Show one schedule: its definition, next firings and recent runs' jobs."),
+    ("pause", "POST", "/pause", "Stop the firings until unpaused (a run under way goes on)."),
+    ("unpause", "POST", "/unpause", "Let a paused schedule fire again."),
+    (
+        "trigger",
+        "POST",
+        "/trigger",
+        "Fire now (refused with schedule_running while a run of it is still going).",
+    ),
+):
+    _on_one(_name, _method, _suffix, _doc)
 
 
 @schedule_app.command("delete")
