@@ -44,6 +44,27 @@ RETRY_AFTER_SECONDS = 2
 router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
 
 
+CorrelationId = Annotated[
+    str | None,
+    Header(
+        description="Carried into traces and logs: 1 to 128 characters of "
+        "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
+        min_length=1,
+        max_length=KEY_MAX_LENGTH,
+        pattern=KEY_PATTERN,
+    ),
+]
+
+
+def accepted(job: JobView) -> JSONResponse:
+    """202 with the job, and where to follow it."""
+    return JSONResponse(
+        JobResource.of(job).model_dump(mode="json"),
+        status_code=202,
+        headers={"Content-Location": status_url(job)},
+    )
+
+
 @router.post(
     "/jobs/{kind}",
     status_code=202,
@@ -67,16 +88,7 @@ async def start_job(
             pattern=KEY_PATTERN,
         ),
     ] = None,
-    x_correlation_id: Annotated[
-        str | None,
-        Header(
-            description="Carried into traces and logs: 1 to 128 characters of "
-            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
-            min_length=1,
-            max_length=KEY_MAX_LENGTH,
-            pattern=KEY_PATTERN,
-        ),
-    ] = None,
+    x_correlation_id: CorrelationId = None,
     notify_url: Annotated[
         str | None,
         Query(
@@ -96,11 +108,7 @@ async def start_job(
         idempotency_key=idempotency_key,
         notify_url=notify_url,
     )
-    return JSONResponse(
-        JobResource.of(job).model_dump(mode="json"),
-        status_code=202,
-        headers={"Content-Location": status_url(job)},
-    )
+    return accepted(job)
 
 
 @router.get(
@@ -242,20 +250,7 @@ async def cancel_job(
 async def retry_job(
     jobs: Jobs,
     job_id: uuid.UUID,
-    x_correlation_id: Annotated[
-        str | None,
-        Header(
-            description="Carried into traces and logs: 1 to 128 characters of "
-            "A-Z a-z 0-9 . _ ~ : / @ + = - (else 422 invalid_correlation_id)",
-            min_length=1,
-            max_length=KEY_MAX_LENGTH,
-            pattern=KEY_PATTERN,
-        ),
-    ] = None,
+    x_correlation_id: CorrelationId = None,
 ) -> JSONResponse:
     job = await jobs.retry(job_id, correlation_id=x_correlation_id)
-    return JSONResponse(
-        JobResource.of(job).model_dump(mode="json"),
-        status_code=202,
-        headers={"Content-Location": status_url(job)},
-    )
+    return accepted(job)
