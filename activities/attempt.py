@@ -148,12 +148,15 @@ class KindActivities(Generic[P]):
             if done and ctx.finished is not None:
                 outcome = after_finish(self.deps, ctx.finished)
             else:
-                outcome = await finish(
-                    self.deps,
-                    job,
+                ending = job_rows.Ending(
                     JobStatus.succeeded if done else JobStatus.cancelled,
                     counters=ctx.counters,
                     output=end.output if isinstance(end, Done) else None,
+                )
+                outcome = await finish(
+                    self.deps,
+                    job,
+                    ending,
                     on_wait=ctx.beat,
                     before_retry=ctx.unless_cancel_taken,
                 )

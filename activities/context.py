@@ -148,13 +148,9 @@ class WorkContext(Generic[P]):
         batch, whose commit then lands the work and the final row at once: one commit a
         small job fewer). The caller hands the result to ``finished`` once its unit has
         landed, and the attempt then writes nothing more."""
+        ending = job_rows.Ending(JobStatus.succeeded, counters=counters, output=output)
         finished = await job_rows.finish_job(
-            conn,
-            self.job,
-            status=JobStatus.succeeded,
-            default_retention=self.deps.default_retention,
-            counters=counters,
-            output=output,
+            conn, self.job, ending, default_retention=self.deps.default_retention
         )
         if finished is None:
             raise job_not_found()

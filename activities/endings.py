@@ -18,7 +18,7 @@ from hubjobs import job_rows
 from hubjobs.errors import HubJobsError, JobNotFound
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.failures import ACTOR_UNAVAILABLE
 from hubjobs.temporal.messages import (
     JobOutcome,
@@ -88,14 +88,8 @@ def outcome_of(job: JobView) -> JobOutcome:
 async def finish(
     deps: Deps,
     job: JobView,
-    status: JobStatus,
+    ending: job_rows.Ending,
     *,
-    counters: Counters | None = None,
-    output: dict[str, Any] | None = None,
-    error_code: str | None = None,
-    error_message: str | None = None,
-    attempts: int = 0,
-    attempts_failed: int = 0,
     on_wait: Callable[[], None] | None = None,
     before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> JobOutcome:
@@ -105,16 +99,7 @@ async def finish(
 
     async def write(conn: AsyncConnection) -> job_rows.Finished | None:
         return await job_rows.finish_job(
-            conn,
-            job,
-            status=status,
-            default_retention=deps.default_retention,
-            counters=counters,
-            output=output,
-            error_code=error_code,
-            error_message=error_message,
-            attempts=attempts,
-            attempts_failed=attempts_failed,
+            conn, job, ending, default_retention=deps.default_retention
         )
 
     finished = await with_outage_retry(

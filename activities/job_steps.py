@@ -47,15 +47,14 @@ class JobStepActivities:
             if job is None:
                 raise job_not_found()
             bind_job(job)
-            return await finish(
-                self.deps,
-                job,
+            ending = job_rows.Ending(
                 request.status,
                 error_code=request.error_code,
                 error_message=request.error_message,
                 attempts=request.attempts,
                 attempts_failed=request.attempts_failed,
             )
+            return await finish(self.deps, job, ending)
 
     @activity.defn
     async def durable_progress(self, job_id: uuid.UUID) -> int:

@@ -210,7 +210,8 @@ class MaintenanceActivities:
                 row = await self._job(job.id)
                 if row is None:
                     continue
-                status = (await finish(self.deps, row, JobStatus.cancelled)).status
+                ending = job_rows.Ending(JobStatus.cancelled)
+                status = (await finish(self.deps, row, ending)).status
             await handle.terminate(reason=f"job {status}; its workflow was stuck ({failure})")
             log.warning("job %s: its stuck run terminated, the job %s", job.id, status)
             ended += 1
@@ -258,7 +259,8 @@ class MaintenanceActivities:
         if job is None or verdict is None:
             return None
         status, code, message = verdict
-        outcome = await finish(self.deps, job, status, error_code=code, error_message=message)
+        ending = job_rows.Ending(status, error_code=code, error_message=message)
+        outcome = await finish(self.deps, job, ending)
         if outcome.status == status and outcome.error_code == code:
             log.warning("job %s brought into line with Temporal: %s (%s)", job.id, status, code)
             return "finished"

@@ -878,7 +878,7 @@ class WorkspaceJobs:
         workflow; ``Unavailable`` when Temporal did not take it."""
         from temporalio.service import RPCError, RPCStatusCode
 
-        from hubjobs.job_rows import finish_job
+        from hubjobs.job_rows import Ending, finish_job
         from hubjobs.temporal.messages import CANCEL_SIGNAL, CancelRequest
 
         temporal = await self.client.temporal_client()
@@ -898,7 +898,7 @@ class WorkspaceJobs:
                 retention = timedelta(hours=self.client.settings.retention_hours)
                 await self.client.db(
                     lambda conn: finish_job(
-                        conn, job, status=JobStatus.cancelled, default_retention=retention
+                        conn, job, Ending(JobStatus.cancelled), default_retention=retention
                     )
                 )
 

@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hubjobs.domain.access import require_administrator, require_hub_operator
 from hubjobs.errors import HubJobsError, IdempotencyKeyReused, InvalidInput
 from hubjobs.job_rows import store
-from hubjobs.job_rows.store import Finished
+from hubjobs.job_rows.store import Ending, Finished
 from hubjobs.kinds import REGISTRY, JobKind, NewJob, Prepared
 from hubjobs.readmodel.status import JobStatus
-from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.readmodel.views import JobView
 
 
 @dataclass(frozen=True)
@@ -220,46 +220,27 @@ async def _record_refused(
     )
     if inserted is None:
         return
-    await store.finish(
-        conn,
-        row.job_id,
-        status=JobStatus.failed,
-        retention=retention,
-        error_code=refusal.code,
-        error_message=refusal.message,
-    )
+    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
+    await store.finish(conn, row.job_id, ending, retention=retention)
 
 
 async def finish_job(
-    conn: AsyncConnection,
-    job: JobView,
-    *,
-    status: JobStatus,
-    default_retention: timedelta,
-    counters: Counters | None = None,
-    output: dict[str, Any] | None = None,
-    error_code: str | None = None,
-    error_message: str | None = None,
-    attempts: int = 0,
-    attempts_failed: int = 0,
+    conn: AsyncConnection, job: JobView, ending: Ending, *, default_retention: timedelta
 ) -> Finished | None:
     """Writes the final status of an unfinished job; a finished row is left as it is.
     A success gets its kind's result, built from ``counters`` (the job's latest, exact
     by construction: each batch moves them by the items it recorded)."""
     kind = REGISTRY.find(job.kind)
     result = None
-    if status == JobStatus.succeeded and kind is not None:
-        result = kind.result_of(kind.validate(job.payload), counters or job.counters, output)
+    if ending.status == JobStatus.succeeded and kind is not None:
+        counters = ending.counters or job.counters
+        result = kind.result_of(kind.validate(job.payload), counters, ending.output)
     retention = (kind.retention if kind is not None else None) or default_retention
     return await store.finish(
         conn,
         job.id,
-        status=status,
+        ending,
         retention=retention,
         result=result,
         result_content_type=kind.result_content_type if kind and result is not None else None,
-        error_code=error_code,
-        error_message=error_message,
-        attempts=attempts,
-        attempts_failed=attempts_failed,
     )

@@ -524,6 +524,20 @@ async def set_progress(
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How a job ends, as its final write records it: the status, and what the row
+    keeps of the work (a success's counters and output make its kind's result)."""
+
+    status: JobStatus
+    counters: Counters | None = None
+    output: dict[str, Any] | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    attempts: int = 0
+    attempts_failed: int = 0
+
+
+@dataclass(frozen=True)
 class Finished:
     job: JobView
     # False when the row was final already (another writer finished it first).
@@ -557,33 +571,29 @@ FINISH = Statement.of(
 async def finish(
     conn: AsyncConnection,
     job_id: uuid.UUID,
+    ending: Ending,
     *,
-    status: JobStatus,
     retention: timedelta,
     result: dict[str, Any] | None = None,
     result_content_type: str | None = None,
-    error_code: str | None = None,
-    error_message: str | None = None,
-    attempts: int = 0,
-    attempts_failed: int = 0,
 ) -> Finished | None:
     """Moves an unfinished job to its final status, with ``expires_at`` after its
     retention; a finished job stays as it was. None when there is no such job."""
-    if status not in moves.FINISH.targets:
-        raise ValueError(f"a job does not finish {status}")
+    if ending.status not in moves.FINISH.targets:
+        raise ValueError(f"a job does not finish {ending.status}")
     row = await direct.first(
         conn,
         FINISH,
         {
             "id": job_id,
-            "status": status.value,
+            "status": ending.status.value,
             "result": None if result is None else _json(result),
             "content_type": result_content_type,
-            "code": error_code,
-            "message": error_message,
+            "code": ending.error_code,
+            "message": ending.error_message,
             "retention": retention,
-            "attempts": attempts,
-            "failed": attempts_failed,
+            "attempts": ending.attempts,
+            "failed": ending.attempts_failed,
         },
     )
     if row is None:

@@ -84,7 +84,11 @@ async def finish(engine: AsyncEngine, job_id: uuid.UUID) -> None:
     async with engine.begin() as conn:
         await job_rows.open_job(conn, job_id, run_id=None, attempts=1, attempts_failed=0)
         await job_rows.finish(
-            conn, job_id, status=JobStatus.succeeded, retention=job_rows.FAILED_WINDOW, result={}
+            conn,
+            job_id,
+            job_rows.Ending(JobStatus.succeeded),
+            retention=job_rows.FAILED_WINDOW,
+            result={},
         )
 
 

@@ -177,7 +177,7 @@ async def insert_finished(
             await job_rows.finish(
                 conn,
                 job_id,
-                status=JobStatus.succeeded,
+                job_rows.Ending(JobStatus.succeeded),
                 retention=timedelta(hours=24),
                 result={"echo": payload["message"]},
             )

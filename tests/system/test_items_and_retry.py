@@ -388,7 +388,8 @@ async def test_a_retry_with_nothing_to_do_does_not_become_the_retry(
         )
         await job_rows.set_snapshot(conn, empty, total=0, summary="Retry tagging 0 pages")
         await job_rows.open_job(conn, empty, run_id=None, attempts=1, attempts_failed=0)
-        await job_rows.finish(conn, empty, status=JobStatus.succeeded, retention=timedelta(hours=1))
+        succeeded = job_rows.Ending(JobStatus.succeeded)
+        await job_rows.finish(conn, empty, succeeded, retention=timedelta(hours=1))
 
     # The pages back: the retry is a new job, which tags them.
     for page in failed:

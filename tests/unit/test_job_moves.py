@@ -129,7 +129,7 @@ def test_a_move_the_diagram_does_not_draw_is_refused() -> None:
             store.finish(
                 None,  # type: ignore[arg-type]  # refused before any statement
                 uuid.uuid4(),
-                status=JobStatus.running,
+                store.Ending(JobStatus.running),
                 retention=timedelta(days=1),
             )
         )
