@@ -49,14 +49,13 @@ run: install
 
 # The fast tier first (tests/unit: no servers, seconds), then the tests on real servers
 # in one process each (tests/integration) and those with real processes, kills, network
-# namespaces, browsers and other languages' clients (tests/system), three files at a
+# namespaces, browsers and other languages' clients (tests/system), four files at a
 # time, each pytest process with its own embedded servers: the system tier's tests mostly
 # wait (on leases, timeouts, restarts) while the integration tier's keep the cores busy,
-# so the two share one pool. Four wide is faster, but some system tests' set-ups still
-# depend on the load (docs/tests.md). Then the docs site.
+# so the two share one pool, the system tier's long files first. Then the docs site.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 3 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/integration tests/system
+	$(BIN)/pytest -n 4 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/system tests/integration
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev
@@ -66,7 +65,7 @@ integration: install-dev
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration
 
 system: install-dev system-deps
-	$(BIN)/pytest -n 3 --dist loadfile tests/system
+	$(BIN)/pytest -n 4 --dist loadfile tests/system
 
 # The documentation site, from docs/ (its CLI and HTTP references generated from the
 # code at each build): into build/site/, or served on localhost:8000 while editing.
