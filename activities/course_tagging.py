@@ -35,11 +35,11 @@ from temporalio import activity
 from activities.attempt import KindActivities
 from activities.context import WorkContext
 from activities.deps import Deps
-from activities.endings import ActorUnavailable, Done, Paused, Stopped, WorkEnd
+from activities.endings import ActorUnavailable, Done, Paused, Stopped, WorkEnd, job_not_found
+from hubjobs import job_rows
 from hubjobs.db import direct
 from hubjobs.db.direct import Statement
 from hubjobs.db.errors import refused_for_its_row, sqlstate_of
-from hubjobs.domain.access import ADMINISTRATOR
 from hubjobs.domain.pages import (
     PAGE_FACTS,
     PageFacts,
@@ -61,7 +61,6 @@ from hubjobs.kinds.course_tagging import (
 )
 from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.items import ItemOutcome, Recorded
-from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -99,23 +98,15 @@ class Batch:
     items: list[Item]
 
 
-# The next pending items after a cursor with their pages' facts, the cancel request and
-# the actor's standing, in one statement; a job no longer running has none left. Every
-# read goes by key (LATERAL … LIMIT 1 stops a hash of pages on stale statistics): prepared.
+# The next pending items after a cursor with their pages' facts. Every read goes by key
+# (LATERAL … LIMIT 1 stops a hash of pages on stale statistics): prepared.
 READ_BATCH = Statement.of(
     f"""
-    SELECT j.cancel_requested_at IS NOT NULL AS cancel_requested,
-           EXISTS (SELECT 1 FROM workspace_memberships m
-                     JOIN user_accounts u ON u.id = m.user_id
-                    WHERE m.workspace_id = j.workspace_id AND m.user_id = j.actor_id
-                      AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok,
-           i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
-      FROM jobs j
-      LEFT JOIN LATERAL job_pending_items(
-                j.id, CAST(:after AS int), CAST(:upto AS int), CAST(:limit AS int)
-           ) i ON j.status = {JobStatus.running.sql}
+    SELECT i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
+      FROM job_pending_items(
+               CAST(:job AS uuid), CAST(:after AS int), CAST(:upto AS int), CAST(:limit AS int)
+           ) i
       LEFT JOIN LATERAL (SELECT * FROM pages WHERE id = i.ref LIMIT 1) p ON true
-     WHERE j.id = :job
      ORDER BY i.ordinal
 """,
     prepared=True,
@@ -291,6 +282,11 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         after: int,
         upto: int | None,
     ) -> Batch:
+        gate = await job_rows.gate(conn, ctx.job.id)
+        if gate is None:
+            raise job_not_found()
+        if not (gate.running and gate.actor_ok) or gate.cancel_requested:
+            return Batch(gate.actor_ok, gate.cancel_requested, [])
         rows, _ = await direct.rows(
             conn,
             READ_BATCH,
@@ -303,15 +299,13 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 "tag": ctx.payload.tag,
             },
         )
-        cancel_requested, actor_ok = rows[0][:2]
         # Unpacked by position (a thousand rows: by name cost a tenth of the worker's CPU);
         # a change to READ_BATCH's columns fails here at once.
         items = [
             Item(ordinal, ref, done, PageFacts(available, has_tag, tag_count, version))
-            for _, _, ordinal, ref, done, available, has_tag, tag_count, version in rows
-            if ordinal is not None
+            for ordinal, ref, done, available, has_tag, tag_count, version in rows
         ]
-        return Batch(actor_ok, cancel_requested, items)
+        return Batch(True, False, items)
 
     async def _tag(
         self,

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db import direct
 from hubjobs.db.direct import Statement
+from hubjobs.domain.access import ADMINISTRATOR
 from hubjobs.job_rows import moves
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
@@ -210,6 +211,36 @@ async def get_job(
     return _job_or_none(
         await direct.first(conn, GET_JOB, {"id": job_id, "workspace": workspace_id})
     )
+
+
+# What an attempt checks of its job before each unit of work, by key: still running, a
+# cancel asked for, its actor still an enabled administrator of the workspace.
+JOB_GATE = Statement.of(
+    f"""
+    SELECT j.status = {JobStatus.running.sql} AS running,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           EXISTS (SELECT 1 FROM workspace_memberships m
+                     JOIN user_accounts u ON u.id = m.user_id
+                    WHERE m.workspace_id = j.workspace_id AND m.user_id = j.actor_id
+                      AND u.enabled AND m.role = '{ADMINISTRATOR}') AS actor_ok
+      FROM jobs j
+     WHERE j.id = :job
+    """,
+    prepared=True,
+)
+
+
+@dataclass(frozen=True)
+class Gate:
+    running: bool
+    cancel_requested: bool
+    actor_ok: bool
+
+
+async def gate(conn: AsyncConnection, job_id: uuid.UUID) -> Gate | None:
+    """The job as its running attempt sees it before a unit of work; None: no such job."""
+    row = await direct.first(conn, JOB_GATE, {"job": job_id})
+    return None if row is None else Gate(**row)
 
 
 BY_IDEMPOTENCY_KEY = Statement.of(

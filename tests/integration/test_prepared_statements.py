@@ -92,10 +92,10 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
 ) -> None:
     """A course that fits in a batch, done in one transaction on a connection of its own
     (the ordinary attempt's statements): the opening, the snapshot lock with the check
-    that the snapshot is due, the snapshot's record, the row's read, the root's facts
-    and the batch's read are prepared; the count and the snapshot (the course's walk),
-    the write and the outcomes (arrays of the batch) never are, whatever the size: their
-    generic plan is the trap hubjobs/db/engine.py describes."""
+    that the snapshot is due, the snapshot's record, the row's read, the root's facts,
+    the job's gate and the batch's read are prepared; the count and the snapshot (the
+    course's walk), the write and the outcomes (arrays of the batch) never are, whatever
+    the size: their generic plan is the trap hubjobs/db/engine.py describes."""
     engine = async_engine(settings.resolved_database_url(), pool_size=1)
     try:
         async with engine.connect() as conn:
@@ -115,9 +115,10 @@ async def test_a_small_jobs_attempt_prepares_its_lookups_and_nothing_that_plans_
     assert sum("UPDATE jobs SET total" in s for s in prepared) == 1
     assert sum("FROM jobs WHERE id = $1 AND (CAST($2 AS uuid)" in s for s in prepared) == 1
     assert sum("trashed, title FROM pages WHERE id" in s for s in prepared) == 1
-    assert sum("AS cancel_requested" in s for s in prepared) == 1
+    assert sum("AS cancel_requested" in s for s in prepared) == 1  # the job's gate
+    assert sum("FROM job_pending_items(" in s for s in prepared) == 1  # the batch's read
     assert sum("INSERT INTO jobs" in s for s in prepared) == 1  # the start's, by key
-    assert len(prepared) == 8, prepared  # and nothing else: not the pool's ping either
+    assert len(prepared) == 9, prepared  # and nothing else: not the pool's ping either
     planned_on_values = re.compile(r"(unnest|ANY)\(\s*(CAST\()?\$\d|RECURSIVE|INTO job_items")
     assert not any(planned_on_values.search(s) for s in prepared)
 
