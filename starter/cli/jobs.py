@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 commands = typer.Typer()
 
+JobArg = Annotated[uuid.UUID, typer.Argument(metavar="JOB", help="The job's id.")]
 NotifyUrlOpt = Annotated[
     str | None,
     typer.Option(
@@ -102,7 +103,7 @@ def start_kind(
 @commands.command()
 @command
 def retry(
-    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    job_id: JobArg,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the retry to finish.")] = False,
@@ -116,7 +117,7 @@ def retry(
 @commands.command()
 @command
 def status(
-    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    job_id: JobArg,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     as_json: JsonOpt = False,
@@ -318,7 +319,7 @@ def list_jobs(
 @commands.command()
 @command
 def items(
-    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    job_id: JobArg,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     state: Annotated[
@@ -360,7 +361,7 @@ def items(
 @commands.command()
 @command
 def cancel(
-    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    job_id: JobArg,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     reason: Annotated[str | None, typer.Option(help="Why, for the record.")] = None,
@@ -374,7 +375,7 @@ def cancel(
 @commands.command()
 @command
 def watch(
-    job_id: Annotated[uuid.UUID, typer.Argument(metavar="JOB")],
+    job_id: JobArg,
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
     as_json: JsonOpt = False,
