@@ -35,7 +35,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.limits import ConnectOptions, Purpose
-from hubjobs.errors import ConfigurationError
+from hubjobs.errors import ConfigurationError, InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, load_kinds
 from hubjobs.observability.activity_logs import LogContextInterceptor
 from hubjobs.observability.logs import setup_logging
@@ -291,7 +291,8 @@ def main() -> None:
     def serve() -> None:
         try:
             asyncio.run(run(settings))
-        except ConfigurationError as error:  # one line, as `hubjobs worker` says it
+        # One line, as `hubjobs worker` says it (a kind's setting that does not parse too).
+        except (ConfigurationError, InvalidInput) as error:
             raise SystemExit(f"error: {error.message} [{error.code}]") from None
 
     run_and_exit(serve)

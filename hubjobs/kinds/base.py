@@ -22,7 +22,12 @@ from pydantic_core import PydanticSerializationError, to_json
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.errors import ConfigurationError, InvalidPayload, describe_validation_errors
+from hubjobs.errors import (
+    INVALID_SETTINGS,
+    InvalidInput,
+    InvalidPayload,
+    describe_validation_errors,
+)
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -193,7 +198,9 @@ class JobKind(Generic[P]):
             return self.settings(**settings.kind_settings.get(self.name, {}))
         except ValidationError as invalid:
             problems = describe_validation_errors(invalid.errors(include_input=False))
-            raise ConfigurationError(f"invalid {self.name} setting: {problems}") from None
+            raise InvalidInput(
+                f"invalid HUBJOBS_* setting of kind {self.name}: {problems}", code=INVALID_SETTINGS
+            ) from None
 
     def settings_as(self, model: type[S], settings: Settings) -> S:
         """``own_settings`` as the class the kind declares (its own code's typed view)."""

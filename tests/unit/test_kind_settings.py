@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 import worker
-from hubjobs.errors import ConfigurationError
+from hubjobs.errors import INVALID_SETTINGS, InvalidInput
 from hubjobs.kinds.backup import BackupSettings, backup_folder
 from hubjobs.kinds.course_tagging import CourseTaggingSettings
 from hubjobs.kinds.page_export import PageExportSettings, export_folder
@@ -121,15 +121,17 @@ def test_kind_settings_replace_the_environment(
 def test_a_wrong_value_or_name_stops_the_worker_before_it_serves(
     given: dict[str, dict[str, object]], named: str
 ) -> None:
-    with pytest.raises(ConfigurationError) as refused:
+    with pytest.raises(InvalidInput) as refused:
         worker.connections_per_attempt(Settings(kind_settings=given))
+    assert refused.value.code == INVALID_SETTINGS
     assert named in refused.value.message
-    assert refused.value.message.startswith(f"invalid {next(iter(given))} setting")
+    kind = next(iter(given))
+    assert refused.value.message.startswith(f"invalid HUBJOBS_* setting of kind {kind}: ")
 
 
 def test_a_wrong_variable_stops_the_worker_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HUBJOBS_TAGGING_BATCH_SIZE", "0")
-    with pytest.raises(ConfigurationError, match="tagging_batch_size"):
+    with pytest.raises(InvalidInput, match="tagging_batch_size"):
         worker.connections_per_attempt(Settings())
 
 
