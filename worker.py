@@ -35,7 +35,7 @@ from activities.maintenance import MaintenanceActivities
 from activities.schedule_firing import ScheduleActivities
 from hubjobs.db.engine import async_engine
 from hubjobs.db.limits import ConnectOptions, Purpose
-from hubjobs.errors import ConfigurationError
+from hubjobs.errors import ConfigurationError, InvalidInput
 from hubjobs.kinds import REGISTRY, JobKind, load_kinds
 from hubjobs.observability.activity_logs import LogContextInterceptor
 from hubjobs.observability.logs import setup_logging
@@ -222,8 +222,17 @@ async def announce_version(client: Client, settings: Settings) -> str | None:
     return current
 
 
+def connections_per_attempt(settings: Settings) -> int:
+    """The most database connections one attempt of a served kind holds at once. Reads
+    every kind's own settings, so that a bad value stops the worker before it serves."""
+    load_kinds(settings.kind_modules)
+    for kind in REGISTRY:
+        kind.own_settings(settings)
+    return max(kind.connections_per_attempt(settings) for kind in REGISTRY)
+
+
 def metrics_of(client: Client) -> JobMetrics:
-    """Our instruments on the client's runtime: exported when it serves metrics."""
+    """Our instruments on the client's runtime: on its endpoint when it serves metrics."""
     runtime = client.service_client.config.runtime or Runtime.default()
     return JobMetrics(runtime.metric_meter)
 
@@ -233,13 +242,14 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     their jobs over at their next step, and what does not is retried elsewhere."""
     stop = stop or asyncio.Event()
     refuse_weak_secrets(settings)
+    # A connection for each one an attempt holds at every activity slot, plus the local
+    # activities' and the queue gauges'.
+    pool_size = max(5, settings.max_concurrent_activities * connections_per_attempt(settings) + 2)
     setup_tracing(settings)
     client = await connect(settings, runtime=metrics_runtime(settings))
-    # A connection for each batch in flight (a tagging attempt has up to its lanes),
-    # plus the local activities' and the queue gauges'.
     engine = async_engine(
         settings.resolved_database_url(),
-        pool_size=max(5, settings.max_concurrent_activities * settings.tagging_lanes + 2),
+        pool_size=pool_size,
         options=ConnectOptions.of(settings, Purpose.BATCH, Purpose.LIFECYCLE),
         ping_after_idle=POOL_PING_AFTER_IDLE_SECONDS,
     )
@@ -281,7 +291,8 @@ def main() -> None:
     def serve() -> None:
         try:
             asyncio.run(run(settings))
-        except ConfigurationError as error:  # one line, as `hubjobs worker` says it
+        # One line, as `hubjobs worker` says it (a kind's setting that does not parse too).
+        except (ConfigurationError, InvalidInput) as error:
             raise SystemExit(f"error: {error.message} [{error.code}]") from None
 
     run_and_exit(serve)

@@ -53,7 +53,13 @@ from hubjobs.db.deadline import Deadline, deadline, watch, within
 from hubjobs.db.engine import plain_url
 from hubjobs.db.limits import ConnectOptions, Purpose
 from hubjobs.domain.access import ADMINISTRATOR, role_of
-from hubjobs.kinds.backup import BACKUP, BackupArchive, BackupPayload, progress_line
+from hubjobs.kinds.backup import (
+    BACKUP,
+    BackupArchive,
+    BackupPayload,
+    BackupSettings,
+    progress_line,
+)
 from hubjobs.readmodel.views import Counters
 from hubjobs.temporal.messages import WorkRequest, WorkResult
 
@@ -159,7 +165,8 @@ class BackupActivities(KindActivities[BackupPayload]):
 
     async def work(self, ctx: WorkContext[BackupPayload]) -> WorkEnd:
         job = ctx.job
-        folder = ctx.settings.resolved_backup_dir
+        own = BackupSettings.of(ctx.settings)
+        folder = own.resolved_backup_dir(ctx.settings.home)
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
@@ -169,7 +176,7 @@ class BackupActivities(KindActivities[BackupPayload]):
         if final.exists():
             # An earlier attempt committed its archive but died before reporting it.
             return _committed(final, job.id)
-        progress = Progress(ctx, ctx.settings.backup_max_bytes_per_second)
+        progress = Progress(ctx, own.backup_max_bytes_per_second)
 
         async def stream() -> Manifest:
             partial.unlink(missing_ok=True)  # what a killed or cut attempt left behind

@@ -51,6 +51,7 @@ from hubjobs.job_rows import Finished
 from hubjobs.kinds.course_tagging import (
     COURSE_TAGGING,
     CourseTaggingPayload,
+    CourseTaggingSettings,
     PageOutcome,
     TaggingCursor,
     TaggingOutput,
@@ -119,6 +120,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps)
         self.before_write: BeforeWrite | None = deps.hooks.get("before_write")
+        # Read once, as the worker's other settings are: a bad value stops it at start.
+        self.own = CourseTaggingSettings.of(deps.settings)
 
     @activity.defn
     async def tag_course(self, request: WorkRequest) -> WorkResult:
@@ -129,7 +132,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def fits_whole(self, conn: AsyncConnection, job: JobView) -> bool:
         """A course that fits in one batch is tagged whole, in one transaction."""
         payload = self.kind.validate(job.payload)
-        return await fits(conn, job, payload, self.deps.settings.tagging_batch_size)
+        return await fits(conn, job, payload, self.own.tagging_batch_size)
 
     async def work(self, ctx: WorkContext[CourseTaggingPayload]) -> WorkEnd:
         after = TaggingCursor.model_validate(ctx.cursor or {}).after
@@ -229,9 +232,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             return Paused()
         return None
 
-    @staticmethod
-    async def breathe(ctx: WorkContext[CourseTaggingPayload]) -> None:
-        pause = ctx.settings.tagging_batch_pause_seconds
+    async def breathe(self, ctx: WorkContext[CourseTaggingPayload]) -> None:
+        pause = self.own.tagging_batch_pause_seconds
         if pause:
             await ctx.pause(pause)
 
@@ -294,7 +296,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 "job": ctx.job.id,
                 "after": after,
                 "upto": upto,
-                "limit": ctx.settings.tagging_batch_size,
+                "limit": self.own.tagging_batch_size,
                 "workspace": ctx.job.workspace_id,
                 "tag": ctx.payload.tag,
             },
@@ -413,8 +415,8 @@ class Lanes:
         self, tagger: CourseTaggingActivities, ctx: WorkContext[CourseTaggingPayload], after: int
     ) -> None:
         self.tagger, self.ctx = tagger, ctx
-        self.size = ctx.settings.tagging_batch_size
-        self.lanes = max(1, ctx.settings.tagging_lanes)
+        self.size = tagger.own.tagging_batch_size
+        self.lanes = max(1, tagger.own.tagging_lanes)
         self.total = ctx.counters.total
         self.starts = iter(range(after, self.total, self.size))
         self.running: dict[asyncio.Task[Landed | None], int] = {}

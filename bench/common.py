@@ -411,7 +411,7 @@ class Hub:
             temporal_address=self.stack.temporal_address,
             task_queue=self.task_queue,
             attachments_dir=self.attachments_dir,
-            backup_dir=self.backup_dir,
+            kind_settings={"backup": {"backup_dir": self.backup_dir}},
         )
 
     @asynccontextmanager

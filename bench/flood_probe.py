@@ -89,16 +89,20 @@ async def scenario(stack: Stack, name: str, seconds: float) -> Result:
         temporal_address=address,
         task_queue=f"flood-{name}",
         maintenance=False,
-        tagging_batch_size=1,
-        tagging_batch_pause_seconds=0.1,
         metrics_port=free_port(),
     )
     named = (
-        *("home", "database_url", "temporal_address", "task_queue", "maintenance"),
-        *("tagging_batch_size", "tagging_batch_pause_seconds", "metrics_port"),
+        "home",
+        "database_url",
+        "temporal_address",
+        "task_queue",
+        "maintenance",
+        "metrics_port",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUBJOBS_")}
     env |= {f"HUBJOBS_{k.upper()}": str(getattr(settings, k)) for k in named}
+    # The tagging kind's own settings: one page a batch, paced.
+    env |= {"HUBJOBS_TAGGING_BATCH_SIZE": "1", "HUBJOBS_TAGGING_BATCH_PAUSE_SECONDS": "0.1"}
     worker = Process(f"worker-{name}", [HUBJOBS, "worker"], env=env, logs=home)
     try:
         async with await HubJobsClient.connect(settings) as hub:

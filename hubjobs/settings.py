@@ -12,7 +12,7 @@ import uuid
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -45,7 +45,9 @@ DEV_STORE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 class Settings(BaseSettings):
     # An empty variable (``HUBJOBS_LOG_JSON=``, as a compose file's ``${VAR:-}`` gives)
     # means unset: the default, never a value that does not parse.
-    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="ignore", env_ignore_empty=True)
+    # An unknown field given in code is refused (``forbid``), never silently dropped; the
+    # environment's other HUBJOBS_* variables (a kind's own settings) are not read here.
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_", extra="forbid", env_ignore_empty=True)
 
     home: Path = Field(
         default_factory=nearest_home, description="State folder of the embedded stack"
@@ -72,9 +74,8 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEV_STORE_PRAGMAS)
     )
 
-    # Where backups are written, and where attachment files live (their rows hold paths
-    # relative to it). Default: inside the state folder.
-    backup_dir: Path | None = None
+    # Where attachment files live (their rows hold paths relative to it). Default: inside
+    # the state folder.
     attachments_dir: Path | None = None
     # The most bytes a restore lets an archive expand to (tables and attachment files
     # together); unset, 100 times the archive's size and at least 1 GiB. A larger
@@ -86,9 +87,6 @@ class Settings(BaseSettings):
     # For the fault tests only: a restore that reaches this phase waits there until
     # it is killed (hubjobs/ops/restore_phases.py).
     restore_pause_at: str | None = None
-    # A backup reads (tables and files together) no faster than this, so that it need not
-    # saturate the disk or the database; unset, as fast as it goes.
-    backup_max_bytes_per_second: float | None = Field(default=None, gt=0)
 
     # The worker's Prometheus endpoint (0 turns it off): the SDK's metrics and ours.
     metrics_port: int = 9464
@@ -97,7 +95,7 @@ class Settings(BaseSettings):
     otlp_endpoint: str | None = None
     # Trace starts, workflows and activities (the SDK's OpenTelemetry interceptor, with
     # the correlation id as baggage). On whenever traces have somewhere to go; off, it
-    # costs nothing (on, a tenth of a worker's CPU per small job, exporter or not).
+    # costs nothing (on, it costs a worker CPU whether traces are sent or not).
     tracing: bool | None = None
     service_name: str = "hubjobs"
     # One JSON object a line (for log shippers) instead of plain text.
@@ -129,8 +127,8 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     # The API's public base URL (e.g. https://hub.example/jobs-api), when it knows it:
-    # an export's manifest then lists absolute URLs under it (FHIR bulk data's shape);
-    # unset, URLs relative to the API's root.
+    # a result that lists files (FHIR bulk data's manifest) then gives absolute URLs under
+    # it; unset, URLs relative to the API's root.
     api_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     # GET …/jobs/{id}/events: a comment this often keeps proxies from closing a quiet
     # stream.
@@ -167,7 +165,7 @@ class Settings(BaseSettings):
     # actor with a valid token.
     codec_actors: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
     # Hub operators: the accounts (comma-separated ids, a token's ``sub``) that may act
-    # on the whole hub (a whole-hub backup, its schedule), a role above every
+    # on the whole hub (a job of the whole hub, its schedule), a role above every
     # workspace. A setting, not a column: the role is the deployment's, so no archive,
     # restore or workspace administrator can grant it. Set alike on API and workers.
     hub_operators: Annotated[list[uuid.UUID], NoDecode] = Field(default_factory=list)
@@ -193,6 +191,9 @@ class Settings(BaseSettings):
     # Modules declaring kinds beyond hubjobs' own (a kind another package or the tests
     # ship): the worker, the API and the client each import them before serving.
     kind_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Each kind's own settings (hubjobs/kinds/base.py ``own_settings``) are read from the
+    # environment; these values, by kind name, take their place (tests, an embedding).
+    kind_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     max_concurrent_activities: int = 8
     max_concurrent_workflow_tasks: int = 8
@@ -222,15 +223,6 @@ class Settings(BaseSettings):
     # `unavailable`, with the work done kept.
     max_outage_seconds: float = 3600.0
     outage_retry_max_seconds: float = 30.0
-    # Pages read and written per database round trip, in one transaction: the fastest
-    # of the sizes bench/bench_tagging.py --settings compared, and a batch still holds
-    # its pages' row locks for only a few hundred milliseconds.
-    tagging_batch_size: int = Field(default=4000, ge=1)
-    # Batches of one tagging attempt in flight at once, each on its own connection
-    # (1: one after the other).
-    tagging_lanes: int = Field(default=2, ge=1, le=8)
-    # Breathing room between batches, so a huge course does not hog the database.
-    tagging_batch_pause_seconds: float = 0.0
     # How often at most a running attempt tells its workflow its progress (the progress
     # query and the UI's details): a signal, so an event in the history.
     progress_report_seconds: float = Field(default=1.0, gt=0)
@@ -242,8 +234,6 @@ class Settings(BaseSettings):
     # it elsewhere: room for a loaded worker to replay the fullest run of the budget (and
     # the few thousand signals a flood lands past it) from its start.
     workflow_task_timeout_seconds: float = Field(default=30.0, gt=0, le=120)
-    # Page exports: where their files go (pages per file is the job's own payload).
-    export_dir: Path | None = None
     retention_hours: float = 24.0
     # The maintenance workflow (retention sweep and reconciler, workflows/maintenance.py),
     # started or updated by a worker as it starts.
@@ -270,7 +260,7 @@ class Settings(BaseSettings):
     # What the CLI and the API wait on (a status, a listing, a health check):
     db_read_timeout_seconds: float = Field(default=5.0, gt=0)
     db_read_lock_timeout_seconds: float = Field(default=2.0, gt=0)
-    # A kind's unit of work (a tagging batch, an export file): below the heartbeat
+    # A kind's unit of work (a batch of items, a file written): below the heartbeat
     # timeout, so that an attempt whose database went silent heartbeats again in time.
     db_batch_timeout_seconds: float = Field(default=10.0, gt=0)
     db_batch_lock_timeout_seconds: float = Field(default=5.0, gt=0)
@@ -283,8 +273,8 @@ class Settings(BaseSettings):
     # Starting a job (its row and snapshot), opening, finishing, cancelling it:
     db_lifecycle_timeout_seconds: float = Field(default=15.0, gt=0)
     db_lifecycle_lock_timeout_seconds: float = Field(default=5.0, gt=0)
-    # A backup's snapshot and a restore's load (one statement may copy a whole table;
-    # 0: no bound): generous. A backup's stream must also not stall for longer than a
+    # A whole-database snapshot and a restore's load (one statement may copy a whole
+    # table; 0: no bound): generous. Such a stream must also not stall for longer than a
     # batch's bound.
     db_bulk_timeout_seconds: float = Field(default=3600.0, ge=0)
     db_bulk_lock_timeout_seconds: float = Field(default=60.0, ge=0)
@@ -373,14 +363,6 @@ class Settings(BaseSettings):
     @property
     def tracing_on(self) -> bool:
         return self.tracing if self.tracing is not None else bool(self.otlp_endpoint)
-
-    @property
-    def resolved_backup_dir(self) -> Path:
-        return (self.backup_dir or self.home / "backups").resolve()
-
-    @property
-    def resolved_export_dir(self) -> Path:
-        return (self.export_dir or self.home / "exports").resolve()
 
     @property
     def resolved_attachments_dir(self) -> Path:

@@ -34,6 +34,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
 from starter.api import create_app
 from starter.client import HubJobsClient
+from tests.support.helpers import with_kind
 from tests.support.servers import (
     API_SECRET,
     SUGGEST_CONTINUE_AS_NEW,
@@ -148,7 +149,7 @@ def settings(stack: embedded.StackInfo, database_url: str, tmp_path: Path) -> Se
         temporal_address=stack.temporal_address,
         task_queue=f"test-{uuid.uuid4().hex[:12]}",
         heartbeat_timeout_seconds=5,
-        tagging_batch_size=50,
+        kind_settings={"course_tagging": {"tagging_batch_size": 50}},
         work_slice_seconds=1,
         max_activity_attempts=3,
         # Unversioned: the session's tests share one namespace across hundreds of task
@@ -174,8 +175,8 @@ async def hub(temporal: Client, engine: AsyncEngine, settings: Settings) -> HubJ
 def slow_settings(settings: Settings) -> Settings:
     """Small batches with a pause between them: a 1,000-page course takes seconds, so
     that it is seen running (a module needing it slower overrides this fixture)."""
-    return settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+    return with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.05
     )
 
 

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.archive.format import HUB_TABLES, temporary_files
 from hubjobs.archive.scope import count_attachments
-from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.kinds.base import KIND_SETTINGS, JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -27,6 +28,26 @@ log = logging.getLogger(__name__)
 
 
 Scope = Literal["workspace", "hub"]
+
+
+class BackupSettings(BaseSettings):
+    """HUBJOBS_BACKUP_*."""
+
+    model_config = KIND_SETTINGS
+
+    # Where backups are written. Default: inside the state folder.
+    backup_dir: Path | None = None
+    # A backup reads (tables and files together) no faster than this, so that it need not
+    # saturate the disk or the database; unset, as fast as it goes.
+    backup_max_bytes_per_second: float | None = Field(default=None, gt=0)
+
+    @classmethod
+    def of(cls, settings: Settings) -> BackupSettings:
+        return BACKUP.settings_as(cls, settings)
+
+    def resolved_backup_dir(self, home: Path) -> Path:
+        """Where backups are written, for the deployment's state folder ``home``."""
+        return (self.backup_dir or home / "backups").resolve()
 
 
 class BackupPayload(BaseModel):
@@ -115,6 +136,10 @@ def build_result(
     return BackupResult.model_validate(BackupArchive.model_validate(output).model_dump())
 
 
+def backup_folder(settings: Settings) -> Path:
+    return BackupSettings.of(settings).resolved_backup_dir(settings.home)
+
+
 async def expire(job: JobView, settings: Settings) -> None:
     """Removes the archive of an expired backup (a failed or cancelled one has none), and
     any temporary file an attempt killed midway left behind."""
@@ -122,7 +147,7 @@ async def expire(job: JobView, settings: Settings) -> None:
     if path:
         await asyncio.to_thread(Path(path).unlink, missing_ok=True)
         log.info("removed the archive of expired backup %s", job.id)
-    for leftover in temporary_files(settings.resolved_backup_dir, job.id):
+    for leftover in temporary_files(backup_folder(settings), job.id):
         await asyncio.to_thread(leftover.unlink, missing_ok=True)
 
 
@@ -143,4 +168,5 @@ BACKUP = JobKind(
     priority=4,
     help="Back up the workspace (--scope hub: the whole hub, a hub operator's) into one "
     "archive (HUBJOBS_BACKUP_DIR).",
+    settings=BackupSettings,
 )

@@ -19,14 +19,25 @@ from typing import Any, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticSerializationError, to_json
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hubjobs.errors import InvalidPayload, describe_validation_errors
+from hubjobs.errors import (
+    INVALID_SETTINGS,
+    InvalidInput,
+    InvalidPayload,
+    describe_validation_errors,
+)
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
 P = TypeVar("P", bound=BaseModel)
+S = TypeVar("S", bound=BaseSettings)
+
+# A kind's own settings (``JobKind.settings``) under the deployment's prefix, so that
+# their variables keep the names they had as fields of Settings; as Settings, an empty
+# variable is unset and an unknown override is refused.
+KIND_SETTINGS = SettingsConfigDict(env_prefix="HUBJOBS_", extra="forbid", env_ignore_empty=True)
 
 
 class Result(BaseModel):
@@ -89,6 +100,10 @@ def items_recorded(job: JobView) -> int:
     return job.processed
 
 
+def one_connection(settings: Settings) -> int:
+    return 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobKind(Generic[P]):
     name: str
@@ -146,9 +161,12 @@ class JobKind(Generic[P]):
     # Its small jobs are done whole: the first attempt, a local activity, does a job its
     # activities' ``fits_whole`` accepts in one transaction (one workflow task).
     whole_when_small: bool = False
-    # The kind's own settings, read from the environment under a prefix of its own
-    # (``own_settings``), so that a kind needs no field of the deployment's Settings.
+    # The kind's own settings, read from the environment (``own_settings``), so that a
+    # kind needs no field of the deployment's Settings.
     settings: type[BaseSettings] | None = None
+    # Database connections one attempt holds at once: the worker's pool has room for
+    # its largest kind's at every activity slot.
+    connections_per_attempt: Callable[[Settings], int] = one_connection
 
     @property
     def workflow_type(self) -> str:
@@ -171,9 +189,25 @@ class JobKind(Generic[P]):
             "payload": self.payload.model_json_schema(),
         }
 
-    def own_settings(self) -> BaseSettings | None:
-        """The kind's settings as the environment holds them now."""
-        return None if self.settings is None else self.settings()
+    def own_settings(self, settings: Settings) -> BaseSettings | None:
+        """The kind's settings as the environment holds them now, with the deployment's
+        values for this kind (``Settings.kind_settings``) in their place."""
+        if self.settings is None:
+            return None
+        try:
+            return self.settings(**settings.kind_settings.get(self.name, {}))
+        except ValidationError as invalid:
+            problems = describe_validation_errors(invalid.errors(include_input=False))
+            raise InvalidInput(
+                f"invalid HUBJOBS_* setting of kind {self.name}: {problems}", code=INVALID_SETTINGS
+            ) from None
+
+    def settings_as(self, model: type[S], settings: Settings) -> S:
+        """``own_settings`` as the class the kind declares (its own code's typed view)."""
+        own = self.own_settings(settings)
+        if not isinstance(own, model):
+            raise TypeError(f"{self.name} declares {self.settings!r} as settings, not {model!r}")
+        return own
 
     def shown(self, result: dict[str, Any] | None, base_url: str | None) -> dict[str, Any] | None:
         """The stored result as callers read it."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.db import direct
@@ -26,13 +27,34 @@ from hubjobs.domain.pages import (
     normalize_tag,
 )
 from hubjobs.errors import InvalidInput
-from hubjobs.kinds.base import JobKind, NewJob, Prepared, Result
+from hubjobs.kinds.base import KIND_SETTINGS, JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import Counters, JobView
+from hubjobs.settings import Settings
 
 # Snapshots this large refresh job_items' planner statistics in their own transaction.
 ANALYZE_FROM = 10_000
+
+
+class CourseTaggingSettings(BaseSettings):
+    """HUBJOBS_TAGGING_*."""
+
+    model_config = KIND_SETTINGS
+
+    # Pages read and written per database round trip, in one transaction: the fastest
+    # of the sizes bench/bench_tagging.py --settings compared, and a batch still holds
+    # its pages' row locks for only a few hundred milliseconds.
+    tagging_batch_size: int = Field(default=4000, ge=1)
+    # Batches of one tagging attempt in flight at once, each on its own connection
+    # (1: one after the other).
+    tagging_lanes: int = Field(default=2, ge=1, le=8)
+    # Breathing room between batches, so a huge course does not hog the database.
+    tagging_batch_pause_seconds: float = 0.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> CourseTaggingSettings:
+        return COURSE_TAGGING.settings_as(cls, settings)
 
 
 class CourseTaggingPayload(BaseModel):
@@ -265,4 +287,7 @@ COURSE_TAGGING = JobKind(
     whole_when_small=True,
     command="tag-course",
     help="Tag every page of a course.",
+    settings=CourseTaggingSettings,
+    # Each of its lanes holds a connection.
+    connections_per_attempt=lambda settings: CourseTaggingSettings.of(settings).tagging_lanes,
 )

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hubjobs.domain.pages import COURSE, WORKSPACE, course_root
-from hubjobs.kinds.base import CarriedResult, JobKind, NewJob, Prepared, Result
+from hubjobs.kinds.base import KIND_SETTINGS, CarriedResult, JobKind, NewJob, Prepared, Result
 from hubjobs.readmodel import items as job_items
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
@@ -128,8 +129,25 @@ def files_of(total: int, per_file: int) -> list[tuple[str, int]]:
     return [(file_name(k), len(ordinals_of(k, per_file, total))) for k in range(1, count + 1)]
 
 
+class PageExportSettings(BaseSettings):
+    """HUBJOBS_EXPORT_DIR."""
+
+    model_config = KIND_SETTINGS
+
+    # Where their files go (pages per file is the job's own payload).
+    export_dir: Path | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> PageExportSettings:
+        return PAGE_EXPORT.settings_as(cls, settings)
+
+    def resolved_export_dir(self, home: Path) -> Path:
+        """Where exports are written, for the deployment's state folder ``home``."""
+        return (self.export_dir or home / "exports").resolve()
+
+
 def export_folder(settings: Settings, job_id: uuid.UUID) -> Path:
-    return settings.resolved_export_dir / str(job_id)
+    return PageExportSettings.of(settings).resolved_export_dir(settings.home) / str(job_id)
 
 
 def export_file(settings: Settings, job: JobView, name: str) -> Path | None:
@@ -255,4 +273,5 @@ PAGE_EXPORT = JobKind(
     show=absolute_manifest,
     file_of=lambda settings, job, name: export_file(settings, job, name),
     file_content_type=CONTENT_TYPE,
+    settings=PageExportSettings,
 )

@@ -1,5 +1,5 @@
 """Typed search attributes: how a run is found in the Temporal UI
-(``WorkspaceId = "..." AND JobKind = "course_tagging"``, ``JobFailedItems > 0``).
+(``WorkspaceId = "..." AND JobKind = "<kind name>"``, ``JobFailedItems > 0``).
 Registered on the dev server by ``hubjobs up`` and on a cluster by docker-compose; a
 workflow that sets one not registered fails its task, so a new one is registered
 before the workers that set it are deployed."""

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.support.helpers import with_kind
 from tests.support.servers import API_SECRET, bearer, seed
 
 TAG = "bulk"
@@ -24,7 +25,9 @@ TAG = "bulk"
 @pytest.fixture
 def slow_settings(settings: Settings) -> Settings:
     # Long enough that every job is still running when cancelled.
-    return settings.model_copy(update={"tagging_batch_size": 5, "tagging_batch_pause_seconds": 0.2})
+    return with_kind(
+        settings, "course_tagging", tagging_batch_size=5, tagging_batch_pause_seconds=0.2
+    )
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import CancelRequest
 from starter.client import HubJobsClient, WorkspaceJobs
 from tests.integration.test_versioning import Gate, eventually, reconcile_once
-from tests.support.helpers import item_counts, job_revisions, workflow_closed
+from tests.support.helpers import item_counts, job_revisions, with_kind, workflow_closed
 from tests.support.histories import record
 from tests.support.servers import running_worker, seed
 from tests.support.wedged_build import WedgingCourseTaggingWorkflow
@@ -233,13 +233,13 @@ async def test_a_cancel_a_stuck_workflow_cannot_take_still_ends_the_job_and_its_
     ]
     course = await seed(engine, 2000)
     # A deployment of its own: the wedging build is declared for versioned workers.
-    paced = settings.model_copy(
+    paced = with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.2
+    ).model_copy(
         update={
             "worker_versioning": True,
             "deployment_name": f"test-{uuid.uuid4().hex[:10]}",
             "build_id": "1",
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.2,
             # One attempt, silent: nothing but the failing task happens in the run.
             "work_slice_seconds": 600,
             "progress_report_seconds": 600,

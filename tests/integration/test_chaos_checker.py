@@ -117,8 +117,9 @@ async def finished(
         temporal_address=stack.temporal_address,
         task_queue=f"chaos-{uuid.uuid4().hex[:12]}",
         heartbeat_timeout_seconds=5,
-        tagging_batch_size=10,
-        tagging_batch_pause_seconds=0.05,
+        kind_settings={
+            "course_tagging": {"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+        },
         work_slice_seconds=1,
         worker_versioning=False,
     )

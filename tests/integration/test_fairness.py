@@ -43,7 +43,7 @@ from hubjobs.devstack.demo_data import create_account, create_course, create_wor
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient, WorkspaceJobs
-from tests.support.helpers import assert_every_page_tagged_once
+from tests.support.helpers import assert_every_page_tagged_once, with_kind
 from tests.support.servers import TEMPLATE, admin_url, running_worker
 
 A_JOBS = 50
@@ -257,24 +257,19 @@ async def test_a_flood_of_one_workspace_does_not_starve_another(
     seeded: Seeded,
     fairness: bool,
 ) -> None:
-    slow = settings.model_copy(
+    slow = with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.1
+    ).model_copy(
         update={
             "fairness": fairness,
             "max_concurrent_activities": SLOTS,
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.1,
             "work_slice_seconds": 0.3,
         }
     )
     # Joins the slow one once B's job is measured, to work off A's backlog.
-    fast = slow.model_copy(
-        update={
-            "max_concurrent_activities": 4,
-            "tagging_batch_size": 2000,
-            "tagging_batch_pause_seconds": 0.0,
-            "work_slice_seconds": 5.0,
-        }
-    )
+    fast = with_kind(
+        slow, "course_tagging", tagging_batch_size=2000, tagging_batch_pause_seconds=0.0
+    ).model_copy(update={"max_concurrent_activities": 4, "work_slice_seconds": 5.0})
     a, b = seeded.a, seeded.b
     hub = HubJobsClient(temporal, engine, slow)
     a_jobs = hub.scope(a.workspace_id, a.actor_id)

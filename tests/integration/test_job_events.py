@@ -29,7 +29,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.events import event_id
 from starter.client import HubJobsClient
-from tests.support.helpers import until
+from tests.support.helpers import until, with_kind
 from tests.support.servers import API_SECRET, bearer, running_worker, seed
 from tests.support.sse import Event, Stream, opened, serving
 
@@ -333,8 +333,8 @@ async def test_a_tagging_jobs_stream_follows_its_batches_to_the_final_event(
     client, _ = api
     course = await seed(engine, 40)
     # Slow enough to be seen between batches on any machine: 4 batches, paused between.
-    slow = api_settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.5}
+    slow = with_kind(
+        api_settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.5
     )
     auth = bearer(course.actor_id, api_settings)
     started = await client.post(

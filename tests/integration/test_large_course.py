@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.support.helpers import all_runs_history, item_counts, workflow_closed
+from tests.support.helpers import all_runs_history, item_counts, with_kind, workflow_closed
 from tests.support.histories import record
 from tests.support.servers import SUGGEST_CONTINUE_AS_NEW, running_worker, seed
 
@@ -26,7 +26,9 @@ async def _runs(temporal: Client, workflow_id: str) -> list[int]:
 async def test_a_100000_page_course_keeps_its_history_small(
     engine: AsyncEngine, temporal: Client, settings: Settings
 ) -> None:
-    big = settings.model_copy(update={"tagging_batch_size": 1000, "work_slice_seconds": 2})
+    big = with_kind(settings, "course_tagging", tagging_batch_size=1000).model_copy(
+        update={"work_slice_seconds": 2}
+    )
     course = await seed(engine, PAGES)
     jobs = HubJobsClient(temporal, engine, big).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, big):
@@ -57,7 +59,9 @@ async def test_small_chunks_continue_as_new_and_end_exact(
     engine: AsyncEngine, temporal: Client, settings: Settings
 ) -> None:
     pages = 20_000
-    tiny = settings.model_copy(update={"tagging_batch_size": 100, "work_slice_seconds": 0})
+    tiny = with_kind(settings, "course_tagging", tagging_batch_size=100).model_copy(
+        update={"work_slice_seconds": 0}
+    )
     course = await seed(engine, pages)
     jobs = HubJobsClient(temporal, engine, tiny).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, tiny):

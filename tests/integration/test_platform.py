@@ -37,7 +37,7 @@ from hubjobs.temporal.maintenance import (
 from hubjobs.temporal.messages import JobInput, ReconcileRequest, ReconcileResult, SweepResult
 from starter.client import HubJobsClient
 from tests.support import toy_kind
-from tests.support.helpers import final_row, row_of, until
+from tests.support.helpers import final_row, row_of, until, with_kind
 from tests.support.servers import running_worker, seed
 
 
@@ -221,10 +221,10 @@ async def test_a_terminated_workflow_is_failed_by_the_maintenance_reconciler(
     settings: Settings,
     stack: object,
 ) -> None:
-    slow = settings.model_copy(
+    slow = with_kind(
+        settings, "course_tagging", tagging_batch_size=5, tagging_batch_pause_seconds=0.1
+    ).model_copy(
         update={
-            "tagging_batch_size": 5,
-            "tagging_batch_pause_seconds": 0.1,
             "reconcile_seconds": 1,
             "reconcile_grace_seconds": 0,
             "retention_sweep_seconds": 3600,

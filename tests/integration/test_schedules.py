@@ -25,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.embedded import StackInfo, venv_binary
 from hubjobs.errors import InvalidInput
+from hubjobs.kinds.backup import backup_folder
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import (
@@ -34,7 +35,7 @@ from hubjobs.schedules.definition import (
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import FiringOutcome, SweepResult
 from starter.client import HubJobsClient
-from tests.support.helpers import until
+from tests.support.helpers import until, with_kind
 from tests.support.histories import record
 from tests.support.servers import running_worker, seed
 
@@ -278,8 +279,8 @@ async def test_a_firing_whose_actor_was_demoted_is_a_failed_job_with_its_code(
 async def test_cancelling_a_firing_in_temporal_cancels_its_job(
     temporal: Client, engine: AsyncEngine, settings: Settings, cleanup: list[str]
 ) -> None:
-    slow = settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+    slow = with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.05
     )
     course = await seed(engine, 1000)
     schedules = HubJobsClient(temporal, engine, slow).schedules(
@@ -323,11 +324,10 @@ async def test_cancelling_a_firing_in_temporal_cancels_its_job(
 
 @pytest.fixture
 def backup_settings(settings: Settings, tmp_path: Path) -> Settings:
-    return settings.model_copy(
-        update={
-            "backup_dir": tmp_path / "backups",
-            "attachments_dir": tmp_path / "attachments",
-        }
+    return with_kind(
+        settings.model_copy(update={"attachments_dir": tmp_path / "attachments"}),
+        "backup",
+        backup_dir=tmp_path / "backups",
     )
 
 
@@ -340,7 +340,7 @@ async def test_keep_one_on_a_backup_schedule_leaves_one_archive(
     course = await seed(engine, 5)
     hub = HubJobsClient(temporal, engine, backup_settings)
     schedules = hub.schedules(course.workspace_id, course.actor_id)
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     async with running_worker(temporal, backup_settings):
         created = await schedules.create("backup", every=f"{EVERY}s", keep=1)
         cleanup.append(created.id)

@@ -23,6 +23,7 @@ from tests.support.helpers import (
     assert_every_page_tagged_once,
     signals_of,
     wait_until_final,
+    with_kind,
     workflow_closed,
 )
 from tests.support.histories import record
@@ -60,10 +61,10 @@ def signals_when_asked(run: Sequence[HistoryEvent]) -> tuple[int, int] | None:
 async def test_a_run_continues_as_new_on_its_signal_count_and_the_job_ends_exact(
     engine: AsyncEngine, temporal: Client, settings: Settings
 ) -> None:
-    busy = settings.model_copy(
+    busy = with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.2
+    ).model_copy(
         update={
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.2,
             "progress_report_seconds": 0.01,
             "run_signal_budget": BUDGET,
             "work_slice_seconds": 30,

@@ -31,6 +31,7 @@ from tests.support.helpers import (
     row_of,
     tagging_activities,
     until,
+    with_kind,
     workflow_closed,
 )
 from tests.support.histories import record
@@ -136,7 +137,7 @@ async def test_a_course_larger_than_a_batch_goes_the_ordinary_way(
     course = await seed(engine, 30)
     jobs = hub.scope(course.workspace_id, course.actor_id)
     job = await jobs.start("course_tagging", {"root_page_id": course.root_page_id, "tag": TAG})
-    smaller = settings.model_copy(update={"tagging_batch_size": 29})
+    smaller = with_kind(settings, "course_tagging", tagging_batch_size=29)
     commits = Commits()
     async with running_worker(temporal, smaller, on_engine=commits.watch):
         done = await jobs.wait(job.id, timeout=60)

@@ -13,7 +13,12 @@ from temporalio.client import Client
 
 from hubjobs.settings import Settings
 from starter.client import HubJobsClient
-from tests.support.helpers import assert_every_page_tagged_once, item_counts, wait_until_final
+from tests.support.helpers import (
+    assert_every_page_tagged_once,
+    item_counts,
+    wait_until_final,
+    with_kind,
+)
 from tests.support.servers import running_worker, seed
 
 PAGES = 60
@@ -28,7 +33,7 @@ async def test_lanes_overlap_batches_and_tag_every_page_once(
     at once, then 0.2 s: with two lanes a second batch is seen there while the first
     waits, with one never. Either way every page gets the tag and one revision once, and
     the counters equal the items."""
-    tuned = settings.model_copy(update={"tagging_batch_size": 10, "tagging_lanes": lanes})
+    tuned = with_kind(settings, "course_tagging", tagging_batch_size=10, tagging_lanes=lanes)
     course = await seed(engine, PAGES)
     waiting = 0
     most = 0

@@ -34,7 +34,7 @@ from hubjobs.temporal.deployment import describe, describe_version, pinned_query
 from hubjobs.temporal.maintenance import RECONCILER_WORKFLOW
 from hubjobs.temporal.messages import ReconcileRequest, ReconcileResult
 from starter.client import HubJobsClient
-from tests.support.helpers import all_runs_history, temporal_cli, workflow_closed
+from tests.support.helpers import all_runs_history, temporal_cli, with_kind, workflow_closed
 from tests.support.servers import running_worker, seed
 from tests.support.wedged_build import WedgingCourseTaggingWorkflow
 from worker import implementations, workflows
@@ -141,13 +141,8 @@ async def test_a_running_job_finishes_on_its_build_while_new_jobs_run_on_the_nex
     stack: embedded.StackInfo, temporal: Client, engine: AsyncEngine, settings: Settings
 ) -> None:
     name = f"test-{uuid.uuid4().hex[:10]}"
-    build_1 = settings.model_copy(
-        update={
-            "worker_versioning": True,
-            "deployment_name": name,
-            "build_id": "1",
-            "tagging_batch_size": 10,
-        }
+    build_1 = with_kind(settings, "course_tagging", tagging_batch_size=10).model_copy(
+        update={"worker_versioning": True, "deployment_name": name, "build_id": "1"}
     )
     build_2 = build_1.model_copy(update={"build_id": "2"})
     hub = HubJobsClient(temporal, engine, build_1)
@@ -282,13 +277,8 @@ async def test_a_run_wedged_on_an_old_build_is_flagged_and_moved_to_a_fixed_one(
     versioning override (`temporal workflow update-options`) onto fixed build 2, moves
     the run there, where the signal cancels it; the flag goes with the job's end."""
     name = f"test-{uuid.uuid4().hex[:10]}"
-    build_1 = settings.model_copy(
-        update={
-            "worker_versioning": True,
-            "deployment_name": name,
-            "build_id": "1",
-            "tagging_batch_size": 10,
-        }
+    build_1 = with_kind(settings, "course_tagging", tagging_batch_size=10).model_copy(
+        update={"worker_versioning": True, "deployment_name": name, "build_id": "1"}
     )
     build_2 = build_1.model_copy(update={"build_id": "2"})
     wedging = [

@@ -32,6 +32,7 @@ from hubjobs.devstack import embedded
 from hubjobs.devstack.demo_data import DemoCourse
 from hubjobs.domain.pages import etag, update_page
 from hubjobs.job_rows import JobRow, admit
+from hubjobs.kinds import get_kind
 from hubjobs.kinds.course_tagging import COURSE_TAGGING, CourseTaggingPayload
 from hubjobs.observability.telemetry import JobMetrics
 from hubjobs.readmodel.views import JobView
@@ -339,7 +340,7 @@ async def tagger_for(
     """The tagging activities and an attempt's context for a job, outside Temporal."""
     deps = Deps(
         engine=engine,
-        settings=Settings(tagging_batch_size=batch),
+        settings=Settings(kind_settings={"course_tagging": {"tagging_batch_size": batch}}),
         metrics=JobMetrics(MetricMeter.noop),
         hooks={"before_write": before_write},
     )
@@ -442,3 +443,13 @@ async def activity_summaries(handle: WorkflowHandle[Any, Any]) -> list[str]:
         if event.HasField("activity_task_scheduled_event_attributes"):
             summaries.append(json.loads(event.user_metadata.summary.data))
     return summaries
+
+
+def with_kind(settings: Settings, kind: str, **values: Any) -> Settings:
+    """``settings`` with ``values`` in place of the environment's for ``kind``'s own
+    settings (merged into ``kind_settings``), checked at once: a misspelt name fails
+    here, not by being ignored."""
+    merged = {**settings.kind_settings, kind: {**settings.kind_settings.get(kind, {}), **values}}
+    changed = settings.model_copy(update={"kind_settings": merged})
+    get_kind(kind).own_settings(changed)
+    return changed

@@ -30,9 +30,8 @@ class EchoActivities(KindActivities[EchoPayload]):
         ATTEMPTS.append((ctx.request.attempt, activity.info().current_attempt_scheduled_time))
         if ctx.request.attempt <= ctx.payload.fail_attempts:
             raise RuntimeError(f"transient failure {ctx.request.attempt}")
-        own = ctx.kind.own_settings()
-        assert isinstance(own, EchoSettings)
-        return Done({"echo": own.prefix + ctx.payload.message})
+        own = TOY.settings_as(EchoSettings, ctx.settings)
+        return Done({"echo": own.echo_prefix + ctx.payload.message})
 
 
 @kind_workflow(TOY, versioning=JOB_VERSIONING)

@@ -30,12 +30,12 @@ class EchoResult(Result):
 
 
 class EchoSettings(BaseSettings):
-    """The toy kind's own settings (HUBJOBS_TOY_ECHO_*): none in the shared Settings."""
+    """The toy kind's own settings (HUBJOBS_TOY_ECHO_PREFIX): none in the shared Settings."""
 
-    model_config = SettingsConfigDict(env_prefix="HUBJOBS_TOY_ECHO_")
+    model_config = SettingsConfigDict(env_prefix="HUBJOBS_TOY_", extra="forbid")
 
     # Put before every echo.
-    prefix: str = ""
+    echo_prefix: str = ""
 
 
 async def prepare(conn: AsyncConnection, job: NewJob, payload: EchoPayload) -> Prepared:

@@ -30,6 +30,7 @@ from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.codec_keys import codec_env
+from tests.support.helpers import with_kind
 from tests.support.processes import hubjobs_env
 from tests.support.servers import API_SECRET, bearer, running_worker, seed
 from tests.support.stacks import HUBJOBS, ForeignListener, hubjobs
@@ -37,12 +38,11 @@ from tests.support.stacks import HUBJOBS, ForeignListener, hubjobs
 
 @pytest.fixture
 def api_settings(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={
-            "api_jwt_secret": SecretStr(API_SECRET),
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.05,
-        }
+    return with_kind(
+        settings.model_copy(update={"api_jwt_secret": SecretStr(API_SECRET)}),
+        "course_tagging",
+        tagging_batch_size=10,
+        tagging_batch_pause_seconds=0.05,
     )
 
 

@@ -44,7 +44,7 @@ from hubjobs.db.migrate import head_revision
 from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attachment, seed_demo
 from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import Forbidden, HubJobsError, InvalidInput, NotFound
-from hubjobs.kinds.backup import BACKUP
+from hubjobs.kinds.backup import BACKUP, backup_folder
 from hubjobs.ops.restore import RestoreReport, restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -66,7 +66,7 @@ from tests.support.archive_helpers import (
     temporary_archives,
 )
 from tests.support.cli_errors import refusal_code
-from tests.support.helpers import edit, row_of, run_endings, workflow_closed
+from tests.support.helpers import edit, row_of, run_endings, with_kind, workflow_closed
 from tests.support.histories import record
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import TEMPLATE, running_worker
@@ -106,13 +106,13 @@ OPERATOR = uuid.UUID("0fe7a70f-0000-4000-8000-000000000001")
 def backup_settings(settings: Settings, tmp_path: Path) -> Settings:
     """The worker's and the starter's settings: backups and attachments under tmp_path,
     backups paced (PACE), OPERATOR a hub operator."""
-    return settings.model_copy(
-        update={
-            "backup_dir": tmp_path / "backups",
-            "attachments_dir": tmp_path / "attachments",
-            "backup_max_bytes_per_second": PACE,
-            "hub_operators": [OPERATOR],
-        }
+    return with_kind(
+        settings.model_copy(
+            update={"attachments_dir": tmp_path / "attachments", "hub_operators": [OPERATOR]}
+        ),
+        "backup",
+        backup_dir=tmp_path / "backups",
+        backup_max_bytes_per_second=PACE,
     )
 
 
@@ -243,7 +243,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert result["attachmentCount"] == len(created)
     assert result["schemaVersion"] == head_revision() == "0011"
     archive = Path(result["archivePath"])
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     assert archive == backups / archive_name(done.id)
     assert file_facts(archive) == (0o600, result["sizeBytes"])
     assert names_in(backups) == [archive.name]  # no *.partial left over
@@ -477,7 +477,7 @@ async def test_a_cancelled_backup_leaves_no_file_at_all(
             break
     else:
         raise AssertionError("the backup ended before it read anything")
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     assert any(n.endswith(".partial") for n in names_in(backups)), "no archive being written"
     asked = time.monotonic()
     requested = await jobs.cancel(job.id)
@@ -568,7 +568,7 @@ async def test_a_cancellation_that_comes_as_the_archive_is_committed_leaves_no_f
     )
     try:
         await _wait_for(role_check_waits, "the activity's role check to wait", 30)
-        backups = backup_settings.resolved_backup_dir
+        backups = backup_folder(backup_settings)
         assert [n for n in names_in(backups) if n.endswith(".partial")], "no archive written"
         # Past the heartbeat throttle: the activity's last heartbeat has gone out.
         await asyncio.sleep(1.5)
@@ -613,12 +613,12 @@ async def test_a_worker_killed_mid_stream_leaves_no_archive_and_the_retry_writes
     jobs = HubJobsClient(temporal, engine, starter_settings).scope(
         course.workspace_id, course.actor_id
     )
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     final = partial = backups / "unknown"
     env = hubjobs_env(
         backup_settings,
         backup_settings.home,
-        backup_dir=backup_settings.resolved_backup_dir,
+        backup_dir=backup_folder(backup_settings),
         attachments_dir=backup_settings.resolved_attachments_dir,
         heartbeat_timeout_seconds=3,
         backup_max_bytes_per_second=PACE,
@@ -702,7 +702,7 @@ async def test_an_attempt_presumed_dead_leaves_its_successor_s_archive_alone(
     jobs = HubJobsClient(temporal, engine, starter_settings).scope(
         course.workspace_id, course.actor_id
     )
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     # 4 MB a second: the 60 MB of files take B some 15 s, while A wakes up.
     env = hubjobs_env(
         backup_settings,
@@ -772,7 +772,7 @@ async def test_an_expired_backup_takes_its_archive_with_it(
     assert file_facts(archive) is not None and file_facts(kept_archive) is not None
     assert done.expires_at is not None
     # What an attempt killed midway left behind goes with the job too.
-    (backup_settings.resolved_backup_dir / temporary_name(done.id, "killed")).write_bytes(b"x")
+    (backup_folder(backup_settings) / temporary_name(done.id, "killed")).write_bytes(b"x")
 
     async with engine.begin() as conn:
         await conn.execute(
@@ -789,7 +789,7 @@ async def test_an_expired_backup_takes_its_archive_with_it(
     assert (swept.removed, swept.kept) == (1, 0)
     assert file_facts(archive) is None
     assert file_facts(kept_archive) is not None
-    assert names_in(backup_settings.resolved_backup_dir) == [kept_archive.name]
+    assert names_in(backup_folder(backup_settings)) == [kept_archive.name]
     async with engine.connect() as conn:
         remaining = set(
             (await conn.execute(text("SELECT id FROM jobs WHERE kind = 'backup'"))).scalars()
@@ -825,7 +825,7 @@ async def test_only_an_enabled_administrator_may_start_a_backup(
     async with engine.connect() as conn:
         count = (await conn.execute(text("SELECT count(*) FROM jobs"))).scalar_one()
     assert count == 0
-    assert names_in(backup_settings.resolved_backup_dir) == []
+    assert names_in(backup_folder(backup_settings)) == []
 
 
 async def test_a_workspace_administrator_gets_no_hub_backup_from_the_client_or_temporal(
@@ -865,7 +865,7 @@ async def test_a_workspace_administrator_gets_no_hub_backup_from_the_client_or_t
     assert failure.value.cause.type == "hub_operator_required"
     row = await row_of(engine, job_id)
     assert row is not None and (row.status, row.error_code) == ("failed", "hub_operator_required")
-    assert names_in(backup_settings.resolved_backup_dir) == []
+    assert names_in(backup_folder(backup_settings)) == []
 
 
 # --- 7. what the backup reads ---------------------------------------------------------------
@@ -971,7 +971,7 @@ async def test_a_backup_throttled_to_60000_bytes_a_second_beats_through_its_wait
     env = hubjobs_env(
         backup_settings,
         backup_settings.home,
-        backup_dir=backup_settings.resolved_backup_dir,
+        backup_dir=backup_folder(backup_settings),
         attachments_dir=folder,
         backup_max_bytes_per_second=THROTTLE,
         **lease,

@@ -40,7 +40,12 @@ from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support import toy_kind
 from tests.support.codec_keys import NEW_KEY_ID, OLD_KEY_ID, codec_env, with_codec
-from tests.support.helpers import assert_every_page_tagged_once, temporal_cli, workflow_closed
+from tests.support.helpers import (
+    assert_every_page_tagged_once,
+    temporal_cli,
+    with_kind,
+    workflow_closed,
+)
 from tests.support.histories import record
 from tests.support.processes import api_process
 from tests.support.servers import running_worker, seed
@@ -154,7 +159,7 @@ async def test_with_the_codec_on_the_history_holds_no_plain_value_and_the_job_wo
     course = await seed(engine, 30)
     # A course bigger than one batch, so that the history holds an ordinary attempt's
     # payloads (its heartbeats) too; a small job's local activity is in the next test's.
-    ordinary = codec.model_copy(update={"tagging_batch_size": 10})
+    ordinary = with_kind(codec, "course_tagging", tagging_batch_size=10)
     async with running_worker(client, ordinary):
         workflow_id, done = await tag_a_course(client, engine, codec, course, tag)
     assert done.status == "succeeded"

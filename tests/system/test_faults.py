@@ -42,6 +42,7 @@ from activities.course_tagging import CourseTaggingActivities
 from hubjobs.archive.format import archive_name
 from hubjobs.db.engine import async_engine
 from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.kinds.backup import backup_folder
 from hubjobs.ops.restore import restore
 from hubjobs.readmodel.views import JobView
 from hubjobs.settings import Settings
@@ -65,6 +66,7 @@ from tests.support.helpers import (
     run_endings,
     wait_until_final,
     wait_until_processed,
+    with_kind,
     workflow_closed,
 )
 from tests.support.own_postgres import OwnPostgres, own_postgres_server
@@ -548,8 +550,8 @@ async def test_items_a_database_forgot_behind_the_cursor_are_done_before_success
     done, every page tagged once. Before, the attempt finished the job ``succeeded``
     when no item was pending after its cursor, with 25 items left pending."""
     course = await seed(engine, LOST_PAGES)
-    worker_settings = settings.model_copy(
-        update={"tagging_batch_size": 25, "tagging_batch_pause_seconds": 0.05}
+    worker_settings = with_kind(
+        settings, "course_tagging", tagging_batch_size=25, tagging_batch_pause_seconds=0.05
     )
     jobs = HubJobsClient(temporal, engine, settings).scope(course.workspace_id, course.actor_id)
     async with running_worker(temporal, worker_settings):
@@ -719,15 +721,15 @@ async def test_a_backup_whose_worker_is_sigtermed_mid_stream_is_handed_over_whol
     stream and its ``.partial`` and returns; no attempt is spent. The next worker writes
     a whole archive from a new snapshot, which restores row for row and byte for
     byte."""
-    backup_settings = settings.model_copy(
-        update={
-            "backup_dir": tmp_path / "backups",
-            "attachments_dir": tmp_path / "attachments",
-            "heartbeat_timeout_seconds": 3,
-        }
+    backup_settings = with_kind(
+        settings.model_copy(
+            update={"attachments_dir": tmp_path / "attachments", "heartbeat_timeout_seconds": 3}
+        ),
+        "backup",
+        backup_dir=tmp_path / "backups",
     )
     folder = backup_settings.resolved_attachments_dir
-    backups = backup_settings.resolved_backup_dir
+    backups = backup_folder(backup_settings)
     course = await seed(engine, 1000)
     created = await add_attachments(engine, folder, course.page_ids, [MB] * 60 + [0, 7, 70_000])
     source = await asyncio.to_thread(fingerprint, database_url)

@@ -31,7 +31,7 @@ from hubjobs.settings import Settings
 from hubjobs.temporal.failures import ERROR_MESSAGES
 from starter.client import HubJobsClient
 from tests.support.archive_helpers import MB, add_attachments
-from tests.support.helpers import workflow_closed
+from tests.support.helpers import with_kind, workflow_closed
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import seed
 from tests.system.test_faults import failed_job, wait_started
@@ -120,8 +120,8 @@ async def test_a_backup_that_fills_its_disk_fails_no_space_and_leaves_no_partial
     attachments = tmp_path / "attachments"
     await add_attachments(engine, attachments, course.page_ids, [MB, MB, 1000])
     with small_disk() as disk:
-        backup_settings = settings.model_copy(
-            update={"backup_dir": disk, "attachments_dir": attachments}
+        backup_settings = with_kind(
+            settings.model_copy(update={"attachments_dir": attachments}), "backup", backup_dir=disk
         )
         env = hubjobs_env(backup_settings, tmp_path, backup_dir=disk, attachments_dir=attachments)
         worker = WorkerProcess("worker", env, tmp_path)

@@ -46,6 +46,7 @@ from hubjobs.readmodel.views import JobView, QueueState
 from hubjobs.settings import Settings
 from hubjobs.temporal.client import data_converter
 from starter.client import HubJobsClient, WorkspaceJobs
+from tests.support.helpers import with_kind
 from tests.support.servers import running_worker, seed
 
 TAG = "Zephyrine"  # a word found nowhere else, to see whether it leaks into the logs
@@ -60,8 +61,8 @@ WORKFLOW = COURSE_TAGGING.workflow_type
 @pytest.fixture
 def slow_settings(settings: Settings) -> Settings:
     """Small batches with a pause between them: a few hundred pages take seconds."""
-    return settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.05}
+    return with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.05
     )
 
 
@@ -364,7 +365,7 @@ async def test_one_trace_runs_from_the_start_to_the_activities(
     correlation_id = f"trace-{uuid.uuid4().hex}"
     # A course bigger than one batch: its work runs as ordinary attempts (a smaller one
     # would be done at once by a local activity), the activities this trace follows.
-    ordinary = settings.model_copy(update={"tagging_batch_size": 10})
+    ordinary = with_kind(settings, "course_tagging", tagging_batch_size=10)
     async with running_worker(client, ordinary):
         job = await jobs.start(
             "course_tagging",

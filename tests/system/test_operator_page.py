@@ -36,7 +36,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
-from tests.support.helpers import edit, until
+from tests.support.helpers import edit, until, with_kind
 from tests.support.servers import API_SECRET, running_worker, seed
 from tests.support.sse import serving
 
@@ -61,13 +61,13 @@ UUID_TAIL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 @pytest.fixture
 def page_settings(settings: Settings) -> Settings:
     """Slow enough that a 400-page course is seen moving for seconds."""
-    return settings.model_copy(
-        update={
-            "api_jwt_secret": SecretStr(API_SECRET),
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.1,
-            "temporal_ui_url": UI,
-        }
+    return with_kind(
+        settings.model_copy(
+            update={"api_jwt_secret": SecretStr(API_SECRET), "temporal_ui_url": UI}
+        ),
+        "course_tagging",
+        tagging_batch_size=10,
+        tagging_batch_pause_seconds=0.1,
     )
 
 
@@ -631,12 +631,11 @@ async def test_open_job_pages_cost_one_stream_each_not_a_request_a_second(
     no request but one stream a page; each page reads the job and its items once more
     when its job ends. Polling each page once a second would have been a request a
     second a page."""
-    quick = settings.model_copy(
-        update={
-            "api_jwt_secret": SecretStr(API_SECRET),
-            "tagging_batch_size": 10,
-            "tagging_batch_pause_seconds": 0.2,
-        }
+    quick = with_kind(
+        settings.model_copy(update={"api_jwt_secret": SecretStr(API_SECRET)}),
+        "course_tagging",
+        tagging_batch_size=10,
+        tagging_batch_pause_seconds=0.2,
     )
     courses = [await seed(engine, 60) for _ in range(PAGES_OPEN)]
     hub = HubJobsClient(temporal, engine, quick)

@@ -44,6 +44,7 @@ from tests.support.helpers import (
     running_row,
     temporal_cli,
     until,
+    with_kind,
     workflow_closed,
 )
 from tests.support.servers import seed
@@ -90,8 +91,8 @@ def slow_settings(settings: Settings) -> Settings:
     """Small batches with a pause between them: a 1,000-page course takes 10 s at the
     least (100 batches, two lanes, 0.2 s pauses), however fast the machine, so that it
     is seen running; the tests wait for states, never for times."""
-    return settings.model_copy(
-        update={"tagging_batch_size": 10, "tagging_batch_pause_seconds": 0.2}
+    return with_kind(
+        settings, "course_tagging", tagging_batch_size=10, tagging_batch_pause_seconds=0.2
     )
 
 

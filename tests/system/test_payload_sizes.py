@@ -36,7 +36,7 @@ from hubjobs.temporal import search_attributes as sa
 from hubjobs.temporal.messages import JobOutcome
 from starter.api import create_app
 from starter.client import HubJobsClient
-from tests.support.helpers import workflow_closed
+from tests.support.helpers import with_kind, workflow_closed
 from tests.support.processes import WorkerProcess, hubjobs_env
 from tests.support.servers import bearer, own_temporal, seed
 from tests.system.test_faults import failed_job, wait_started
@@ -63,8 +63,10 @@ async def test_an_export_whose_manifest_is_over_the_payload_limit_closes_its_run
         async with own_temporal(LIMITS) as temporal:
             # The worker, the client and the API all on the test's own server.
             address = temporal.service_client.config.target_host
-            settings = api_settings.model_copy(
-                update={"export_dir": disk, "temporal_address": address}
+            settings = with_kind(
+                api_settings.model_copy(update={"temporal_address": address}),
+                "page_export",
+                export_dir=disk,
             )
             env = hubjobs_env(settings, tmp_path, temporal_address=address, export_dir=disk)
             worker = WorkerProcess("worker", env, tmp_path)
