@@ -47,10 +47,9 @@ def drop_leftovers(conn: Connection) -> list[str]:
     return names
 
 
-# Everything a migration makes in a schema, as (kind for ALTER/DROP, name with the
-# arguments of a function): tables (with their indexes, constraints, sequences, row
-# types), views, free sequences, functions, and types of their own. Anything else
-# stays behind, and the DROP SCHEMA that ends the swap refuses it: no object is lost.
+# Everything a migration makes in a schema, as (kind for ALTER/DROP, name with a
+# function's arguments). Anything else stays behind, and the DROP SCHEMA that ends the
+# swap refuses it: no object is lost.
 _OBJECTS = """
 SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
        quote_ident(c.relname)
