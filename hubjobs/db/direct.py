@@ -1,6 +1,6 @@
 """Statements of the hot path run on the driver's own connection (psycopg), inside the
 unit of work a SQLAlchemy engine opened (its transaction, deadline and pool): SQLAlchemy's
-async layer costs about twice the CPU of the same statement on psycopg alone.
+async layer (a greenlet hop, the statement compiled, its result wrapped) costs more CPU.
 
 A statement is written with SQLAlchemy's ``:name`` parameters and turned into psycopg's
 form once, at import. A failure is raised as SQLAlchemy raises it (``DBAPIError``, a lost
