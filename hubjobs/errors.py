@@ -92,9 +92,8 @@ class Forbidden(HubJobsError):
 
 
 class IdempotencyKeyReused(HubJobsError):
-    """The idempotency key names a job that another request started (another kind,
-    payload or notify_url, or another workflow): nothing is started, and ``job_id``
-    names that job. The API answers 409."""
+    """The idempotency key names a job another request started: nothing is started, and
+    ``job_id`` names that job (the API answers 409)."""
 
     code = "idempotency_key_reused"
 
@@ -150,11 +149,9 @@ def _where(loc: Iterable[Any]) -> str:
 def describe_validation_errors(
     errors: Iterable[Mapping[str, Any]], *, default_loc: str = "payload", limit: int = 5
 ) -> str:
-    """pydantic's (or FastAPI's) validation errors as one plain line, from each error's
-    ``loc`` and ``msg`` only, never its ``input``. A ``msg`` can still carry a piece of
-    the input (``Input should be a valid UUID, invalid character: … found `x` at 1``):
-    that part, the context's ``error``, is left out unless the message is our own
-    validator's wording."""
+    """pydantic's validation errors as one plain line from ``loc`` and ``msg``, never the
+    input; the piece of it a ``msg`` may quote (its context's ``error``) is cut unless the
+    wording is our own validator's."""
     problems = []
     for error in errors:
         msg = str(error.get("msg", "invalid"))

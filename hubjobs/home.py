@@ -33,9 +33,7 @@ def holds_stack(folder: Path) -> bool:
 
 def nearest_home(start: Path | None = None) -> Path:
     """The nearest ``.hubjobs/`` holding a stack or a profile, from the working directory
-    up (as git finds its repository): a command run in a subfolder finds the stack
-    `hubjobs up` started above it, rather than advising a second one. None found:
-    ``.hubjobs`` here, where `hubjobs up` makes one."""
+    up as git finds its repository; none found, ``.hubjobs`` here."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / HOME_FOLDER
@@ -45,9 +43,8 @@ def nearest_home(start: Path | None = None) -> Path:
 
 
 def no_stack(home: Path, *, named: bool, instead: str = "") -> NoStack:
-    """The one line of a command that needs a stack and found none: where it looked
-    (HUBJOBS_HOME, or the working directory and the folders above it), and what would
-    do instead of a stack (``instead``: settings naming what the stack would give)."""
+    """The one line of a command that needs a stack and found none: where it looked, and
+    what settings would do instead (``instead``)."""
     if named:
         where = f"no stack in HUBJOBS_HOME ({home.resolve()})"
     else:

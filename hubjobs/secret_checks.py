@@ -1,12 +1,7 @@
-"""The secrets a worker and the API refuse to start with, checked one way for all three:
-the token secret (HUBJOBS_API_JWT_SECRET), the completion webhooks' signing secret
-(HUBJOBS_WEBHOOK_SECRET) and the payload codec's keys (HUBJOBS_CODEC_KEYS). A
-placeholder (``.env.example``'s ``change-me-…``) or a secret too short to resist a
-guess is refused with one line naming the setting, never its value.
-
-The two shared secrets are HMAC-SHA256 keys: RFC 7518 (3.2) wants at least as many
-bytes as the hash, 32. The codec's keys are AES keys, 16, 24 or 32 bytes of base64
-(hubjobs/temporal/codec.py reads them; a placeholder is not base64).
+"""The secrets a worker and the API refuse to start with: the token secret, the webhooks'
+signing secret (HMAC-SHA256 keys: RFC 7518 wants 32 bytes at least) and the codec's AES
+keys. A placeholder or a guessable secret is refused in one line naming the setting,
+never its value.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The backup archive: one zip file, readable member by member.
 
-    tables/<table>.copy      each hub table, as PostgreSQL COPY text (deflate)
-    attachments/<id>         each attachment's bytes (deflate, or stored when they
-                             do not compress)
-    attachments/index.jsonl  one line per attachment: id, storage path, size, sha256
-    manifest.json            written last: format, backup id, created at, schema version
-                             (Alembic's), scope (hub, or workspace and its id),
-                             per-table rows/bytes/sha256, the index's size and sha256,
-                             attachment count and bytes
+    tables/<table>.copy      each hub table as COPY text
+    attachments/<id>         each attachment's bytes (stored when they do not compress)
+    attachments/index.jsonl  a line per attachment: id, storage path, size, sha256
+    manifest.json            written last: format, ids, schema version, scope, each
+                             table's rows, size and sha256, the index's size and sha256
 
-Every checksum is sha256 over the member's bytes as written. Format 3 (this one) says
-its scope: a workspace's archive holds that workspace's rows alone
-(hubjobs.archive.scope). Format 2 added the index's size to the manifest, so a reader
-can bound every member it reads by a size it was told beforehand; formats 1 and 2
-(archives written before) are still read, each a whole hub's, format 1's index bounded
-by its line count. Writing: hubjobs.archive.writer; reading and validating:
-hubjobs.archive.reader.
+Format 3 says its scope (hub, or one workspace); formats 1 and 2 (a whole hub) are still
+read, format 1 without the index's size (bounded by its line count instead).
 """
 
 from __future__ import annotations
@@ -78,9 +70,8 @@ def archive_name(backup_id: uuid.UUID) -> str:
 
 
 def temporary_name(backup_id: uuid.UUID, writer: str) -> str:
-    """Where one attempt writes its archive before committing it: a name of its own, so
-    that an attempt presumed dead (its worker stopped past the heartbeat timeout) that
-    wakes up never removes or writes into its successor's file."""
+    """One attempt's archive before it commits: a name of its own, so that an attempt
+    presumed dead that wakes up never touches its successor's file."""
     return f"{archive_name(backup_id)}.{writer}.partial"
 
 
@@ -119,8 +110,7 @@ class Manifest(BaseModel):
     attachment_index_sha256: str = Field(pattern=SHA256_PATTERN)
     # Format 2 on; None in a format 1 archive.
     attachment_index_bytes: int | None = Field(default=None, ge=0)
-    # Format 3 on (earlier formats hold the whole hub): the workspace a workspace's
-    # archive holds, alone.
+    # Format 3 on (earlier formats hold the whole hub).
     scope: Literal["hub", "workspace"] = HUB
     workspace_id: uuid.UUID | None = None
 
@@ -132,12 +122,8 @@ class Manifest(BaseModel):
 
 
 def storage_path_parts(path: str) -> tuple[str, ...]:
-    """The components of an attachment's storage path, which must already be in normal
-    form: relative, in NFC, no empty, ``.`` or ``..`` component, no backslash or control
-    character, each component at most NAME_MAX bytes. Raises ValueError saying why not.
-
-    Both sides hold to it: the backup reads no file by any other path, and restore
-    writes none."""
+    """The components of a storage path already in normal form, else ValueError saying
+    why: the backup reads no file by any other path, and restore writes none."""
     if not path:
         raise ValueError("empty")
     encoded = path.encode("utf-8", "strict")  # lone surrogates raise (a ValueError)

@@ -1,25 +1,9 @@
 """Reading a backup archive: every structure checked before use, every read bounded.
 
-``open_archive`` checks the whole archive without expanding its data: the zip's
-directory (no member twice, none unexpected or missing, none encrypted or compressed
-but by deflate, each member's declared size the one the manifest or the index gives),
-the expanded total against a limit, the manifest (read with a bound), the attachment
-index (read with a bound, its checksum verified, each line a well-formed entry) and
-every storage path (normal form, relative, no ``..``, unique, none nested in another).
-Then ``table_blocks`` and ``attachment_blocks`` stream a member's bytes, reading never
-past the size declared for it, and verify its size and sha256 when it ends: a consumer
-that reaches the end of the stream has had exactly the bytes the backup wrote.
-
-Every refusal is an ``ArchiveError`` with one of these codes:
-
-``archive_unreadable``    not a readable file, not a zip, or no readable manifest
-``archive_corrupt``       a member missing, extra, twice or damaged; a size or checksum
-                          that does not match; a malformed index line
-``archive_too_large``     the data would expand past the limit (``max_bytes``: by
-                          default 100 times the archive's size, at least 1 GiB)
-``archive_path_invalid``  a storage path that is not a plain relative path in normal
-                          form, or one that repeats or nests in another
-``schema_unsupported``    an archive format or schema version this code does not know
+``open_archive`` checks the zip's directory, the manifest, the attachment index and every
+storage path without expanding the data; a member's stream never reads past its declared
+size and verifies size and sha256 at its end. Every refusal is an ``ArchiveError`` with
+one of ARCHIVE_ERROR_CODES (docs/guides/backup.md says when).
 """
 
 from __future__ import annotations
@@ -189,7 +173,7 @@ class Archive:
         if info is None or info.file_size > MANIFEST_MAX_BYTES:
             raise _unreadable("the archive has no readable manifest")
         try:
-            data = b"".join(self._read(info, info.file_size, crc=True))
+            data = b"".join(self._members.read(info, info.file_size, crc=True))
             manifest = Manifest.model_validate_json(data)
         except (ArchiveError, ValidationError) as err:
             log.info("archive %s: manifest: %s", self.path, err)
@@ -287,9 +271,8 @@ class Archive:
     # --- reading ------------------------------------------------------------------------
 
     def table_blocks(self, table: str) -> Iterator[bytes]:
-        """The table's COPY text, block by block; raises ArchiveError at the end (or
-        as soon as it reads past its size) unless size and checksum match. (Its rows
-        are the database's to count: COPY says how many it loaded.)"""
+        """The table's COPY text, block by block; raises ArchiveError at the end (or as
+        soon as it reads past its size) unless size and checksum match."""
         entry = self.tables[table]
         info = self._infos[table_member(table)]
         return self._verified(info, entry.bytes, entry.sha256)
@@ -300,15 +283,12 @@ class Archive:
 
     def _verified(self, info: zipfile.ZipInfo, size: int, sha256: str) -> Iterator[bytes]:
         digest, seen = hashlib.sha256(), 0
-        for data in self._read(info, size):
+        for data in self._members.read(info, size):
             digest.update(data)
             seen += len(data)
             yield data
         if seen != size or digest.hexdigest() != sha256:
             raise _corrupt(f"{info.filename} does not match its size or checksum")
-
-    def _read(self, info: zipfile.ZipInfo, size: int, *, crc: bool = False) -> Iterator[bytes]:
-        return self._members.read(info, size, crc=crc)
 
     def close(self) -> None:
         self._zf.close()
@@ -330,14 +310,9 @@ class MemberReader:
         self._size = os.fstat(file.fileno()).st_size
 
     def read(self, info: zipfile.ZipInfo, size: int, *, crc: bool = False) -> Iterator[bytes]:
-        """A member's bytes, in blocks of at most a MiB, never more than ``size`` in all:
-        read with pread (no shared file position: one member per thread at once) from
-        where its local header says, inflated (by ISA-L: the same deflate, faster than
-        zlib's, and a restore spends much of its CPU here) asked for no more output than is left
-        to come. Damage (a header that disagrees with the directory, a truncated
-        or broken deflate stream, more or fewer bytes than declared, anything after the
-        stream) fails as a corrupt archive. zip's CRC-32 is checked only when asked (for
-        the manifest, which has no checksum of its own): sha256 covers the rest."""
+        """A member's bytes, never more than ``size``, by pread (one member per thread at
+        once) and ISA-L's inflate (a restore spends much of its CPU there); any damage is
+        archive_corrupt. CRC-32 only when asked: the manifest has no sha256 of its own."""
         try:
             yield from self._inflate(info, size, crc)
         except ArchiveError:

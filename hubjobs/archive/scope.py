@@ -1,14 +1,9 @@
-"""Which rows a backup holds: every hub table whole (a hub's archive), or a workspace's
-rows of each (a workspace's archive): its row, its memberships and the accounts they
-name, its pages, their revisions and attachments; nothing of another workspace.
+"""Which rows a backup holds: every hub table whole, or a workspace's rows alone (its
+row, memberships and the accounts they name, pages, revisions, attachments).
 
-A page whose parent lies in another workspace is a root in the workspace's archive (its
-``parent_id`` written empty): the archive names no row outside the workspace, and it
-restores on its own into an empty database.
-
-The statements name the tables unqualified, or in ``schema`` when given (a restore
-reads its staging schema and the live one side by side). Workspace ids are inlined as
-UUID literals (``uuid.UUID`` renders only hex and dashes): COPY takes no parameters.
+A page whose parent lies in another workspace is written as a root, so the archive
+names no row outside it. Workspace ids are inlined as UUID literals (``uuid.UUID``
+renders only hex and dashes): COPY takes no parameters.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ def condition(table: str, workspace: uuid.UUID, schema: str | None = None) -> st
 
 
 def select_rows(table: str, workspace: uuid.UUID, columns: Sequence[str]) -> str:
-    """The rows a workspace's archive holds of ``table``, its columns in order, by its
-    key."""
+    """The rows a workspace's archive holds of ``table``, its columns in order."""
     w = literal(workspace)
     shown = [
         WORKSPACE_COLUMNS[(table, c)].format(w=w, s="") + f" AS {c}"

@@ -1,27 +1,9 @@
-"""Writing a backup archive (see hubjobs.archive.format) from one database snapshot.
+"""Writing a backup archive (hubjobs.archive.format) from one database snapshot.
 
-``write_archive`` takes a psycopg AsyncConnection already inside a REPEATABLE READ,
-READ ONLY transaction (so every table and the attachment rows agree), the attachments
-folder, a binary file to write to and a progress callback; it streams and returns the
-manifest. The caller owns the file: naming, fsync and rename are its business.
-
-How it stays fast and flat:
-
-* COPY output is read straight from libpq (a call per row, no coroutine per row) and
-  gathered into blocks of about a MiB; each block is hashed, counted, compressed and
-  written on one thread of its own (zlib and hashlib let go of the GIL), while the
-  event loop reads the next block from the server. At most
-  ``IN_FLIGHT`` blocks wait for that thread, so memory stays flat whatever the size.
-* Deflate runs at a fast level (``COMPRESS_LEVEL``): on the benchmark's data it costs
-  a few percent of size against ``pg_dump -Fc``'s level 6, at a fraction of the time.
-  An attachment whose first block does not compress is stored as it is.
-* The progress callback is awaited about once per MiB (and once per finished table or
-  file), so the caller can heartbeat; the loop is never held for longer than it takes
-  to hand over a block.
-
-Attachment files are opened below the attachments folder one component at a time,
-without following symbolic links, by their storage paths in normal form
-(``format.storage_path_parts``): the backup never reads a file outside that folder.
+COPY output is read straight from libpq and gathered into blocks; each block is hashed,
+compressed and written on a thread of its own (zlib and hashlib let go of the GIL) while
+the loop reads the next, at most ``IN_FLIGHT`` waiting, so memory stays flat. Attachment
+files are opened below their folder one component at a time, never following a link.
 """
 
 from __future__ import annotations
@@ -108,11 +90,9 @@ async def write_archive(
     workspace_id: uuid.UUID | None = None,
     compress_level: int = COMPRESS_LEVEL,
 ) -> Manifest:
-    """Writes the whole archive to ``out`` and returns its manifest (also its last
-    member): the whole hub, or with ``workspace_id`` that workspace's rows and files
-    alone (hubjobs.archive.scope). ``progress(nbytes, step_done, stage)`` is awaited
-    about once per MiB; it may take its time (a caller that paces the backup waits
-    there)."""
+    """Writes the hub's archive (or ``workspace_id``'s alone) to ``out``; returns its
+    manifest. ``progress(nbytes, step_done, stage)`` is awaited about once per MiB and may
+    take its time: a caller that paces the backup waits there."""
     await _require_snapshot(conn)
     head = await (
         await conn.execute("SELECT (SELECT version_num FROM alembic_version), now()")
@@ -192,11 +172,9 @@ async def _columns(conn: psycopg.AsyncConnection[Any], table: str) -> list[str]:
 async def _copy_out(
     conn: psycopg.AsyncConnection[Any], statement: str
 ) -> AsyncGenerator[bytes | bytearray, None]:
-    """``COPY … TO STDOUT`` in blocks of about BLOCK bytes, read straight from libpq
-    through psycopg's public ``pq`` wrapper: one call per row, where psycopg's own
-    COPY iteration takes a coroutine and a generator per row (three times as slow on a
-    table of a million small rows). The event loop waits for the socket between
-    bursts; errors are psycopg's, by SQLSTATE."""
+    """``COPY … TO STDOUT`` in blocks of about BLOCK bytes, read through psycopg's ``pq``
+    wrapper: one call per row, where psycopg's own COPY iteration takes a coroutine per
+    row. Errors are psycopg's, by SQLSTATE."""
     pgconn = conn.pgconn
     block = bytearray()
     async with conn.lock:
@@ -384,10 +362,9 @@ def _open_below(root_fd: int, entry: AttachmentEntry) -> int:
 
 
 class _Sink:
-    """The zip file and everything CPU-bound about it, on one thread of its own: every
-    call runs there in the order it was made. ``submit`` returns at once while fewer
-    than IN_FLIGHT calls wait; ``call`` waits for its own result (and so for all before
-    it)."""
+    """The zip file and everything CPU-bound about it, on one thread, calls in order:
+    ``submit`` returns at once while fewer than IN_FLIGHT wait; ``call`` waits for its
+    result (and so for all before it)."""
 
     def __init__(self, out: IO[bytes], level: int) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive-writer")

@@ -1,9 +1,6 @@
-"""Array parameters written as PostgreSQL array literals.
-
-psycopg adapts a Python list element by element in Python; a batch's thousand page
-ids and versions cost more to adapt than to update (a fifth of a tagging worker's CPU).
-Ids and integers need no quoting, so their literal is one ``join``; the statement casts
-it (``CAST(:ids AS uuid[])``). Text that could hold anything is still passed as a list.
+"""Array parameters written as PostgreSQL array literals (``CAST(:ids AS uuid[])``):
+psycopg adapts a list element by element in Python, which cost more than the update for
+a batch's thousand ids. Text that could hold anything is still passed as a list.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """A deadline on a unit of database work, kept by the client: past it the unit fails at
 once as ``DeadlineExceeded`` (an outage, hubjobs.db.errors), whatever the server does.
 
-PostgreSQL's own ``statement_timeout`` needs a server that runs: a hung server (its
-processes stopped, a black hole between it and us) answers nothing, and TCP keepalives
-do not notice a peer whose kernel still acknowledges. Cancelling the waiting task does
-not help either: psycopg then asks the server to cancel the query and waits for it (up
-to ten seconds in 3.3). So when the deadline passes, the sockets of the connections the
-unit holds are shut down: every wait on them wakes with an error at once, the
-connection is broken, and the pool drops it.
-
-The deadline lives in a context variable: ``with deadline(5): …`` bounds whatever runs
-inside, and the engines (hubjobs.db.engine) and the read pool (hubjobs.db.pool) put
-each connection they hand out under the current one. Nested deadlines keep the earlier.
+A hung server answers nothing (``statement_timeout`` needs one that runs, keepalives
+miss a peer whose kernel still acknowledges), and cancelling the task makes psycopg wait
+on a cancel request. So the deadline shuts the sockets of the unit's connections down:
+every wait wakes with an error at once and the pool drops the connection. ``with
+deadline(5): …`` bounds what runs inside (a context variable); nested ones keep the earlier.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Statements of the hot path run on the driver's own connection (psycopg), inside the
-unit of work a SQLAlchemy engine opened: its transaction, deadline and pool stay as
-they are. SQLAlchemy's async layer (a greenlet hop, the statement compiled and its
-result wrapped) cost about twice the CPU of the same prepared statement on psycopg alone,
-and a small job runs a dozen of them.
+unit of work a SQLAlchemy engine opened (its transaction, deadline and pool): SQLAlchemy's
+async layer (a greenlet hop, the statement compiled, its result wrapped) costs more CPU.
 
-A statement is written once, where its table's other statements are, with SQLAlchemy's
-``:name`` parameters; ``Statement`` turns it into psycopg's form once, at import. A
-failure is raised as SQLAlchemy raises it (``DBAPIError`` around psycopg's error), a
-lost connection invalidated as SQLAlchemy would, so callers tell errors apart as ever
-(hubjobs.db.errors).
+A statement is written with SQLAlchemy's ``:name`` parameters and turned into psycopg's
+form once, at import. A failure is raised as SQLAlchemy raises it (``DBAPIError``, a lost
+connection invalidated), so callers tell errors apart as ever (hubjobs.db.errors).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Connections: one async engine per process, psycopg 3 underneath.
 
-Every engine hides statement parameters from its errors (``hide_parameters``): an
-error's text goes to logs, and parameters are payloads, tags and keys.
-
-Every connection is opened with hubjobs.db.limits' options (a bound on connecting, TCP
-keepalives, server-side timeouts), and each one an async engine hands out is put under
-the running code's deadline (hubjobs.db.deadline), its connecting included: a unit of
-work under ``deadline(…)`` ends by then whatever the server does. The pool's pre-ping
-is ours for that reason (SQLAlchemy pings before any event could put the connection
-under the deadline): a connection back from the pool is pinged once it is watched, and
-one that fails is replaced. A worker's engine pings only a connection that sat in the
-pool a while (``ping_after_idle``): a ping is a transaction of its own, and a one-page
-job's attempt checks out three connections within milliseconds. One the server dropped
-within that while fails its first statement as a disconnect, which the unit of work
-rides out like any outage, and SQLAlchemy then replaces every connection the pool held
-from before."""
+Statement parameters are hidden from errors (their text goes to logs). Each connection
+is opened with hubjobs.db.limits' options and put under the running code's deadline
+(hubjobs.db.deadline), its connecting included. The pool's pre-ping is ours for that
+reason: SQLAlchemy's runs before the connection is watched. A worker pings only a
+connection idle a while (``ping_after_idle``): a ping is a transaction of its own, and
+one the server dropped meanwhile fails as a disconnect the unit of work rides out.
+"""
 
 from __future__ import annotations
 
@@ -47,8 +39,7 @@ def plain_url(url: str) -> str:
 # (``plan_cache_mode = force_custom_plan`` would also replan every row's foreign-key check.)
 NO_PREPARE = {"prepare_threshold": None}
 # Except a statement that asks (``text(...).execution_options(**PREPARED)``): one whose
-# plan cannot turn on its values (a row by its key, a lock) is planned once per
-# connection, which roughly halves a one-page job's opening.
+# plan cannot turn on its values (a row by its key, a lock) is planned once per connection.
 PREPARED = {"hubjobs_prepared": True}
 
 
@@ -59,11 +50,9 @@ def async_engine(
     options: ConnectOptions | None = None,
     ping_after_idle: float = 0.0,
 ) -> AsyncEngine:
-    """An engine whose connections are opened with ``options`` (the defaults: bounded
-    connecting and TCP keepalives, no server-side timeouts) and kept under the running
-    code's deadline; one back from the pool is pinged when it sat there longer than
-    ``ping_after_idle`` seconds (0: always). It hands out twice ``pool_size``
-    connections at most, and keeps them."""
+    """An engine whose connections are opened with ``options`` and kept under the running
+    code's deadline, pinged when back from more than ``ping_after_idle`` seconds in the
+    pool (0: always). It hands out twice ``pool_size`` connections at most, and keeps them."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -145,10 +134,8 @@ def _asks(context: Any) -> bool:
 def _prepare_if_asked(
     conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
 ) -> None:
-    """psycopg prepares this statement if it asks (PREPARED), and no other: the
-    threshold is set for each statement, and put back after one that asked
-    (``_prepare_no_more``), so what runs on the connection outside SQLAlchemy's
-    statements (the pool's ping) is never prepared."""
+    """psycopg prepares a statement that asks (PREPARED) and no other: the threshold is
+    put back after it, so what runs outside SQLAlchemy's statements (the ping) never is."""
     wanted = 0 if _asks(context) else None
     driver = conn.connection.driver_connection
     if driver.prepare_threshold != wanted:
@@ -169,10 +156,9 @@ def _fresh(dbapi_connection: Any, record: Any) -> None:
 def _watch_and_ping(
     dialect: Any, dbapi_connection: Any, record: Any, ping_after_idle: float
 ) -> None:
-    """On checkout: the connection goes under the current deadline, and one that sat in
-    the pool longer than ``ping_after_idle`` is pinged (a server restarted meanwhile);
-    a failed ping replaces it, a ping cut by the deadline fails the checkout as
-    ``DeadlineExceeded``."""
+    """On checkout: the connection goes under the current deadline and, idle longer than
+    ``ping_after_idle``, is pinged; a failed ping replaces it, one cut by the deadline
+    fails the checkout as ``DeadlineExceeded``."""
     from sqlalchemy import exc
 
     from hubjobs.db.deadline import watch

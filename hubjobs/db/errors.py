@@ -1,52 +1,15 @@
-"""Telling a database outage from a real error, by the error's class.
+"""Telling a database outage from a real error, by SQLSTATE and class, never by message.
 
-An outage (the server refused or dropped the connection, is shutting down or starting
-up, has no connection slot left) says nothing about the work: waiting and trying again
-is right, and it must never cost a job an attempt nor reach a client as anything but
-``unavailable``. Everything else (bad data, a constraint, a bug in a query) is a real
-error. Messages are never looked at: they change between versions and locales.
+An outage says nothing about the work: it is waited out and retried whole (bounded by
+HUBJOBS_MAX_OUTAGE_SECONDS), never costs an attempt, and reaches a client only as
+``unavailable``. A deadline that passed is one too, the client's or the server's
+(statement_timeout, lock_timeout): a server too slow to answer must end as one that does
+not answer, or a slow server would fail jobs that a stopped one lets ride out. A server
+that answers but lacks a resource (classes 53, 58) or is read-only (25006) is an outage
+not handed over to another worker, which would hear the same.
 
-A deadline that passed is an outage too, whoever kept it: the client's own
-(``DeadlineExceeded``, hubjobs.db.deadline) or the server's, ``statement_timeout``
-(57014 query_canceled) and ``lock_timeout`` (55P03 lock_not_available). Deliberately:
-a server too slow or too contended to answer within the budget is, to the caller, one
-that does not answer, and the two must end the same way (a client hears
-``unavailable`` and tries again; a job waits, then hands over, and fails only past
-HUBJOBS_MAX_OUTAGE_SECONDS), or a slow server would fail jobs that a stopped one lets
-ride out. Nothing about the work is wrong, and the unit is retried whole. The risk, a
-statement that can never finish within its budget, is bounded by the maximum outage
-and logged with its SQLSTATE every time; raise the purpose's budget for it.
-(``query_canceled`` also comes from an operator's ``pg_cancel_backend``: retrying is
-right then too.)
-
-A server that answers but cannot do the work for lack of a resource is an outage too,
-never a failure of the work, decided by SQLSTATE class:
-
-- class 53, insufficient resources (53100 disk_full, 53200 out_of_memory, 53300
-  too_many_connections, 53400 configuration_limit_exceeded): the same statement goes
-  through once space, memory or slots are back; an operator's fix, not the data's;
-- class 58, system errors (58030 io_error, 58P01 a file the server cannot find): the
-  server's own storage failing, which says nothing about the statement either;
-- 25006 read_only_sql_transaction: a standby, a primary demoted by a failover, or a
-  server an operator (or a managed service, as its disk fills) made read-only; writes
-  go through again on the new primary, or once it is writable.
-
-These pause the work exactly as a server that went away does (retried whole, bounded by
-HUBJOBS_MAX_OUTAGE_SECONDS), except that they do not hand the work over to another
-worker: the server answered this one, and would answer any other the same
-(``server_answered``). 53300 still hands over: it refused this worker a connection,
-and another may hold one. Class 53 but 53300, and 25006, are also told apart for a
-caller (``refused_writes``: ``database_full``, ``database_read_only``): the database
-answers reads and refuses writes, which a health check and a start say as such.
-
-A write refused for one row's own sake (``refused_for_its_row``: its data, a
-constraint, a trigger's refusal, a row or key over a size limit) is the only failure
-worth recording against that row; any other error is the statement's, or the
-server's, and goes up whole.
-
-SQLAlchemy is not imported here: a process that never imported it (the command line
-reading a job with psycopg alone) cannot hold one of its errors, and importing it
-slows every command.
+SQLAlchemy is not imported here: a process that never imported it cannot hold one of its
+errors, and importing it slows every command.
 """
 
 from __future__ import annotations
@@ -156,11 +119,9 @@ def sqlstate_of(err: BaseException) -> str | None:
 
 
 def server_answered(err: BaseException) -> bool:
-    """The server itself answered the call with an outage: it ended the statement at its
-    ``statement_timeout`` or ``lock_timeout`` (it answers slowly, or a lock is held), or
-    it cannot do the work for lack of a resource, being read-only, or its own storage
-    failing. Another worker would fare no better: an outage to wait out, not a reason
-    to hand the work over."""
+    """The server itself answered with an outage (its own timeout, a lack of resource,
+    read-only): another worker would fare no better, so it is waited out, not handed
+    over. 53300 is not: it refused this worker a connection, another may hold one."""
     state = sqlstate_of(err)
     if state is None or state == _NO_SLOT:
         return False
@@ -168,9 +129,8 @@ def server_answered(err: BaseException) -> bool:
 
 
 def refused_writes(err: BaseException) -> str | None:
-    """The code a caller hears when the database answered but refused to write for lack
-    of a resource (``database_full``) or being read-only (``database_read_only``);
-    None for any other error."""
+    """``database_full`` or ``database_read_only`` when the database answered but refused
+    to write (a health check and a start say so); None for any other error."""
     state = sqlstate_of(err)
     if state == _READ_ONLY:
         return DATABASE_READ_ONLY

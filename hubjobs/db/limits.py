@@ -1,15 +1,11 @@
 """How long a database call may take, by what it is for, and how every connection is
 made so that a dead or unreachable server is noticed.
 
-Each purpose has a budget (HUBJOBS_DB_<PURPOSE>_TIMEOUT_SECONDS and
-HUBJOBS_DB_<PURPOSE>_LOCK_TIMEOUT_SECONDS): a unit of work of that purpose runs under a
-client-side deadline of its budget (hubjobs.db.deadline), and the connections of an
-engine or pool carry PostgreSQL's ``statement_timeout`` and ``lock_timeout`` of the
-largest budget they serve, so that a statement the client gave up on does not run on
-in the server, nor a transaction it lost hold its locks
-(``idle_in_transaction_session_timeout``). Every connection also bounds its connecting
-(libpq ``connect_timeout``) and has TCP keepalives and ``tcp_user_timeout``, so that a
-peer gone silent on the network is noticed by the kernel while no unit is running.
+A purpose's unit of work runs under a client-side deadline of its budget
+(HUBJOBS_DB_<PURPOSE>_TIMEOUT_SECONDS, ..._LOCK_TIMEOUT_SECONDS), and its connections
+carry the same server-side timeouts, so that a statement the client gave up on does not
+run on, nor a lost transaction hold its locks. Connecting is bounded, and TCP keepalives
+and ``tcp_user_timeout`` notice a silent peer while no unit runs.
 """
 
 from __future__ import annotations
@@ -91,9 +87,8 @@ class ConnectOptions:
         if self.lock_timeout_seconds > 0:
             options.append(f"-c lock_timeout={int(self.lock_timeout_seconds * 1000)}")
         if self.statement_timeout_seconds > 0:
-            # A transaction left idle that long is one its client lost: the server ends
-            # it, and its locks go with it rather than block other workers' writes to the
-            # same job until the keepalives notice, hours later.
+            # A transaction left idle that long is one its client lost: its locks go with
+            # it rather than block other workers' writes until the keepalives notice.
             idle = int(self.statement_timeout_seconds * 1000)
             options.append(f"-c idle_in_transaction_session_timeout={idle}")
         if options:

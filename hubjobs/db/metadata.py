@@ -1,8 +1,6 @@
-"""What every table declaration shares: one SQLAlchemy metadata with the naming
-convention the migrations were generated with, and the creation-time column. The
-tables themselves live with what owns them: the hub's in ``hubjobs.domain.tables``,
-the read model's in ``hubjobs.readmodel.tables``; Alembic (``hubjobs/migrations``)
-sees both."""
+"""What every table declaration shares: one metadata with the migrations' naming
+convention, and the creation-time column. The tables live with their owners
+(``hubjobs.domain.tables``, ``hubjobs.readmodel.tables``)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """Connections for the reads a caller waits on (a job's status, a workspace's jobs):
 plain psycopg, autocommit, kept open between calls.
 
-Not the SQLAlchemy engine: its async checkout and return cost more CPU than the read
-itself (greenlet hops, pool events, a reset on return, a pre-ping round trip), and
-importing it slows every command line. Not psycopg_pool either: it connects in the
-background, so with the database down a caller would wait out the pool's timeout
-instead of hearing ``unavailable`` at once.
-
-Here the caller that needs a connection makes it, as SQLAlchemy's pool does, and
-nothing is checked on the way out. A connection that went bad while idle (the server
-restarted, a proxy dropped it) fails with an outage-class error: every idle connection
-is dropped then, and the read, which changes nothing, runs once more on a fresh one.
-
-Every read runs under a deadline (``timeout``, HUBJOBS_DB_READ_TIMEOUT_SECONDS, its
-connecting included; hubjobs.db.deadline): a server that does not answer is
-``DeadlineExceeded`` by then, never a wait, and a read that ran out of time is not
-tried again.
+Not SQLAlchemy's pool (its checkout costs more CPU than the read, and importing it slows
+every command), nor psycopg_pool (it connects in the background: with the database down
+a caller would wait out its timeout instead of hearing ``unavailable`` at once). A
+reused connection that fails as an outage drops every idle one and the read runs once
+more on a fresh one; every read runs under the pool's deadline, which is never retried.
 """
 
 from __future__ import annotations

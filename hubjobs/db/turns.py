@@ -1,16 +1,11 @@
 """Turns at something a process has a fixed number of (its engine's connections, the
-starts it has in flight): at most ``capacity`` holders at once, the others waiting in
-line, in order, for a bounded time; past it the wait fails as ``NoTurn``, nothing run.
-An urgent waiter goes ahead of the others.
+starts in flight): at most ``capacity`` holders, the others waiting in line for a
+bounded time (then ``NoTurn``, nothing run), urgent waiters first.
 
-Why not the pool's own wait: SQLAlchemy waits for a pooled connection outside any
-deadline (its ``pool_timeout``), and a burst of starts from one process ran the pool dry
-in the middle of starts. A start
-whose row was written and whose workflow Temporal did not take in time must withdraw
-the row, and that withdrawal found no connection either: the row stayed queued with no
-workflow. With turns, the withdrawal is urgent: it has the next connection free,
-whoever waits. A unit already holding a turn of the same ``Turns`` takes no second one
-(it would wait on itself).
+SQLAlchemy waits for a pooled connection outside any deadline, and a burst of starts ran
+the pool dry: a start that must withdraw its row found no connection and left the row
+queued with no workflow. Its withdrawal is urgent here. A unit holding a turn of the same
+``Turns`` takes no second one (it would wait on itself).
 """
 
 from __future__ import annotations

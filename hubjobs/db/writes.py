@@ -1,13 +1,10 @@
 """Whether the database takes writes, as one process knows it: what a write probe found
-at most HUBJOBS_WRITE_PROBE_SECONDS ago, or a refusal one of the process's own writes
-met since (hubjobs.db.errors.refused_writes). A health check and a start ask it; the
-probe runs only when what is known is older than that, so a health check polled every
-second costs the database one probe every few seconds, not a write per probe.
+at most HUBJOBS_WRITE_PROBE_SECONDS ago, or a refusal one of its own writes met since.
+A health check polled every second costs one probe every few seconds.
 
-The probe writes nothing that lasts: in a savepoint rolled back, a temporary table
-gets one row. That makes the server create a file and allocate its first block, which
-a full disk refuses (53100), where an insert into a table with room left in its pages
-(a job's row) may still go through, and a read-only server refuses it too (25006).
+The probe inserts a row into a temporary table in a savepoint rolled back: the server
+must allocate a new file's first block, which a full disk refuses (53100) where an insert
+into a page with room may still go through; a read-only server refuses it too (25006).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The embedded stack's HTTP API: ``hubjobs api`` in a process of its own, started by
-``hubjobs up`` on a free port (the one it had, else HUBJOBS_API_PORT, else any), which
-it records in ``<home>/api.json`` for the CLI's job commands; its pid in
-``<home>/api.pid``, its output in ``<home>/api.log``, stopped by ``hubjobs down``. One
-that dies the stack's supervisor starts again on its recorded port (``restart_api``).
-Each start holds the stack's lock, so that ``up`` and the supervisor never start two."""
+``hubjobs up`` on a free port recorded in ``<home>/api.json`` for the CLI's job commands,
+and started again there by the supervisor. Each start holds the stack's lock, so that
+``up`` and the supervisor never start two."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def api_port(home: Path, preferred: int) -> int:
 
 def start_api(home: Path, host: str, port: int) -> str:
     """Starts the API unless it runs, waits until it listens; returns its URL. A port
-    another process took meanwhile (two stacks starting at once) is given up for a
-    free one: the address recorded is always the one this stack's API holds."""
+    another process took meanwhile is given up for a free one."""
     client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     with stack_lock(home):
         for _ in range(PORT_TRIES):
@@ -53,9 +50,8 @@ def start_api(home: Path, host: str, port: int) -> str:
 
 
 def restart_api(home: Path) -> None:
-    """Starts the API again on its recorded address, as ``up`` started it (the caller
-    holds the stack's lock: the supervisor); ``PortTaken`` when another process holds
-    that port, ``Unavailable`` when there is no record or it does not listen."""
+    """Starts the API again on its recorded address (the caller holds the stack's lock);
+    ``PortTaken`` when another process holds it, ``Unavailable`` without a record."""
     record = recorded(home, API_FILE)
     port, url = record.get("port"), record.get("url")
     if not isinstance(port, int) or not isinstance(url, str):

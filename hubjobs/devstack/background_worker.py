@@ -1,12 +1,8 @@
-"""The embedded stack's worker: ``hubjobs worker`` in a process of its own, started by
-``hubjobs demo`` (or ``hubjobs up --worker``) so that the next job does not sit queued
-and the metrics URL answers;
-its pid in ``<home>/worker.pid``, its output in ``<home>/worker.log``, stopped by
-``hubjobs down``. It inherits the environment of the command that started it, so it
-reads the same settings, but for its metrics port: a free one, taken as ``up`` takes
-the servers' (the one it had, else HUBJOBS_METRICS_PORT, else any), recorded in
-``<home>/worker.json``. Whether it serves its metrics there is told from who holds the
-port, never assumed (``worker_metrics``)."""
+"""The embedded stack's worker (``hubjobs up --worker``, ``hubjobs demo``): ``hubjobs
+worker`` in a process of its own, so that a job does not sit queued. It reads the
+command's settings but for its metrics port, taken as ``up`` takes the servers' and
+recorded in ``<home>/worker.json``; whether it serves there is told from who holds the
+port, never assumed."""
 
 from __future__ import annotations
 
@@ -76,9 +72,8 @@ class WorkerMetrics:
 
 
 def worker_metrics(home: Path, host: str, *, wait: float = 0.0) -> WorkerMetrics:
-    """The background worker's metrics endpoint, served when its process holds the
-    recorded port; waits up to ``wait`` seconds for a worker still starting to bind it.
-    A port whose holder cannot be told (no /proc) is taken for the worker's."""
+    """The background worker's metrics endpoint, when its process holds the recorded
+    port (a holder that cannot be told is the worker); waits ``wait`` s for it to bind."""
     port = recorded(home, WORKER_FILE).get("metrics_port")
     client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{client_host}:{port}/metrics"

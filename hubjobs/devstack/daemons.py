@@ -1,19 +1,16 @@
-"""The embedded stack's background processes (its worker, its supervisor): each started
-detached from the command that started it, its pid in a file of the state folder, its
-output in a log there, found again by that pid (a reused pid whose command line is not
-its own is not it), and stopped with SIGTERM, then SIGKILL after a bound."""
+"""The embedded stack's background processes: each started detached, its pid and log in
+the state folder, found again by that pid (a reused pid without its marker is not it),
+stopped with SIGTERM, then SIGKILL after a bound."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hubjobs.devstack.embedded import command_line, pid_alive
+from hubjobs.devstack.embedded import command_line, pid_alive, terminate
 
 
 @dataclass(frozen=True)
@@ -59,10 +56,5 @@ class Daemon:
         """SIGTERM, then SIGKILL after ``timeout``."""
         pid = self.running(home)
         if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+            terminate(pid, timeout)
         (home / self.pid_file).unlink(missing_ok=True)

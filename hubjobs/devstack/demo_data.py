@@ -1,8 +1,6 @@
-"""Demo and test data: a workspace, its administrator, and a course of N pages.
-
-Bulk inserts (one statement per table), so a course of 100,000 pages takes seconds.
-The course is a tree: the root, then every page hangs under the one ``fanout``
-positions before it, which gives chapters, sections and lessons.
+"""Demo and test data: a workspace, its administrator, and a course of N pages, by bulk
+inserts (100,000 pages take seconds). Each page hangs under the one ``fanout``
+positions before it: chapters, sections and lessons.
 """
 
 from __future__ import annotations

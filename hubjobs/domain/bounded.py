@@ -12,9 +12,8 @@ from hubjobs.domain.text import CODE_MAX_LENGTH, MESSAGE_MAX_LENGTH, REASON_MAX_
 
 
 def cut_to(limit: int) -> BeforeValidator:
-    """Cuts text to ``limit`` characters before it is validated: for text hubjobs writes
-    itself into a message that crosses Temporal, which must stay bounded (Temporal fails
-    a payload over 2 MB) and must never fail a workflow task for being long."""
+    """Cuts text to ``limit`` characters before it is validated (Temporal fails a payload
+    over 2 MB)."""
 
     def cut(value: object) -> object:
         return value[:limit] if isinstance(value, str) else value

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -38,9 +38,7 @@ class TagLimit(InvalidInput):
 
 
 def normalize_tag(raw: str) -> str:
-    """A tag as stored: trimmed, non-empty, bounded, free text (``hubjobs.domain.text``:
-    no control, bidi or invisible format character, no lone surrogate; emoji sequences
-    are fine)."""
+    """A tag as stored: trimmed, non-empty, bounded free text (``hubjobs.domain.text``)."""
     return check_free_text(raw, what="the tag", code="invalid_tag", max_length=MAX_TAG_LENGTH)
 
 
@@ -64,13 +62,9 @@ def version_of(page_id: uuid.UUID, if_match: str) -> int:
     return int(found.group(3))
 
 
-# A course: page ``:root`` and every descendant out of the trash, with depth, title and
-# tags read on the way down. IS NOT DISTINCT FROM on purpose: no index serves it, so the
-# planner walks by ix_pages_parent_id even before a new workspace has statistics.
-#
-# What is in the trash, the one definition a course and a whole workspace share: a page
-# trashed itself, and every page under it (a walk steps down only to a child of the
-# workspace that is not trashed, so nothing under a trashed page is reached).
+# A course: page ``:root`` and every descendant out of the trash (a walk never steps into
+# a trashed page, so nothing under one is reached). IS NOT DISTINCT FROM on purpose: no
+# index serves it, so the planner walks by ix_pages_parent_id even without statistics.
 OUT_OF_TRASH_CHILD = (
     "p.workspace_id IS NOT DISTINCT FROM CAST(:workspace AS uuid) AND NOT p.trashed"
 )
@@ -117,10 +111,8 @@ async def course_root(
 
 
 class PageFacts(NamedTuple):
-    """What deciding a page's tagging outcome needs, read in one statement: whether it
-    is still in the job's workspace and out of the trash, whether it holds the tag
-    (under ``tag_key()``: the database decides, never Python), how many tags it holds,
-    and its version (the ETag to write against)."""
+    """What deciding a page's tagging outcome needs, read in one statement with its
+    version; whether it holds the tag is the database's ``tag_key()`` to say, never Python's."""
 
     available: bool
     has_tag: bool
@@ -169,13 +161,9 @@ async def add_tag_if_match(
     correlation_id: str | None,
     change_summary: str,
 ) -> set[uuid.UUID]:
-    """Adds the tag to every page whose version still matches, writing one revision each,
-    in one statement. Returns the pages changed; the others were in conflict (changed
-    since read, left the workspace, or trashed) and are untouched. The version is the
-    whole guard: a page at the version read still lacks the tag and has room for it, as
-    the read (in one statement with the version) found. The pages are picked by key
-    (``= ANY``) whatever the statistics say: joined to the batch alone, stale ones
-    right after an import had the planner hash the whole workspace for every batch."""
+    """Adds the tag to every page still at the version read, one revision each, in one
+    statement; returns the pages changed. The version is the whole guard (the facts were
+    read with it). Pages picked by key (``= ANY``): stale statistics hashed the workspace."""
     if not changes:
         return set()
     found, _ = await direct.rows(
@@ -217,6 +205,25 @@ ADD_TAG_IF_MATCH = Statement.of(
 )
 
 
+UPDATE_PAGE = """
+    WITH changed AS (
+        UPDATE pages
+           SET title = COALESCE(:title, title),
+               markdown = COALESCE(:markdown, markdown),
+               tags = COALESCE(CAST(:tags AS text[]), tags),
+               trashed = COALESCE(:trashed, trashed),
+               workspace_id = COALESCE(:workspace, workspace_id),
+               version = version + 1, updated_at = now()
+         WHERE id = :id AND version = :version
+     RETURNING id, version, title, tags
+    )
+    INSERT INTO page_revisions
+           (page_id, version, actor_id, change_summary, correlation_id, title, tags)
+    SELECT id, version, :actor, :summary, :correlation, title, tags FROM changed
+    RETURNING version
+"""
+
+
 async def update_page(
     conn: AsyncConnection,
     *,
@@ -240,65 +247,7 @@ async def update_page(
         tags = normalized
     try:
         async with conn.begin_nested():
-            row = await _update(
-                conn,
-                page_id,
-                if_match,
-                actor_id,
-                change_summary,
-                correlation_id,
-                title,
-                markdown,
-                tags,
-                trashed,
-                workspace_id,
-            )
-    except IntegrityError as err:
-        if getattr(err.orig, "sqlstate", None) == CHECK_VIOLATION:
-            raise InvalidInput(
-                "tags must be unique (the same tag under tag_key)", code="invalid_tag"
-            ) from None
-        raise
-    if row is None:
-        raise ConcurrencyConflict("the page changed since it was read")
-    return etag(page_id, row.version)
-
-
-async def _update(
-    conn: AsyncConnection,
-    page_id: uuid.UUID,
-    if_match: str,
-    actor_id: uuid.UUID,
-    change_summary: str,
-    correlation_id: str | None,
-    title: str | None,
-    markdown: str | None,
-    tags: Sequence[str] | None,
-    trashed: bool | None,
-    workspace_id: uuid.UUID | None,
-) -> Any:
-    return (
-        await conn.execute(
-            text(
-                """
-                WITH changed AS (
-                    UPDATE pages
-                       SET title = COALESCE(:title, title),
-                           markdown = COALESCE(:markdown, markdown),
-                           tags = COALESCE(CAST(:tags AS text[]), tags),
-                           trashed = COALESCE(:trashed, trashed),
-                           workspace_id = COALESCE(:workspace, workspace_id),
-                           version = version + 1, updated_at = now()
-                     WHERE id = :id AND version = :version
-                 RETURNING id, version, title, tags
-                )
-                INSERT INTO page_revisions
-                       (page_id, version, actor_id, change_summary, correlation_id, title, tags)
-                SELECT id, version, :actor, :summary, :correlation, title, tags FROM changed
-                RETURNING version
-                """
-            ),
-            {
+            params = {
                 "id": page_id,
                 "version": version_of(page_id, if_match),
                 "title": title,
@@ -309,6 +258,14 @@ async def _update(
                 "actor": actor_id,
                 "summary": change_summary,
                 "correlation": correlation_id,
-            },
-        )
-    ).first()
+            }
+            row = (await conn.execute(text(UPDATE_PAGE), params)).first()
+    except IntegrityError as err:
+        if getattr(err.orig, "sqlstate", None) == CHECK_VIOLATION:
+            raise InvalidInput(
+                "tags must be unique (the same tag under tag_key)", code="invalid_tag"
+            ) from None
+        raise
+    if row is None:
+        raise ConcurrencyConflict("the page changed since it was read")
+    return etag(page_id, row.version)

@@ -1,8 +1,6 @@
-"""The hub's own tables (owned by the hub, their schema shipped here): workspaces, user
-accounts, memberships with a role, pages (a tree, tags, a version from which the ETag
-is derived, a trashed flag), their revisions and attachments. Alembic's migrations
-(``hubjobs/migrations``) were generated from these and what hub queries are written
-against."""
+"""The hub's own tables (owned by the hub, their schema shipped here): workspaces,
+accounts, memberships, pages, revisions and attachments; the migrations were generated
+from these."""
 
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
 """Text that enters hubjobs, checked in one place.
 
-Two kinds of text come in from callers (the client, the CLI, the HTTP API alike):
-
 - **Free text** a person reads (a tag, a cancellation reason): any Unicode a person
-  writes, emoji ZWJ sequences, flags (tag characters) and variation selectors included,
-  but nothing that is not text or that hides or reorders what is shown: no lone
-  surrogate (not Unicode at all; PostgreSQL refuses it), no bidirectional override,
-  embedding, isolate or mark (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C),
-  no other control character (category Cc: NUL, ESC, CR, LF, TAB, …), no line or
-  paragraph separator (U+2028, U+2029), and no other format character (category Cf,
-  e.g. U+200B, U+2060, U+FEFF, U+00AD) except the joiners U+200D and U+200C and the
-  tag characters U+E0020–U+E007F of flag sequences.
-- **Keys** a machine passes along (idempotency keys, correlation ids): 1–128
-  characters of ``A–Z a–z 0–9 . _ ~ : / @ + = -`` (the URL-safe set plus what UUIDs,
-  URNs, base64 and e-mail-like ids need). Nothing else: no space, no quote, no
-  backtick, no percent sign, nothing outside ASCII.
+  writes, emoji sequences and flags included, but nothing that hides or reorders what is
+  shown: no lone surrogate, bidirectional control, other control character, line or
+  paragraph separator, or format character but the joiners and flags' tag characters.
+- **Keys** a machine passes along (idempotency keys, correlation ids): 1–128 characters
+  of ``KEY_CHARACTERS``, nothing outside ASCII.
 
-A refusal is an ``InvalidInput`` with a stable code and a plain message that never
-repeats the value: the value may be the very thing that must not reach a log.
+A refusal is an ``InvalidInput`` whose message never repeats the value: the value may be
+the very thing that must not reach a log.
 """
 
 from __future__ import annotations
@@ -134,10 +125,8 @@ def is_kind_name(value: str) -> bool:
 
 
 def printable(value: str, *, limit: int = 300) -> str:
-    """``value`` safe to print on a terminal or in a log line: every character free text
-    may not hold (controls, escapes, bidi, surrogates, …) as ``\\uXXXX``, and at most
-    ``limit`` characters. For text we did not write (a library's message); our own
-    messages never carry caller input."""
+    """Text we did not write (a library's message) safe for a terminal or a log: every
+    character free text may not hold as ``\\uXXXX``, at most ``limit`` characters."""
     out = []
     for ch in value[:limit]:
         if text_problem(ch) is None:

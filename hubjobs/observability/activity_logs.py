@@ -1,7 +1,5 @@
-"""Log context of an activity: every line it writes carries its name, its attempt and,
-when its argument names a job, the job id (``hubjobs.observability.logs`` adds the rest
-of the job with ``bind_job``). Apart from ``logs`` so that a command line that logs
-does not import the Temporal SDK."""
+"""Log context of an activity, apart from ``logs`` so that a command line that logs does
+not import the Temporal SDK."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The Temporal SDK core's own log lines (Rust), forwarded into Python logging under
-``temporalio.core``: they then leave through the process's handler, one JSON object a
-line with HUBJOBS_LOG_JSON like every other line, instead of the core writing coloured
-text to stderr itself."""
+"""The Temporal SDK core's own log lines, forwarded into Python logging under
+``temporalio.core``, so that they leave as every other line does (JSON with
+HUBJOBS_LOG_JSON) rather than as coloured text on stderr."""
 
 from __future__ import annotations
 

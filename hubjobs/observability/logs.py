@@ -1,9 +1,7 @@
-"""Structured logs: every line written while an activity works on a job carries the
-job id, kind, workspace, correlation id and attempt; with HUBJOBS_LOG_JSON=true each
-line is one JSON object. What goes in is ids and codes only: never payloads, page text
-or secrets; with tracing on, each line carries its span's trace and span ids. (The
-activity interceptor that binds an activity's context is in
-``hubjobs.observability.activity_logs``: this module stays free of the SDK.)"""
+"""Structured logs: a line written while an activity works on a job carries the job's
+ids and attempt (and, with tracing, its span's); with HUBJOBS_LOG_JSON each is one JSON
+object. Ids and codes only: never payloads, page text or secrets. Free of the SDK: the
+activity interceptor lives in ``activity_logs``."""
 
 from __future__ import annotations
 
@@ -50,9 +48,8 @@ def bind(**fields: Any) -> None:
 
 
 def _trace_ids() -> dict[str, str]:
-    """The current span's trace and span ids; none outside a recorded span (tracing
-    off: the API's no-op span is not valid). OpenTelemetry is not imported for this: a
-    process that never imported it (the CLI's reads) has no span."""
+    """The current span's trace and span ids, none outside a recorded span. Not imported
+    for this: a process that never imported OpenTelemetry has no span."""
     trace: Any = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return {}
@@ -135,10 +132,8 @@ def bind_job(job: Any) -> None:
 
 
 def describe_failure(err: BaseException) -> str:
-    """An exception for the log without its message: the type of each exception in its
-    chain (with the SQLSTATE of a database error) and where it was raised, frame by
-    frame. ``str(err)`` is left out on purpose: a database error quotes the statement's
-    values (``invalid input syntax for type uuid: "…"``), an encoding error the text."""
+    """An exception for the log without its message (a database error quotes the
+    statement's values): each type of its chain, with its SQLSTATE, and its frames."""
     chain: list[str] = []
     seen: set[int] = set()
     current: BaseException | None = err

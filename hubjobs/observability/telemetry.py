@@ -1,13 +1,7 @@
-"""Metrics and traces.
-
-Metrics go through the Temporal SDK's runtime: one Prometheus endpoint on the worker
-(HUBJOBS_METRICS_PORT) serves the SDK's own metrics and ours, which activities record
-with ``activity.metric_meter()``: job durations and outcomes by kind, items processed
-by outcome, and the queue state (refreshed from the read model every 10 s, as seed
-000 does). Traces: the SDK's OpenTelemetry interceptor links the start, the workflow
-and its activities in one trace; spans leave through OTLP when an endpoint is set. Traces
-need the otel extra (``hubjobs[otel]``): without it tracing is off, and a setting that
-asks for it is refused (``missing_extra``).
+"""Metrics and traces. Metrics go through the SDK's runtime: one Prometheus endpoint on
+the worker serves the SDK's and ours (job durations and outcomes, items, the queue state
+refreshed from the read model). Traces link a start, its workflow and activities, and
+need the otel extra: without it, settings that ask for them are refused.
 """
 
 from __future__ import annotations
@@ -107,10 +101,9 @@ class JobMetrics:
 async def refresh_queue_state(
     engine: AsyncEngine, metrics: JobMetrics, stop: asyncio.Event, *, timeout: float = 5.0
 ) -> None:
-    """Keeps the queue gauges current until ``stop`` is set; a failed read is logged and
-    tried again at the next tick. A database outage is one line when it starts and one
-    when it ends, not a traceback every tick. Each read has ``timeout`` seconds (a
-    database gone silent must not hold the worker's shutdown)."""
+    """Keeps the queue gauges current until ``stop``; an outage is logged once as it
+    starts and once as it ends. Each read has ``timeout`` seconds: a database gone silent
+    must not hold the worker's shutdown."""
     from hubjobs import job_rows  # the worker's only: SQLAlchemy, not a CLI's
 
     outage = False
@@ -168,9 +161,8 @@ def setup_tracing(settings: Settings) -> None:
 
 
 def interceptors(*, tracing: bool = True) -> list[Any]:
-    """The client's (and so its workers') interceptors: the tracing one when on (its
-    module, and SQLAlchemy's through it, imported only then: a CLI start would pay for
-    them otherwise)."""
+    """The client's (and its workers') interceptors: the tracing one when on, imported
+    only then (a CLI start would pay for it and SQLAlchemy otherwise)."""
     if not tracing:
         return []
     require("otel", TRACING)
@@ -181,9 +173,8 @@ def interceptors(*, tracing: bool = True) -> list[Any]:
 
 @contextmanager
 def job_span(name: str, **attributes: str) -> Iterator[None]:
-    """A span around a client call, with the job's correlation id in the baggage that
-    the tracing interceptor carries to the workflow and its activities. Without the
-    otel extra there is nothing to record it with (nor a tracing interceptor)."""
+    """A span around a client call, the correlation id in the baggage the tracing
+    interceptor carries to the workflow; nothing without the otel extra."""
     if not installed("otel"):
         yield
         return

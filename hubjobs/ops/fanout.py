@@ -1,9 +1,6 @@
-"""Groups of statements on several connections at once: each group's statements in
-order on one connection, the groups spread over the connections, the first given
-first (the caller puts the longest first). The connections are in autocommit: each
-statement commits on its own (a restore runs them on its staging schema, which no one
-else reads). The first error stops the groups not yet begun and is raised once the
-ones under way end."""
+"""Groups of statements on several autocommit connections at once: a group's statements
+in order on one connection, the groups in the order given (the caller puts the longest
+first). The first error stops the groups not yet begun and is raised at the end."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ def run_groups(
     groups: Sequence[Sequence[str]],
     after_first: Callable[[], None] | None = None,
 ) -> None:
-    """Runs ``groups`` (see the module's docstring); ``after_first`` once, after the
-    first statement of any group has run."""
+    """Runs ``groups``; ``after_first`` once, after the first statement has run."""
     free: queue.SimpleQueue[psycopg.Connection] = queue.SimpleQueue()
     for conn in connections:
         free.put(conn)

@@ -1,13 +1,8 @@
 """One stream of COPY text per table, loaded through several connections at once.
 
-The archive holds each table as one member, read as a stream (inflated and verified as
-it goes: hubjobs.archive.reader). ``load`` cuts each stream into chunks of whole rows
-(a row of COPY text ends with the first unescaped newline) and hands them to whichever
-connection is free, so one large table is loaded by all of them at once. Each
-connection runs one COPY at a time, into the table of the chunk it holds, and keeps its
-transaction open: the caller commits them all once every stream has ended verified and
-the rows counted, or rolls them all back. Any error (a stream that fails its checksum,
-a row the database refuses, ``check`` raising) stops every connection's COPY.
+Each stream is cut into chunks of whole rows that go to whichever connection is free, so
+one large table is loaded by all of them. Each connection keeps its transaction open for
+the caller to commit or roll back; any error stops every connection's COPY.
 """
 
 from __future__ import annotations
@@ -45,10 +40,9 @@ class Chunk:
 
 
 def whole_rows(blocks: Iterable[bytes], size: int = CHUNK) -> Iterator[list[Buffer]]:
-    """``blocks`` of COPY text regrouped into chunks that end at the end of a row: the
-    last row's end in the block that brings a chunk to ``size`` bytes or more (the
-    stream's end for the last chunk). A chunk is the blocks it spans, the last one cut
-    short (nothing is copied); only that block is searched for a row's end."""
+    """``blocks`` of COPY text regrouped into chunks of ``size`` bytes or more that end
+    at a row's end; a chunk is views of the blocks it spans (nothing is copied), and only
+    the block that fills it is searched for a newline."""
     pending: list[Buffer] = []
     held = 0
     for block in blocks:

@@ -1,23 +1,7 @@
-"""One workspace of a running hub replaced by the rows of its archive, staged beforehand
-(hubjobs.ops.restore loads and checks them in a staging schema first). Everything here
-runs in the caller's final transaction: readers see the workspace as it was or as
-restored, never half, and no row of another workspace changes.
-
-* ``check_scope``: the staged rows are the workspace's alone (one workspace row, its
-  memberships, the accounts they name, its pages; revisions and attachments hang on
-  those pages by foreign keys already validated), or the archive is refused.
-* ``require_idle`` and ``find_conflicts``: refused while the workspace has unfinished
-  jobs, or when an id of the archive belongs to another workspace now (a page, a
-  revision, an attachment), an attachment's storage path is another workspace's, a new
-  account's email is another account's, or a page of another workspace hangs below a
-  page the restore would remove. Nothing is ever overwritten across workspaces.
-* ``replace``: the workspace row updated (or inserted), accounts the hub lacks inserted
-  (one it has is kept as it is: other workspaces' memberships are not touched), the
-  memberships, revisions and attachments replaced, pages updated in place or inserted
-  (a page of another workspace that names one as parent keeps it), those the archive
-  lacks removed; then every table's rows of the workspace counted against the staging
-  schema. Returns the storage paths of the attachments it removed that no row names
-  any more: their files go once the transaction has committed.
+"""One workspace of a running hub replaced by its archive's rows, staged and checked
+beforehand by hubjobs.ops.restore. Everything here runs in the restore's final
+transaction: readers see the workspace as it was or as restored, never half, and no row
+of another workspace changes (a conflict refuses the restore instead).
 """
 
 from __future__ import annotations
@@ -105,8 +89,8 @@ def require_idle(conn: Connection, workspace: uuid.UUID) -> None:
 
 
 def find_conflicts(conn: Connection, staging: str, workspace: uuid.UUID) -> None:
-    """Raises ReplaceRefused (archive_conflict) when restoring would touch a row of
-    another workspace (see the module's docstring); the ids go to the log only."""
+    """Raises ReplaceRefused (archive_conflict) when restoring would touch a row or a file
+    of another workspace; the ids go to the log only."""
     s, w, live = _q(staging), scope.literal(workspace), LIVE
     other = f"p.workspace_id <> {w}"
     checks = {
@@ -164,11 +148,7 @@ def advance_sequences(conn: Connection, staging: str) -> None:
 
 
 def _upsert(table: str, cols: Sequence[str], staging: str, key: str, update: str) -> str:
-    names = ", ".join(cols)
-    return (
-        f"INSERT INTO {LIVE}.{table} ({names}) SELECT {names} FROM {_q(staging)}.{table} "
-        f"ON CONFLICT ({key}) {update}"
-    )
+    return f"{_insert(table, cols, staging)} ON CONFLICT ({key}) {update}"
 
 
 def _insert(table: str, cols: Sequence[str], staging: str) -> str:
@@ -177,8 +157,8 @@ def _insert(table: str, cols: Sequence[str], staging: str) -> str:
 
 
 def replace(conn: Connection, staging: str, workspace: uuid.UUID) -> list[str]:
-    """Replaces the workspace's rows by the staged ones (see the module's docstring);
-    returns the storage paths of the attachments removed."""
+    """Replaces the workspace's rows by the staged ones, accounts the hub has kept as
+    they are; returns the storage paths of removed attachments that no row names now."""
     w, s = scope.literal(workspace), _q(staging)
     cols = {table: columns(conn, table) for table, _ in HUB_TABLES}
     for table, names in cols.items():

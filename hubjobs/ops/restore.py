@@ -1,94 +1,10 @@
-"""Restore: rebuild an empty database and its attachment files (DIR) from a backup
-archive, all or nothing.
+"""Restore: an empty database and its attachment folder from a backup archive, all or
+nothing; or, with ``replace_workspace``, one workspace of a running hub.
 
-1. **The archive is checked whole** before the database is touched
-   (hubjobs.archive.reader): the zip's directory, the manifest and the attachment
-   index read with a bound, every declared size, the expanded total against
-   ``HUBJOBS_RESTORE_MAX_BYTES``, every storage path.
-2. **The database is checked** (a session advisory lock keeps two restores apart for
-   the whole restore): its live schema (``public``) must be empty, or hold the
-   archive's schema without rows. Then **DIR is checked** (hubjobs.ops.staging): no
-   target exists, no folder on the way is a link or a file, there is room.
-3. **The rows are staged** (hubjobs.ops.staging_schema): staging schemas left by
-   restores that did not finish are dropped, and a new one (``hubjobs_restore_<random>``,
-   on no search_path but the restore's own) gets the schema at the archive's version,
-   the hub tables' primary keys, unique constraints, indexes and foreign keys set aside
-   (hubjobs.ops.keys). Every table is loaded by COPY through several connections at
-   once (``HUBJOBS_RESTORE_CONNECTIONS``, ``--connections``; by default as many as the
-   machine has cores, at most 4), a large table split into chunks of whole rows across
-   them (hubjobs.ops.parallel_copy), while its bytes are verified as one stream (size
-   and sha256 at its end: a mismatch aborts every COPY) and its rows counted against
-   the manifest; only then do the loading transactions commit. The attachment index is
-   checked against the attachments table; the keys and indexes are built and the
-   foreign keys validated, table by table on the connections at once
-   (hubjobs.ops.fanout); sequences are set, the schema migrated to today's head, and
-   the tables analysed (planner statistics, which go with the tables).
-4. Meanwhile a second thread **stages the attachment files** in a private folder
-   inside DIR, verifying each as it is written and fsyncing it. Just before the final
-   transaction the targets' folders are created and the targets checked once more.
-5. **One final transaction** locks the live schema's tables, checks it is still empty
-   (or the archive's schema without rows), drops those empty tables, moves everything
-   of the staging schema into the live one (a change of catalog rows, not a copy) and
-   drops the staging schema. Its commit is the restore: before it nothing live changed.
-6. **After the commit** the staged files are linked into place (never replacing,
-   never following a link) and the staging folder goes.
-
-A workspace's archive (format 3, ``scope`` workspace) restores so into an empty
-database too. With ``replace_workspace`` it goes into a running hub at this version's
-schema instead: steps 1, 3 and 4 as above (its staged rows must all be its
-workspace's), then one final transaction replaces that workspace's rows and nothing
-else (hubjobs.ops.replace), and after the commit its files are renamed over the old
-ones and the files of the attachments it removed are unlinked.
-
-A refusal or an error before the commit leaves the live schema and DIR exactly as they
-were (the staging schema is dropped on the way out), and is a HubJobsError with one of
-these codes (details go to the log):
-
-=========================  ======================================================
-``archive_unreadable``     not a readable file, not a zip, no readable manifest
-``archive_corrupt``        a member missing, extra, twice or damaged; a size, row
-                           count or checksum that does not match; a malformed index
-                           line; rows the database refuses (wrong shape, a bad value,
-                           a duplicate key, a dangling reference)
-``archive_too_large``      it would expand past ``HUBJOBS_RESTORE_MAX_BYTES``
-                           (default: 100 times the archive's size, at least 1 GiB)
-``archive_path_invalid``   a storage path that is absolute, has ``..``, empty or
-                           ``.`` parts, is not in normal form, repeats, or nests in
-                           another
-``schema_unsupported``     an archive format or schema version this code does not know
-``invalid_database_url``   the database URL cannot be used
-``database_unavailable``   the database does not answer (should it stop answering
-                           during the final COMMIT itself, whether it committed is
-                           unknown: the staged files are then kept, and the message
-                           says where)
-``database_not_empty``     the live schema holds a schema of another version, or rows
-                           (checked first, and again under lock in the final
-                           transaction)
-``database_failed``        the database refused the restore for a reason of its own
-                           (permissions, disk full, …); nothing was committed live
-``attachments_not_empty``  DIR already holds a target, or a file or link where a
-                           target's folder should be
-``attachments_unwritable`` DIR (or where it would go) cannot be written
-``attachments_no_space``   DIR's file system has no room for the attachments
-``attachments_dir_required`` no attachments folder given for a database that is not
-                           the hub's own (the command line's default)
-``not_a_workspace_archive`` ``replace_workspace`` with a hub's archive
-``database_not_migrated``  ``replace_workspace`` into a hub at another schema version
-``workspace_busy``         ``replace_workspace`` while the workspace has jobs queued or
-                           running
-``archive_conflict``       ``replace_workspace`` would touch another workspace's rows
-                           or files (hubjobs.ops.replace)
-``attachments_incomplete`` (the only one after the commit) the database is restored
-                           but some files could not be moved into place because
-                           something else wrote to DIR meanwhile; they stay in the
-                           staging folder the message names
-=========================  ======================================================
-
-A restore killed outright (SIGKILL, a crash) before its final commit leaves the live
-schema as it was. Its staging schema may stay behind: invisible to every reader (no
-search_path has it; no role but its owner may use it) and dropped by the next restore.
-In DIR it leaves at most its staging folder (``.hubjobs-restore-…``), which can be
-removed.
+The archive is checked whole, the rows loaded into a staging schema (by COPY on several
+connections) while the files are staged in a private folder of DIR, and one final
+transaction moves the staging schema in (or replaces the workspace's rows); its commit
+is the restore. Steps, refusal codes and what a kill leaves: docs/guides/backup.md.
 """
 
 from __future__ import annotations
@@ -218,12 +134,8 @@ def restore(
     connections: int | None = None,
     replace_workspace: bool = False,
 ) -> RestoreReport:
-    """Restores ``archive`` into the empty database at ``database_url`` and the folder
-    ``attachments_dir`` (see the module's docstring); with ``replace_workspace``, a
-    workspace's archive into a running hub, replacing that workspace. ``max_bytes``
-    defaults to HUBJOBS_RESTORE_MAX_BYTES, and that to 100 times the archive's size
-    (1 GiB at least); ``connections`` (how many load at once) to
-    HUBJOBS_RESTORE_CONNECTIONS, and that to the machine's cores (at most 4)."""
+    """Restores ``archive`` into ``database_url`` and ``attachments_dir``; unset,
+    ``max_bytes`` and ``connections`` (how many load at once) come from the settings."""
     settings = Settings()
     if max_bytes is None:
         max_bytes = settings.restore_max_bytes
@@ -282,10 +194,8 @@ def _database_of(url: str) -> tuple[str, str, str] | None:
 
 
 def default_attachments_dir(database_url: str, settings: Settings) -> Path:
-    """Where a restore into ``database_url`` writes attachment files when not told: the
-    folder of the hub whose database that is (HUBJOBS_ATTACHMENTS_DIR, else the embedded
-    stack's). Into any other database it must be told (``attachments_dir_required``):
-    another hub's files never land in this hub's folder."""
+    """This hub's attachment folder, only when ``database_url`` is this hub's database:
+    another hub's files never land in this hub's folder (``attachments_dir_required``)."""
     try:
         own = settings.resolved_database_url()
     except HubJobsError:
@@ -484,13 +394,9 @@ class _Restore:
         _lap("foreign keys")
 
     def _finish_schema(self, conn: Connection) -> None:
-        """Sequences past the rows, the schema at today's head, then planner statistics
-        for every table loaded, taken here in staging: they belong to the tables and
-        move with them, and the final transaction stays short. A restored database has
-        none, and until autovacuum comes by (its thresholds count changes, a minute
-        apart at best) the planner takes each table for a few pages and picks plans the
-        benchmarks found to be traps. ANALYZE samples (300 x the statistics target
-        rows a table): seconds even for large tables."""
+        """Sequences past the rows, the schema at today's head, then ANALYZE in staging:
+        statistics move with the tables, and a database without them gets bad plans
+        until autovacuum comes by."""
         with conn.begin():
             _set_sequences(conn, self.schema)
             if self.source.manifest.schema_version != self.report.schema_version:
@@ -671,11 +577,11 @@ def _lock_live(conn: Connection) -> None:
         conn.execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
 
 
-def _has_rows(conn: Connection, tables: set[str]) -> bool:
-    return any(
-        conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar()
-        for table in sorted(tables - {"alembic_version"})
-    )
+def _table_with_rows(conn: Connection, tables: set[str]) -> str | None:
+    for table in sorted(tables - {"alembic_version"}):
+        if conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar():
+            return table
+    return None
 
 
 def _live_version(conn: Connection) -> str | None:
@@ -687,10 +593,8 @@ def _live_version(conn: Connection) -> str | None:
 
 
 def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = False) -> bool:
-    """Refuses a live schema with rows or with a schema of another version; True when
-    it has the archive's schema already (without rows), False when it has none.
-    ``replacing`` (a running hub was asked for, and this one is not at this version's
-    schema): a hub with rows, or at another version, is ``database_not_migrated``."""
+    """Refuses a live schema with rows or of another version (``database_not_migrated``
+    when ``replacing``); True when it holds the archive's schema, empty."""
     tables = set(
         conn.execute(
             text(
@@ -706,7 +610,8 @@ def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = Fa
         if ("alembic_version" in tables)
         else None
     )
-    if replacing and (version != manifest.schema_version or _has_rows(conn, tables)):
+    full = _table_with_rows(conn, tables)
+    if replacing and (version != manifest.schema_version or full is not None):
         raise RestoreRefused(
             f"the hub's schema is at {version or 'an unknown version'}, this version's at "
             f"{head_revision()}: migrate it first (hubjobs migrate)",
@@ -718,20 +623,16 @@ def _require_empty(conn: Connection, manifest: Manifest, *, replacing: bool = Fa
             f"empty database, or an empty one at the archive's version {manifest.schema_version}",
             code="database_not_empty",
         )
-    for table in sorted(tables - {"alembic_version"}):
-        if conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM public."{table}")')).scalar():
-            hint = (
-                ""
-                if manifest.workspace_id is None
-                else (
-                    "; a workspace's archive replaces its workspace in a running hub with "
-                    "--replace-workspace"
-                )
-            )
-            raise RestoreRefused(
-                f"the database is not empty (table {table} has rows){hint}",
-                code="database_not_empty",
-            )
+    if full is not None:
+        hint = (
+            ""
+            if manifest.workspace_id is None
+            else "; a workspace's archive replaces its workspace in a running hub with "
+            "--replace-workspace"
+        )
+        raise RestoreRefused(
+            f"the database is not empty (table {full} has rows){hint}", code="database_not_empty"
+        )
     return True
 
 

@@ -1,10 +1,6 @@
-"""The phases of a restore, and a pause at one of them for the fault tests.
-
-With ``HUBJOBS_RESTORE_PAUSE_AT`` set to a phase's name, a restore that reaches it
-writes ``restore: paused at <phase>`` to stderr and waits there until its process is
-killed: the tests kill it at a known point, having waited for that line, never for a
-time. Unset (always, outside the tests), ``reached`` only logs.
-"""
+"""The phases of a restore. With ``HUBJOBS_RESTORE_PAUSE_AT`` naming one, a restore
+writes ``restore: paused at <phase>`` to stderr there and waits until it is killed: the
+fault tests kill it at a known point, never after a time."""
 
 from __future__ import annotations
 
@@ -14,10 +10,8 @@ import threading
 
 log = logging.getLogger(__name__)
 
-# In order. load: the tables' COPY under way (a chunk of the largest table sent, its
-# rows not committed); keys: one table's keys and indexes built, others maybe not;
-# validate: one foreign key validated; swap: everything staged, the final transaction
-# not begun; swapped: inside it, the staged schema moved into the live one, not committed.
+# In order: a chunk of the largest table sent; one table's keys built; one foreign key
+# validated; everything staged before the final transaction; inside it, not committed.
 PHASES = ("load", "keys", "validate", "swap", "swapped")
 
 

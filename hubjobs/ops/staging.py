@@ -1,33 +1,9 @@
 """Attachment files into the restore's folder (DIR), all or nothing, never outside it.
 
-DIR itself is taken as the operator gave it (a link there is followed, once, when it
-is opened); below it nothing is ever followed. Every step works from an open folder
-descriptor, one path component at a time, with O_NOFOLLOW:
-
-``check``    before anything is written anywhere: every target's folders are plain
-             folders or missing, the target itself is missing, and there is room.
-``open``     creates DIR if need be and a fresh private staging folder in it
-             (``.hubjobs-restore-<random>``, mode 0700, made with mkdir: never an
-             existing one), so staged files are on DIR's filesystem.
-``stage``    (on its own thread) writes each attachment as ``<staging>/<id>`` with
-             O_CREAT|O_EXCL|O_NOFOLLOW, verified as it is written (see
-             hubjobs.archive.reader), and fsyncs it; then fsyncs the staging folder.
-``prepare``  just before the database commits: creates the missing folders of the
-             targets (mkdir, no-follow), checks again that no target exists, fsyncs
-             what it created.
-``install``  after the commit: links each staged file to its target (link never
-             replaces and never follows) and unlinks the staged name, fsyncs the
-             folders, removes the staging folder. A target in ``replaceable`` (a file
-             of the workspace a restore replaces) or one found holding the
-             attachment's very bytes (``adopt_identical``) is renamed over instead:
-             atomically, never following a link.
-``remove``   after the commit of a workspace's restore: unlinks the files of the
-             attachments it removed (never following a link).
-``discard``  on any failure before the commit: removes the staged files, the staging
-             folder and every folder ``open`` or ``prepare`` created, so DIR is as it was.
-
-Only ``install`` runs after the commit; it fails only if something raced the restore
-into DIR, and then keeps the staging folder and says so (``attachments_incomplete``).
+DIR is taken as given (a link there is followed once); below it every step works from
+an open folder descriptor, one component at a time, with O_NOFOLLOW. Files are staged
+in a private folder of DIR and linked into place only after the database commits; only
+a writer racing the restore in DIR can then fail it (``attachments_incomplete``).
 """
 
 from __future__ import annotations
@@ -50,6 +26,7 @@ from hubjobs.errors import HubJobsError
 log = logging.getLogger(__name__)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # Room kept free beyond the attachments' bytes (folders, file system overhead).
 SPACE_MARGIN = 64 << 20
@@ -87,10 +64,8 @@ class AttachmentStore:
     def __init__(self, root: Path, attachments: Sequence[Attachment]) -> None:
         self.root = Path(os.path.abspath(root))
         self.attachments = attachments
-        # Targets that may exist already, and are replaced: the files of the attachments
-        # of a workspace whose restore replaces them. With ``adopt_identical``, also a
-        # file at a target that holds the attachment's very bytes (one a deletion left
-        # behind): replacing it changes nothing.
+        # Targets that may exist and are renamed over: the replaced workspace's files,
+        # and with ``adopt_identical`` a file holding the attachment's very bytes.
         self.replaceable: frozenset[str] = frozenset()
         self.adopt_identical = False
         self._identical: set[str] = set()
@@ -98,8 +73,8 @@ class AttachmentStore:
         self._root_fd: int | None = None
         self._staging_fd: int | None = None
         self._staged: list[str] = []
-        # Folders this restore created, in order: (parent path parts, name); parts are
-        # relative to the root, None for the root's own ancestors (absolute paths).
+        # Folders this restore created, in order: DIR and its missing ancestors, and
+        # the targets' folders below DIR (as path parts).
         self._created_root: list[Path] = []
         self._created: list[tuple[str, ...]] = []
 
@@ -136,7 +111,7 @@ class AttachmentStore:
         if existing != self.root:
             return  # DIR does not exist yet: nothing in it can be in the way
         try:
-            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            root_fd = os.open(self.root, _ROOT_FLAGS)
         except OSError as err:
             raise _os_error(err, "opening it") from None
         try:
@@ -196,7 +171,7 @@ class AttachmentStore:
             for path in reversed(missing):
                 os.mkdir(path, 0o700)
                 self._created_root.append(path)
-            self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._root_fd = os.open(self.root, _ROOT_FLAGS)
             for name in names or (RESERVED_PREFIX + secrets.token_hex(8) for _ in range(100)):
                 try:
                     os.mkdir(name, 0o700, dir_fd=self._root_fd)
@@ -246,11 +221,7 @@ class AttachmentStore:
                 finally:
                     os.close(parent)
             for folder in {c[:-1] for c in self._created} | {c for c in self._created}:
-                fd = self._walk(folder, create=False)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                self._fsync(folder)
         except OSError as err:
             raise _os_error(err, "creating the attachments' folders") from None
 
@@ -281,12 +252,18 @@ class AttachmentStore:
             raise
         return fd
 
+    def _fsync(self, folder: tuple[str, ...]) -> None:
+        fd = self._walk(folder, create=False)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     # --- after the commit -----------------------------------------------------------------
 
     def install(self) -> None:
-        """Moves every staged file to its target. Only a concurrent writer in DIR can
-        make a move fail: then the staging folder stays, and AttachmentsRefused
-        (attachments_incomplete) names it."""
+        """Moves every staged file to its target; a failure (only a concurrent writer in
+        DIR causes one) keeps the staging folder and names it (attachments_incomplete)."""
         assert self._root_fd is not None and self._staging_fd is not None
         failed: list[str] = []
         folders: set[tuple[str, ...]] = set()
@@ -319,11 +296,7 @@ class AttachmentStore:
                 failed.append(attachment.storage_path)
         for folder in folders:
             try:
-                fd = self._walk(folder, create=False)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                self._fsync(folder)
             except (OSError, AttachmentsRefused) as err:
                 log.error("folder %s not synced: %s", "/".join(folder), err)
         if failed:
@@ -343,13 +316,11 @@ class AttachmentStore:
         self._close()
 
     def remove(self, paths: Sequence[str]) -> int:
-        """After the commit of a workspace's restore: unlinks the files of ``paths``
-        (attachments it removed; a path that is not a plain relative one, or a file
-        that is gone, is skipped), reached without following a link. Never raises;
-        returns how many went."""
+        """Unlinks the files of a replaced workspace's removed attachments, skipping a bad
+        path or a file that is gone; never raises, returns how many went."""
         removed = 0
         try:
-            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            root_fd = os.open(self.root, _ROOT_FLAGS)
         except OSError as err:
             log.warning("attachments folder: the old files stay (%s)", err)
             return 0

@@ -1,12 +1,8 @@
-"""The schema a restore loads into before its rows go live.
+"""The schema a restore loads into before its rows go live (``hubjobs_restore_<random>``).
 
-Each restore makes its own (``hubjobs_restore_<random>``), builds the schema there at
-the archive's version and loads it; the app never sees it: its sessions resolve names
-in ``public`` (the schema is on no search_path but the restore's own), and no role but
-its owner may use it. ``swap_in`` then moves everything in it into ``public``, in the
-caller's (final) transaction, and drops it: a move of catalog rows, not of data. A
-restore killed before that leaves the schema behind, holding nothing anyone reads;
-``drop_leftovers`` (the next restore) removes it.
+No one else sees it: it is on no search_path but the restore's, and no role but its
+owner may use it. ``swap_in`` moves its objects into ``public`` (catalog rows, not data);
+one a killed restore left behind is dropped by the next restore.
 """
 
 from __future__ import annotations
@@ -51,10 +47,9 @@ def drop_leftovers(conn: Connection) -> list[str]:
     return names
 
 
-# Everything a migration makes in a schema, as (kind for ALTER/DROP, name with the
-# arguments of a function): tables (with their indexes, constraints, sequences, row
-# types), views, free sequences, functions, and types of their own. Anything else
-# stays behind, and the DROP SCHEMA that ends the swap refuses it: no object is lost.
+# Everything a migration makes in a schema, as (kind for ALTER/DROP, name with a
+# function's arguments). Anything else stays behind, and the DROP SCHEMA that ends the
+# swap refuses it: no object is lost.
 _OBJECTS = """
 SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
        quote_ident(c.relname)
@@ -92,11 +87,9 @@ _DROP_ORDER = (
 
 
 def swap_in(conn: Connection, name: str, *, replace: bool) -> None:
-    """In the caller's transaction: moves every object of the staging schema ``name``
-    into ``public`` and drops the staging schema, which must then be empty. With
-    ``replace`` (``public`` holds the archive's schema without rows, which the caller
-    checked under lock) the objects of the same names in ``public`` are dropped first;
-    without, a name taken there fails the move, and the transaction with it."""
+    """Moves every object of schema ``name`` into ``public`` and drops ``name``. With
+    ``replace`` (``public`` holds the archive's schema, empty, checked under lock) the
+    objects of the same names there are dropped first; without, a taken name fails."""
     rows = conn.execute(text(_OBJECTS), {"schema": name}).all()
     objects = [(str(kind), str(ident)) for kind, ident in rows]
     if replace:

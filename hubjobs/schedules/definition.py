@@ -1,14 +1,8 @@
-"""Job schedules ("back up this workspace every night at 03:00 and keep the last 7"),
-declared once here. Each is a Temporal Schedule, on the UI's Schedules page under its
-id ``<kind>-schedule-<uuid>``, that starts the ``ScheduledStart`` workflow
-(workflows/schedule_firing.py) at every firing with the same input (``ScheduledJob``).
-The firing is what makes it a job: its workflow id is the schedule id plus the firing
-time (Temporal appends it), from which the job id is derived, so a firing retried or
-reset is still one job; it creates the row with the start checks of that moment and
-runs the kind's workflow as its child (``<kind>-<job id>``, as any job).
-
-Temporal holds the schedules (the definition travels in the memo, the workspace in
-the ``WorkspaceId`` search attribute): there is no second copy to drift from it.
+"""Job schedules, declared once here. Each is a Temporal Schedule (``<kind>-schedule-<uuid>``)
+that starts the ``ScheduledStart`` workflow at every firing with the same input. The
+firing's workflow id (the schedule id plus the firing time) gives the job id, so a
+firing retried or reset is one job. Temporal holds the schedules, the definition in the
+memo: there is no second copy to drift from it.
 """
 
 from __future__ import annotations
@@ -26,8 +20,11 @@ from temporalio.client import (
     ScheduleActionResult,
     ScheduleActionStartWorkflow,
     ScheduleDescription,
+    ScheduleInfo,
     ScheduleIntervalSpec,
     ScheduleListDescription,
+    ScheduleListInfo,
+    ScheduleListSchedule,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
@@ -46,13 +43,11 @@ SCHEDULED_START_WORKFLOW = "ScheduledStart"
 # describe alike, so a listing needs no call per schedule).
 MEMO_KEY = "hubjobs_schedule"
 
-# A firing that finds a run of the same schedule still going is skipped: two backups
-# of one hub at once, or a tagging run overtaking the last one, help nobody; the next
-# firing after the run ends takes its place.
+# A firing that finds a run of the same schedule still going is skipped: two backups of
+# one hub at once help nobody; the next firing after the run ends takes its place.
 OVERLAP = ScheduleOverlapPolicy.SKIP
-# A firing missed while Temporal was unreachable runs if the server is back within a
-# minute (a restart, a failover) and is skipped beyond: a nightly job delayed by hours is
-# better left to its next time than started into daytime traffic (Temporal's default: a year).
+# A firing missed while Temporal was unreachable runs if it is back within a minute (a
+# restart, a failover): a nightly job delayed by hours is better left to its next time.
 CATCHUP_WINDOW = timedelta(minutes=1)
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -121,8 +116,7 @@ class ScheduleRun(BaseModel):
 
 class ScheduleView(ScheduleDefinition):
     """A schedule as callers see it: its definition, whether it is paused, its next
-    firings (none while paused) and its recent ones (each with the id of the job it
-    created)."""
+    firings and its recent ones (each with its job's id)."""
 
     paused: bool
     note: str | None = None
@@ -177,12 +171,6 @@ def paused_note(definition: ScheduleDefinition, actor_id: uuid.UUID) -> str:
     return f"{definition.describe()}; paused by {actor_id}"
 
 
-def _next_runs(paused: bool, times: Sequence[datetime]) -> list[datetime]:
-    """Temporal keeps a paused schedule's next action times, which then go by unfired:
-    a paused schedule has no upcoming run."""
-    return [] if paused else list(times)
-
-
 def _runs(actions: Sequence[ScheduleActionResult]) -> list[ScheduleRun]:
     runs = []
     for action in actions:
@@ -205,13 +193,7 @@ async def view_of(description: ScheduleDescription) -> ScheduleView | None:
     definition = await description.memo_value(MEMO_KEY, None, type_hint=ScheduleDefinition)
     if definition is None:
         return None
-    return ScheduleView(
-        **definition.model_dump(),
-        paused=description.schedule.state.paused,
-        note=description.schedule.state.note,
-        next_runs=_next_runs(description.schedule.state.paused, description.info.next_action_times),
-        recent_runs=_runs(description.info.recent_actions),
-    )
+    return _view(definition, description.schedule, description.info)
 
 
 async def view_of_listed(entry: ScheduleListDescription) -> ScheduleView | None:
@@ -220,10 +202,20 @@ async def view_of_listed(entry: ScheduleListDescription) -> ScheduleView | None:
     definition = await entry.memo_value(MEMO_KEY, None, type_hint=ScheduleDefinition)
     if definition is None or entry.schedule is None or entry.info is None:
         return None
+    return _view(definition, entry.schedule, entry.info)
+
+
+def _view(
+    definition: ScheduleDefinition,
+    schedule: Schedule | ScheduleListSchedule,
+    info: ScheduleInfo | ScheduleListInfo,
+) -> ScheduleView:
+    paused = schedule.state.paused
     return ScheduleView(
         **definition.model_dump(),
-        paused=entry.schedule.state.paused,
-        note=entry.schedule.state.note,
-        next_runs=_next_runs(entry.schedule.state.paused, entry.info.next_action_times),
-        recent_runs=_runs(entry.info.recent_actions),
+        paused=paused,
+        note=schedule.state.note,
+        # Temporal keeps a paused schedule's next times, which then go by unfired.
+        next_runs=[] if paused else list(info.next_action_times),
+        recent_runs=_runs(info.recent_actions),
     )

@@ -1,9 +1,6 @@
-"""When a job schedule fires: a cron expression (``0 3 * * *``, in a time zone, UTC
-unless one is named) or a fixed interval (``5s``, ``15m``, ``1h30m``, ``7d``).
-
-Checked here, with stable codes and messages that never repeat the text, before
-anything reaches Temporal; Temporal checks a cron expression again and has the last
-word (a refusal there is ``invalid_cron`` too).
+"""When a job schedule fires: a cron expression (in a time zone, UTC unless one is named)
+or a fixed interval (``5s``, ``1h30m``, ``7d``), checked here with stable codes before
+anything reaches Temporal, which checks a cron again (a refusal there is ``invalid_cron``).
 """
 
 from __future__ import annotations
@@ -120,9 +117,9 @@ def timing(
     every: str | timedelta | int | None = None,
     time_zone: str | None = None,
 ) -> Timing:
-    """A schedule's timing from what a caller gave, or a refusal: ``invalid_schedule``
-    (neither or both of cron and interval, or a time zone with an interval),
-    ``invalid_cron``, ``invalid_interval``, ``invalid_time_zone``."""
+    """A schedule's timing from what a caller gave, or ``invalid_schedule`` (neither or
+    both, a time zone with an interval), ``invalid_cron``, ``invalid_interval`` or
+    ``invalid_time_zone``."""
     if (cron is None) == (every is None):
         raise InvalidInput(
             "give a schedule either a cron expression or an interval (not both)",

@@ -1,8 +1,6 @@
-"""Connecting to Temporal, as worker and starter both do, with the one data converter
-every hubjobs client uses (``data_converter``): pydantic models as JSON, encrypted by
-the payload codec when ``HUBJOBS_PAYLOAD_CODEC`` is on. Connecting is bounded
-(HUBJOBS_TEMPORAL_CONNECT_TIMEOUT_SECONDS), and so is every call the client makes
-(hubjobs.temporal.deadlines)."""
+"""Connecting to Temporal with the one data converter every hubjobs client uses:
+pydantic models as JSON, encrypted when ``HUBJOBS_PAYLOAD_CODEC`` is on. Connecting is
+bounded, and so is every call the client makes (hubjobs.temporal.deadlines)."""
 
 from __future__ import annotations
 

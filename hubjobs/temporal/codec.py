@@ -1,16 +1,10 @@
-"""The payload codec: every payload hubjobs sends through Temporal (workflow inputs and
-results, activity arguments and results, heartbeat details, signals, queries, summaries,
-failure messages) is encrypted with AES-GCM before it leaves the process, so Temporal's
-history and database hold ciphertext.
+"""The payload codec: every payload hubjobs sends through Temporal is encrypted with
+AES-GCM before it leaves the process, so Temporal's history holds ciphertext.
 
-An encrypted payload is ``nonce (12 bytes) + AES-GCM(serialized original payload)``
-with the metadata ``encoding: binary/encrypted`` and ``encryption-key-id: <kid>``; the
-key id is also the associated data, so a payload cannot be passed off as another key's.
-The key named by ``HUBJOBS_CODEC_KEY_ID`` encrypts; every key in ``HUBJOBS_CODEC_KEYS``
-decrypts, chosen by the payload's key id. Rotation: add the new key, make it current,
-keep the old one as long as histories written with it may be read (the namespace's
-retention, plus any replay files). A payload that is not encrypted decodes as itself
-(plain histories recorded before the codec was on still replay).
+A payload becomes ``nonce + AES-GCM(serialized payload)``, its key id in the metadata and
+in the associated data (it cannot be passed off as another key's). HUBJOBS_CODEC_KEY_ID
+encrypts, every key of HUBJOBS_CODEC_KEYS decrypts: rotation keeps old keys as long as
+histories written with them may be read. A plain payload decodes as itself.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The published contract for starting, following and cancelling jobs straight through
-Temporal, from any language: JSON Schemas generated from the very models the workflows
-read (``StartInput``, each kind's payload and result, the ``cancel`` signal's argument,
-the ``progress`` query's answer) and an index naming the workflow types, ids, task
-queue, signals and queries.
-
-Checked into docs/contract/ (``make contract`` writes them; the unit tier fails when
-the models and the files disagree) and served by the API under ``/contract``.
+Temporal, from any language: JSON Schemas generated from the models the workflows read,
+and an index of workflow types, ids, task queue, signals and queries. Checked into
+docs/contract/ (``make contract``; the unit tier fails when they disagree).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""A deadline on every Temporal call a hubjobs client makes.
-
-The SDK waits for an answer as long as the server takes unless a call says otherwise;
-a server that hangs (its process stopped, a network black hole) then holds the caller
-for good. ``RpcDeadlines``, a client interceptor installed by
-hubjobs.temporal.client.connect, gives every call that names no ``rpc_timeout`` of its
-own HUBJOBS_TEMPORAL_RPC_TIMEOUT_SECONDS: past it the call fails with an ``RPCError``
-(which callers turn into ``unavailable``). Long polls are left alone: waiting for a
-workflow's next event (``handle.result()``) is meant to take as long as the workflow.
+"""A deadline on every Temporal call a hubjobs client makes: the SDK otherwise waits as
+long as a hung server takes. Every call that names no ``rpc_timeout`` gets
+HUBJOBS_TEMPORAL_RPC_TIMEOUT_SECONDS (then ``RPCError``, which callers turn into
+``unavailable``); long polls for a workflow's next event are left alone.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Worker Deployment versioning: each worker serves one version of the deployment
-(``HUBJOBS_DEPLOYMENT_NAME`` + ``HUBJOBS_BUILD_ID``), new workflows go to the
-deployment's *current* version, and a job workflow (pinned, see workflows/job_lifecycle.py)
-finishes on the build that started it, however many builds are deployed meanwhile.
-
-A version that is not current gets no new workflows, so something must make one
-current: an operator (``temporal worker deployment set-current-version``, the deploy
-procedure in the README), or the worker itself as it starts, as
-``HUBJOBS_DEPLOYMENT_SET_CURRENT`` says (``if_unset`` by default: a fresh stack's first
-worker makes its build current, a later build waits for the operator).
+(``HUBJOBS_DEPLOYMENT_NAME`` + ``HUBJOBS_BUILD_ID``); new workflows go to the current
+version, and a pinned job workflow finishes on the build that started it. An operator
+makes a version current, or the worker as it starts, as
+``HUBJOBS_DEPLOYMENT_SET_CURRENT`` says (by default only when none is).
 """
 
 from __future__ import annotations
@@ -112,12 +107,9 @@ async def set_current(
 
 
 async def take_current(client: Client, settings: Settings, *, timeout: float = 60) -> str | None:
-    """Once this worker polls: makes its build current when HUBJOBS_DEPLOYMENT_SET_CURRENT
-    says so, and returns the deployment's current build id then (None: none yet).
-
-    To be called after the worker started: the server only knows a version its workers
-    have polled with. Several workers starting at once agree (a change is guarded by the
-    conflict token of the state it was decided on; the loser reads the state again)."""
+    """After the worker started (the server knows only a polled version): makes its build
+    current as HUBJOBS_DEPLOYMENT_SET_CURRENT says; returns the current build id then.
+    Workers starting at once agree: a change is guarded by the conflict token."""
     if not settings.worker_versioning:
         return None
     policy = settings.deployment_set_current
@@ -169,8 +161,7 @@ def explain_current(settings: Settings, current: str | None) -> str:
 @dataclass(frozen=True)
 class VersionState:
     """A version as the server describes it: its status (current, ramping, draining,
-    drained, inactive) and, once it is neither current nor ramping, whether workflows
-    pinned to it are still open (``drained`` once none is; refreshed periodically)."""
+    drained, inactive) and, once neither current nor ramping, its drainage."""
 
     status: str
     drainage: str | None

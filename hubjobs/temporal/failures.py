@@ -1,13 +1,9 @@
 """How a failed attempt of a job's work is judged, and the stable codes a job can fail
-with. Pure functions of Temporal's failure objects: the workflow calls them (they are
-deterministic) and the unit tier tests them without servers.
+with: pure functions of Temporal's failure objects, deterministic for the workflow.
 
-The rule (jobs outlive the faults they exist to survive): only attempts that
-made no durable progress count. An attempt that died after committing work, or that
-handed its job over because its worker was shutting down, costs nothing; the job fails
-after ``max_attempts`` attempts in a row without progress, as ``abandoned`` when the
-last one's worker stopped heartbeating and ``processing_failed`` otherwise. A refusal
-(a non-retryable error with a code) fails the job at once.
+Only attempts without durable progress count: the job fails after ``max_attempts`` of
+them in a row, ``abandoned`` when the last one's worker stopped heartbeating and
+``processing_failed`` otherwise. A refusal (non-retryable, with a code) fails it at once.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What arrives at a workflow from outside, read without trusting it.
 
-Signals, queries and workflow inputs come from anyone who can reach Temporal: our
-client, the Temporal CLI (``--name cancel`` with no input), the UI's *Send Signal* (an
-empty box), another SDK (``handle.signal('cancel')``). The SDK decodes arguments by
-the handler's type hints and calls the handler with what it got, so a typed handler
-that is sent nothing, ``null`` or the wrong shape raises inside the workflow task: the
-task fails, and is retried for ever on the same input. So every handler takes its
-arguments untyped (``*args: Any``: the SDK then decodes plain JSON) and reads them
-here; a pure function of the JSON, for the workflow and the unit tier alike.
+Anyone who can reach Temporal sends signals, queries and inputs (the CLI's bare
+``cancel``, the UI's empty box). A typed handler sent nothing or the wrong shape fails
+its workflow task for ever, so handlers take ``*args: Any`` (plain JSON) and read it here.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Starting a job's workflow for a recorded read-model row: used by the starter right
-after the row is inserted, by the reconciler to repair a row whose start was recorded
-but whose workflow never started (the process died in between), and by a schedule's
-firing, which starts it as its child workflow. What is started is built once here
-(``job_start``), whoever starts it.
-
-Each job's workflow carries its workspace as fairness key and its kind's priority, and
-its activities inherit both: one workspace's flood never starves another's job, and
-interactive kinds go ahead of bulk ones when workers are busy."""
+"""Starting a job's workflow for a recorded row: by the starter after the insert, by the
+reconciler for a row whose workflow never started, and by a schedule's firing as its
+child. What is started is built once here (``job_start``), with the kind's priority and
+the workspace as fairness key, which its activities inherit: one workspace's flood never
+starves another's job."""
 
 from __future__ import annotations
 
@@ -79,8 +75,7 @@ def job_start(job: JobView, settings: Settings) -> JobStart:
 
 def priority_of(start: JobStart) -> Priority:
     """The kind's priority and, unless fairness is off, the workspace as fairness key (a
-    UUID's 36 characters: within the server's 64-byte limit). Without a key all of a
-    priority's tasks share one, first come, first served."""
+    UUID's 36 characters: within the server's 64-byte limit)."""
     return Priority(
         priority_key=start.priority_key,
         fairness_key=str(start.input.workspace_id) if start.fairness else None,

@@ -1,9 +1,6 @@
-"""Starting maintenance: one long-lived ``Maintenance`` workflow per task queue
-(workflows/maintenance.py), started or updated by every worker as it starts.
-
-Maintenance used to be two Temporal Schedules (``hubjobs-retention`` and
-``hubjobs-reconciler``) each starting a run a minute: 2,880 runs a day in the Temporal
-UI's list, burying the jobs. A worker removes those Schedules if it finds them."""
+"""Starting maintenance: one long-lived ``Maintenance`` workflow per task queue, started
+or updated by every worker as it starts. The two Schedules of earlier versions (a run a
+minute each, burying the jobs in the UI's list) are removed when found."""
 
 from __future__ import annotations
 

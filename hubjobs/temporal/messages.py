@@ -1,8 +1,6 @@
-"""The messages every job workflow and its activities exchange, whatever the kind:
-workflow input, one attempt of the work and what it hands back, the lifecycle's local
-activities, signals and queries, and the maintenance workflows'. Plain pydantic models
-with no I/O, safe in the workflow sandbox, carried by the SDK's pydantic converter. A
-kind's own messages live in its kind module."""
+"""The messages every job workflow and its activities exchange, whatever the kind, and
+the maintenance workflows': plain pydantic models, no I/O, safe in the workflow sandbox.
+A kind's own messages live in its kind module."""
 
 from __future__ import annotations
 
@@ -228,9 +226,8 @@ class WorkRequest(BaseModel):
     cursor: dict[str, Any] | None = None
     attempt: int = 1
     attempts_failed: int = 0
-    # Since when the database has not answered the attempts before (they handed over):
-    # the outage's length is measured across attempts (HUBJOBS_MAX_OUTAGE_SECONDS), on
-    # Temporal's clock (activities/clock.py), never one host's wall clock against another's.
+    # Since when the database has not answered the attempts before (they handed over),
+    # on Temporal's clock: never one host's wall clock against another's.
     outage_since: datetime | None = None
     # A small job's first attempt, run by the workflow as a local activity: the job done
     # whole in one transaction, or left as it was (see KindActivities.attempt).
@@ -238,19 +235,16 @@ class WorkRequest(BaseModel):
 
 
 class Beat(BaseModel):
-    """Heartbeat details of a work attempt, and the details of its failures: how far it
-    got. ``progress`` counts durable work (items recorded, files written) and only ever
-    grows; an attempt that moved it made progress. Heartbeat details come back untyped
-    and are validated into this."""
+    """How far a work attempt got (its heartbeats' and failures' details). ``progress``
+    counts durable work and only ever grows: an attempt that moved it made progress."""
 
     cursor: dict[str, Any] | None = None
     progress: int = 0
 
 
 class JobOutcome(BaseModel):
-    """The final row, as the read model holds it: what a job workflow returns. Its
-    ``result`` is the kind's carried result (``JobKind.carried``): bounded whatever the
-    job's size, where the stored one may grow with the work (an export's manifest)."""
+    """The final row: what a job workflow returns. ``result`` is the kind's carried one
+    (``JobKind.carried``), bounded whatever the job's size, unlike the stored one."""
 
     job_id: uuid.UUID
     status: JobStatus
@@ -259,16 +253,14 @@ class JobOutcome(BaseModel):
     error_code: Code | None = None
     error_message: Message | None = None
     # The row holds a completion webhook to deliver (its notify_url): the run starts
-    # its delivery. The row is where a job's notify_url lives; only a start straight
-    # through Temporal carries one in its input, for the first attempt to record.
+    # its delivery.
     notify: bool = False
 
 
 class WorkResult(BaseModel):
-    """What an attempt hands back: the job's outcome once the attempt finished the row;
-    otherwise where to carry on (the attempt gave its slot back: its time slice ran
-    out, its worker is shutting down, or, with ``outage_since``, its worker could not
-    reach the database since then, a time on Temporal's clock)."""
+    """What an attempt hands back: the job's outcome once it finished the row, else where
+    to carry on (its time slice ran out, its worker is stopping, or since
+    ``outage_since`` its worker could not reach the database)."""
 
     outcome: JobOutcome | None = None
     beat: Beat = Field(default_factory=Beat)

@@ -1,10 +1,6 @@
-"""Ending a process that held a Temporal client.
-
-The client's Rust runtime threads can outlive interpreter finalization and abort the
-process (SIGABRT, "Fatal Python error: PyGILState_Release", temporalio/sdk-python#300)
-after the work succeeded. Commands and the worker therefore flush their output, shut
-logging down, and leave with ``os._exit`` and the exit code they meant (1, logged, for
-an error nothing else caught).
+"""Ending a process that held a Temporal client: its Rust runtime threads can abort the
+process during interpreter finalization after the work succeeded (temporalio/sdk-python
+#300), so commands and the worker flush, shut logging down and leave with ``os._exit``.
 """
 
 from __future__ import annotations

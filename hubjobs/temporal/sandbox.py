@@ -1,11 +1,7 @@
-"""The workflow sandbox every worker and replayer runs workflows in: the SDK's, with
-the modules its runs share passed through, and one cost cut.
-
-The SDK asks the sandbox for the serialization context of every payload it decodes,
-three times a payload and each time by executing code inside the sandbox: for a payload
-tied to no command (a signal's, a query's) the context is only the workflow's namespace
-and id, so it is given here, outside. A flood of signals then costs a run about half as
-much, in each task and each replay of it (docs/operations/failures.md).
+"""The workflow sandbox every worker and replayer runs workflows in: the SDK's, with the
+modules its runs share passed through, and one cost cut: the serialization context of a
+payload tied to no command (a signal's, a query's) is given outside the sandbox, where
+the SDK would run code inside it three times a payload (docs/operations/failures.md).
 """
 
 from __future__ import annotations
@@ -18,9 +14,8 @@ from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-# Imported once by the worker and shared by every workflow run: the sandbox would
-# otherwise import them again for each run. The shared lifecycle too: it holds no state
-# of its own, only each kind's tiny workflow module is run afresh in each run's sandbox.
+# Imported once and shared by every run rather than imported again in each; the shared
+# lifecycle too (it holds no state): only each kind's workflow module runs afresh.
 PASSED_THROUGH = (
     "hubjobs",
     "activities",

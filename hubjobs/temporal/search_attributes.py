@@ -51,10 +51,9 @@ def registration() -> dict[str, IndexedValueType.ValueType]:
 
 
 async def register_missing(client: Client, namespace: str = "default") -> list[str]:
-    """Registers each attribute the namespace lacks and returns their names. A dev server
-    started again on its SQLite store keeps the attributes it was first started with,
-    whatever ``--search-attribute`` says now: an attribute added by a later build would
-    fail every run that sets it."""
+    """Registers each attribute the namespace lacks; returns their names. A dev server
+    restarted on its store ignores ``--search-attribute``: one added by a later build
+    would fail every run that sets it."""
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
     )

@@ -1,14 +1,8 @@
-"""One delivery of a completion webhook: the body (job id, kind, workspace, status,
-result or error code), signed, POSTed once; redirects are never followed. The caller
-(an activity, with Temporal's retries and backoff) tries again on ``DeliveryFailed``
-and gives up on ``DeliveryRefused``. Each try is signed anew (its timestamp is now)
-and carries the same idempotency key, which is what a receiver deduplicates on: a
-delivery is at least once.
-
-The destination is checked again here, on what its name resolves to now (it may have
-been re-pointed since the start); the connection then resolves it once more, so a
-name re-pointed within that instant is not caught: an allow-list of networks for
-names one does not control is the setting's job."""
+"""One delivery of a completion webhook: the body signed anew and POSTed once, never
+following a redirect; the caller's retries try again on ``DeliveryFailed`` and give up on
+``DeliveryRefused``. Every try carries the job's idempotency key: delivery is at least
+once. The destination is checked again on what its name resolves to now (the connection
+resolves it once more: a network allow-list is the guard for names one does not control)."""
 
 from __future__ import annotations
 

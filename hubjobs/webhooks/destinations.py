@@ -1,9 +1,7 @@
-"""Where a completion webhook may go: ``http``/``https`` to a host the deployment's
-allow-list names (host names, or networks its addresses must all be in), by default
-loopback only; never a link-local address (the cloud metadata service, 169.254.169.254
-and fd00:ec2::254, lives there) nor an unspecified or multicast one, whatever the list
-says. Checked at the start (``invalid_notify_url``) and again at each delivery, on the
-addresses the name resolves to then (a name may be re-pointed between the two)."""
+"""Where a completion webhook may go: ``http``/``https`` to a host the allow-list names
+(host names, or networks all its addresses must be in), loopback by default; never a
+link-local (the cloud metadata service), unspecified or multicast address, whatever the
+list says. Checked at the start and again at each delivery (a name may be re-pointed)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The deployment's webhook policy, read from the settings: whether a start may carry a
-``notify_url`` (a signing secret is configured, the destination is allowed) and the
-secret a delivery is signed with. Checked where a job's row is created: a start
-through the client, the API or the CLI is refused and leaves nothing; a direct start
-through Temporal gets a failed row with the code."""
+"""The deployment's webhook policy: whether a start may carry a ``notify_url`` (a signing
+secret is set, the destination allowed) and the secret deliveries are signed with.
+Checked where a job's row is created (a direct start gets a failed row with the code)."""
 
 from __future__ import annotations
 
