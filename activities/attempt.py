@@ -101,7 +101,6 @@ class KindActivities(Generic[P]):
     ) -> WorkResult:
         bind_job(request.job)
         settings = self.deps.settings
-        info = activity.info()
         clock = OneClock.temporal()
         beat = Beat(cursor=request.cursor)
         activity.heartbeat(beat.model_dump(mode="json"))
@@ -110,24 +109,14 @@ class KindActivities(Generic[P]):
         )
         ctx: WorkContext[P] | None = None
         try:
-            job = await open_for_attempt(
-                self.deps,
-                self.kind,
-                request,
-                info.workflow_id,
-                info.workflow_run_id,
-                on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json")),
+            job = await self._open(
+                request, on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json"))
             )
             if job.is_final:
                 return WorkResult(outcome=outcome_of(job), counters=job.counters)
-            ctx = WorkContext(
-                deps=self.deps,
-                kind=self.kind,
-                request=request,
-                job=job,
-                payload=self.kind.validate(job.payload),
-                counters=job.counters,
-                beat_state=Beat(cursor=request.cursor, progress=self.kind.durable_progress(job)),
+            progress = self.kind.durable_progress(job)
+            ctx = self._context(
+                request, job, beat_state=Beat(cursor=request.cursor, progress=progress)
             )
             end: WorkEnd = Stopped() if job.cancel_requested_at else await work(ctx)
             if isinstance(end, Paused):
@@ -215,28 +204,45 @@ class KindActivities(Generic[P]):
         request: WorkRequest,
         work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
     ) -> job_rows.Finished:
+        # A local activity has no heartbeat to send.
+        job = await self._open(request, on_wait=unobserved, whole=Whole(conn, self.fits_whole))
+        if job.is_final:
+            return job_rows.Finished(job, changed=False)
+        ctx = self._context(request, job, conn=conn)
+        end = await work(ctx)
+        if not isinstance(end, Done) or ctx.finished is None:
+            raise NotWhole("the work did not finish in one unit")
+        return ctx.finished
+
+    async def _open(
+        self, request: WorkRequest, *, on_wait: Callable[[], None], whole: Whole | None = None
+    ) -> JobView:
         info = activity.info()
-        job = await open_for_attempt(
+        return await open_for_attempt(
             self.deps,
             self.kind,
             request,
             info.workflow_id,
             info.workflow_run_id,
-            on_wait=unobserved,  # a local activity has no heartbeat to send
-            whole=Whole(conn, self.fits_whole),
+            on_wait=on_wait,
+            whole=whole,
         )
-        if job.is_final:
-            return job_rows.Finished(job, changed=False)
-        ctx: WorkContext[P] = WorkContext(
+
+    def _context(
+        self,
+        request: WorkRequest,
+        job: JobView,
+        *,
+        beat_state: Beat | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> WorkContext[P]:
+        return WorkContext(
             deps=self.deps,
             kind=self.kind,
             request=request,
             job=job,
             payload=self.kind.validate(job.payload),
             counters=job.counters,
+            beat_state=beat_state or Beat(),
             conn=conn,
         )
-        end = await work(ctx)
-        if not isinstance(end, Done) or ctx.finished is None:
-            raise NotWhole("the work did not finish in one unit")
-        return ctx.finished
