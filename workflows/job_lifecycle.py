@@ -452,14 +452,7 @@ class JobWorkflow:
         steps = 1 + (self.handovers - 1) // WORKER_POLLS
         pause = min(options.handover_pause_seconds * steps, options.retry_max_seconds)
         workflow.logger.info("attempt %d handed over: database out of reach", self.attempts)
-        if pause > 0:
-            try:
-                await workflow.wait_condition(
-                    lambda: self.cancel_request is not None or self._run_full(),
-                    timeout=timedelta(seconds=pause),
-                )
-            except TimeoutError:
-                pass
+        await self._pause(pause)
 
     async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
         """Raises FailJob when the job must end, else waits out the backoff."""
@@ -487,15 +480,19 @@ class JobWorkflow:
         if self.stalls >= job.options.max_attempts:
             code = exhausted_code(judged)
             raise FailJob(code, message_for(code))
-        wait = backoff_seconds(self.stalls, job.options)
-        if wait > 0:
-            try:
-                await workflow.wait_condition(
-                    lambda: self.cancel_request is not None or self._run_full(),
-                    timeout=timedelta(seconds=wait),
-                )
-            except TimeoutError:
-                pass
+        await self._pause(backoff_seconds(self.stalls, job.options))
+
+    async def _pause(self, seconds: float) -> None:
+        """A wait between attempts, cut short by a cancel or a full run."""
+        if seconds <= 0:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: self.cancel_request is not None or self._run_full(),
+                timeout=timedelta(seconds=seconds),
+            )
+        except TimeoutError:
+            pass
 
     async def _cancelled_in_temporal(self) -> JobOutcome:
         """Recorded where the attempt looks; the running attempt ends the job, or this."""
