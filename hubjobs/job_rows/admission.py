@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -108,21 +108,7 @@ async def _create(
         row.job_id, row.workspace_id, row.actor_id, row.correlation_id, row.source_job_id
     )
     summary = kind.title if kind.check is None else await kind.check(conn, new_job, model)
-    inserted = await store.insert_job(
-        conn,
-        job_id=row.job_id,
-        kind=kind.name,
-        workspace_id=row.workspace_id,
-        actor_id=row.actor_id,
-        correlation_id=row.correlation_id,
-        idempotency_key=row.idempotency_key,
-        payload=model.model_dump(mode="json"),
-        source_job_id=row.source_job_id,
-        schedule_id=row.schedule_id,
-        workflow_id=row.workflow_id,
-        summary=summary,
-        notify_url=row.notify_url,
-    )
+    inserted = await _insert(conn, row, model.model_dump(mode="json"), summary)
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
         if row.idempotency_key is not None:
@@ -179,22 +165,32 @@ async def _record_refused(
     conn: AsyncConnection, row: JobRow, refusal: HubJobsError, retention: timedelta
 ) -> None:
     """The refused start's row, failed; an id that names a row already changes nothing."""
-    inserted = await store.insert_job(
+    # No key (no later start may find it), no source, no webhook (nothing delivers it).
+    bare = replace(row, idempotency_key=None, source_job_id=None, notify_url=None)
+    if await _insert(conn, bare, row.payload) is None:
+        return
+    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
+    await store.finish(conn, row.job_id, ending, retention=retention)
+
+
+async def _insert(
+    conn: AsyncConnection, row: JobRow, payload: dict[str, Any], summary: str | None = None
+) -> JobView | None:
+    return await store.insert_job(
         conn,
         job_id=row.job_id,
         kind=row.kind,
         workspace_id=row.workspace_id,
         actor_id=row.actor_id,
         correlation_id=row.correlation_id,
-        idempotency_key=None,
-        payload=row.payload,
+        idempotency_key=row.idempotency_key,
+        payload=payload,
+        source_job_id=row.source_job_id,
         schedule_id=row.schedule_id,
         workflow_id=row.workflow_id,
+        summary=summary,
+        notify_url=row.notify_url,
     )
-    if inserted is None:
-        return
-    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
-    await store.finish(conn, row.job_id, ending, retention=retention)
 
 
 async def finish_job(
