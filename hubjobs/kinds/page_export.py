@@ -73,8 +73,10 @@ PATH_MAX_LENGTH = 200
 
 
 class PageExportSummary(CarriedResult):
-    """What an export's workflow returns: the manifest's head, where the whole one is
-    served (relative, as its own URLs are), and how many files and pages it lists."""
+    """What an export's workflow returns: the manifest's head, where the whole manifest
+    is served (``manifest``: the job's status URL, relative to the API as the manifest's
+    own URLs are) and how many files and pages it lists. The manifest itself, a line
+    per file, stays in the read model."""
 
     transaction_time: datetime
     request: str = Field(max_length=PATH_MAX_LENGTH)

@@ -55,8 +55,9 @@ class ItemState(SqlLiteral):
 
 
 class NotifyState(SqlLiteral):
-    """A completion webhook's delivery: pending until delivered, refused for good, or
-    failed (the retries ran out)."""
+    """A completion webhook's delivery: pending until the receiver took it (delivered),
+    refused it for good (refused: a redirect, a destination no longer allowed) or the
+    retries ran out (failed)."""
 
     pending = "pending"
     delivered = "delivered"
