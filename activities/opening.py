@@ -57,10 +57,9 @@ async def open_for_attempt(
     on_wait: Callable[[], None],
     whole: Whole | None = None,
 ) -> JobView:
-    """Moves the job to running, committed, then takes its items in a transaction of their
-    own, so a long snapshot is spent running. A direct start's row is created with a
-    client start's checks; a refusal fails the job. ``whole``: the same steps in its one
-    transaction, for an untouched job that fits; any other raises NotWhole."""
+    """Moves the job to running, committed, then takes its items apart, so a long snapshot
+    is spent running; a direct start's row is created first. ``whole``: all in its one
+    transaction, for an untouched job that fits (else NotWhole)."""
     opening = _Opening(deps, kind, request, workflow_id, run_id, on_wait, whole)
     if whole is not None:
         opened = await opening.once()

@@ -42,10 +42,9 @@ class OutOfReach(Exception):
 
 @dataclass
 class OutageClock:
-    """Since when the database has not answered a job (on ``clock``, carried across
-    attempts), and how long this attempt waited. ``hand_over``: past the handover wait,
-    ``OutOfReach``; ``gives_up``: past the maximum, ``OutageTooLong`` (not lifecycle
-    writes, which must land)."""
+    """Since when the database has not answered a job (carried across attempts), and how
+    long this attempt waited: past the handover wait, ``OutOfReach`` (``hand_over``); past
+    the maximum, ``OutageTooLong`` (``gives_up``; lifecycle writes must land)."""
 
     since: datetime | None = None
     clock: OneClock = field(default_factory=OneClock.here)
