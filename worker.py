@@ -1,12 +1,6 @@
-"""The hubjobs worker: runs every registered kind's workflow and activities, the
-lifecycle's local activities, the maintenance workflows and the firings of job
-schedules, on one task queue.
-
-It builds itself from the kind registry (hubjobs/kinds/__init__.py): for each kind, the
-workflow declared with ``@kind_workflow(KIND)`` in ``workflows/<kind>.py`` and the
-``KindActivities`` class naming it in ``activities/<kind>.py``. Run as many workers as
-you like, on as many hosts: Temporal hands each activity to one worker, and a worker
-that dies stops heartbeating, so its work goes to another after the heartbeat timeout.
+"""The hubjobs worker: every registered kind's workflow and activities, found from the
+kind registry, and the shared workflows, on one task queue. Run as many as you like; a
+dead worker's work goes to another after the heartbeat timeout.
 ``python worker.py`` or ``hubjobs worker``.
 """
 
@@ -60,8 +54,7 @@ from workflows.versioning import is_declared, unversioned
 
 log = logging.getLogger("hubjobs.worker")
 
-# A pooled connection used within this many seconds is handed out unpinged: a ping is a
-# transaction of its own, three for a one-page job otherwise (hubjobs.db.engine).
+# A pooled connection used this recently is handed out unpinged (a ping is a round trip).
 POOL_PING_AFTER_IDLE_SECONDS = 5.0
 
 
@@ -107,22 +100,18 @@ def implementations(kinds: Iterable[JobKind[Any]] = REGISTRY) -> list[KindImplem
     return found
 
 
-# Besides the kinds' own: the maintenance Schedules' workflows, job schedules' firings and
-# completion webhooks' deliveries.
+# Besides the kinds' own: maintenance, schedule firings and webhook deliveries.
 SHARED_WORKFLOWS = (*MAINTENANCE_WORKFLOWS, ScheduledStartWorkflow, CompletionDelivery)
 
 
 def workflows(*, versioned: bool = True) -> list[type]:
-    """Every workflow the worker runs (the replay test replays histories against these):
-    as declared, with their versioning behaviour, or as an unversioned worker runs them
-    (see workflows/versioning.py)."""
+    """Every workflow the worker runs, as declared or as an unversioned worker runs them."""
     declared = [*(k.workflow for k in implementations()), *SHARED_WORKFLOWS]
     return declared if versioned else [unversioned(cls) for cls in declared]
 
 
 def activity_classes(kinds: Iterable[KindImplementation]) -> list[type[Any]]:
-    """Every class whose ``@activity.defn`` methods the worker serves: each kind's, the
-    lifecycle's, the maintenance workflows' and job schedules' firings'."""
+    """Every class whose ``@activity.defn`` methods the worker serves."""
     return [
         *(k.activities for k in kinds),
         JobStepActivities,
@@ -150,10 +139,8 @@ def build_worker(
     hooks: Mapping[str, Any] | None = None,
     workflow_classes: Sequence[type] | None = None,
 ) -> Worker:
-    """``hooks`` reach activities through their dependencies (tests use
-    ``before_write`` to act as a concurrent editor between a batch's read and write);
-    ``workflow_classes`` serves those instead of ``workflows()`` (a test's build of its
-    own)."""
+    """``hooks`` reach activities through their dependencies (tests' ``before_write``);
+    ``workflow_classes`` replaces ``workflows()`` (a test's build of its own)."""
     load_kinds(settings.kind_modules)
     deps = Deps(
         engine=engine,
@@ -170,8 +157,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        # Versioned, each worker serves one build of the deployment, and says which in
-        # its identity (the history's task-started events carry it).
+        # Versioned, its identity names its build (task-started events carry it).
         deployment_config=versioning,
         identity=(
             f"{client.identity} {settings.deployment_name}:{settings.build_id}"
@@ -189,24 +175,22 @@ def build_worker(
         # Heartbeats reach the server within a second, whatever the heartbeat timeout.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
-        # SIGTERM: attempts give their slot back at their next step (the job is handed
-        # over, at no cost); this bounds the wait for those that cannot.
+        # SIGTERM: attempts hand over at their next step; this bounds the wait.
         graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_SECONDS),
         # The next attempt after a handover is never dispatched eagerly to this worker.
         interceptors=[LogContextInterceptor(), NoEagerDispatch()],
     )
 
 
-# SIGTERM: in-flight attempts get this long to hand their jobs over, and the process
-# exits within STOP_BOUND_SECONDS whatever holds it (a workflow task stuck in workflow code).
+# SIGTERM: attempts get this long to hand over; the process exits within the bound
+# whatever holds it.
 GRACEFUL_SHUTDOWN_SECONDS = 10
 STOP_BOUND_SECONDS = 13
 
 
 async def announce_version(client: Client, settings: Settings) -> str | None:
-    """Once the worker polls: makes its build current if HUBJOBS_DEPLOYMENT_SET_CURRENT
-    says so, logs what the build gets, and returns the deployment's current build id
-    (None when versioning is off or the server does not tell)."""
+    """Makes the build current as HUBJOBS_DEPLOYMENT_SET_CURRENT says, logs it, and returns
+    the current build id (None when versioning is off or unknown)."""
     if not settings.worker_versioning:
         return None
     try:
@@ -223,8 +207,7 @@ async def announce_version(client: Client, settings: Settings) -> str | None:
 
 
 def connections_per_attempt(settings: Settings) -> int:
-    """The most database connections one attempt of a served kind holds at once. Reads
-    every kind's own settings, so that a bad value stops the worker before it serves."""
+    """The most connections one attempt holds; a bad kind setting stops the worker here."""
     load_kinds(settings.kind_modules)
     for kind in REGISTRY:
         kind.own_settings(settings)
@@ -238,8 +221,7 @@ def metrics_of(client: Client) -> JobMetrics:
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Runs until SIGINT/SIGTERM (or ``stop``), then drains: in-flight attempts hand
-    their jobs over at their next step, and what does not is retried elsewhere."""
+    """Runs until SIGINT/SIGTERM (or ``stop``), then drains."""
     stop = stop or asyncio.Event()
     refuse_weak_secrets(settings)
     # A connection for each one an attempt holds at every activity slot, plus the local
@@ -274,9 +256,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             exit_within(STOP_BOUND_SECONDS, "the worker's shutdown")
         log.info("worker stopped")
     finally:
-        # However the worker ended: a fatal error of the SDK's (it retries an unreachable
-        # server for as long as it takes, but gives up on what it deems fatal) must end
-        # the process, not leave it waiting on the queue refresher without pollers.
+        # However it ended: an SDK's fatal error must end the process, not leave it
+        # waiting on the queue refresher without pollers.
         stop.set()
         if versioning is not None:
             versioning.cancel()

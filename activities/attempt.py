@@ -1,13 +1,7 @@
-"""The attempt every kind's work activity shares (``KindActivities.attempt``): the job
-opened, the kind's work run in its context, the row finished when the work is done or a
-cancellation was seen, a handover when its slice is over, its worker shuts down, cannot
-reach the database, or its run asked for the job back; and a small job's attempt, the
-same attempt done whole in one transaction (``attempt_whole``).
-
-A kind writes only its work: ``async def work(ctx) -> Done | Stopped | Paused``, using
-``ctx.db`` for each unit of work (one transaction, retried whole after an outage),
-``ctx.beat`` after each durable step, ``ctx.time_to_pause()`` between steps and
-``ctx.report`` for long steps."""
+"""The attempt every kind's work activity shares: the job opened, the kind's work run,
+the row finished or the job handed over; or, for a small job, all in one transaction.
+A kind writes only ``async def work(ctx) -> Done | Stopped | Paused``, with ``ctx.db``
+per unit of work, ``ctx.beat`` after each and ``ctx.time_to_pause()`` between them."""
 
 from __future__ import annotations
 
@@ -57,9 +51,8 @@ P = TypeVar("P")
 
 
 def _not_whole(err: Exception) -> None:
-    """Logs why a small job's whole attempt gave the job back: a refusal or what the
-    database said as what the attempts will meet and say again; anything else with its
-    traceback, for it would otherwise be seen nowhere (the attempts may well succeed)."""
+    """Why a whole attempt gave the job back: the unexpected with its traceback, which
+    would otherwise be seen nowhere (the attempts may well succeed)."""
     if isinstance(err, HubJobsError | ApplicationError | DBAPIError | Refused) or is_outage(err):
         log.info("job not done whole (%s): its attempts take it", type(err).__name__)
     else:
@@ -69,8 +62,7 @@ def _not_whole(err: Exception) -> None:
 def _handed_over(
     ctx: WorkContext[Any] | None, beat: Beat, outage_since: datetime | None = None
 ) -> WorkResult:
-    """The job given back with how far the attempt got (its opening's beat if no work
-    ran), for the workflow's next attempt."""
+    """The job given back with how far the attempt got."""
     if ctx is None:
         return WorkResult(beat=beat, counters=Counters(), outage_since=outage_since)
     return WorkResult(beat=ctx.beat_state, counters=ctx.counters, outage_since=outage_since)
@@ -88,11 +80,8 @@ class KindActivities(Generic[P]):
     async def attempt(
         self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
     ) -> WorkResult:
-        """The attempt runs in a task of its own: cancelled because its workflow asked for
-        the job back (its run is full of signals), it is not cut but hands the job over at
-        its next step (``time_to_pause``); cancelled for any other reason (the worker's
-        shutdown, a timeout, the run gone), at once, as ever. A request ``whole`` (a small
-        job's first attempt, the workflow's local activity) runs it in one transaction."""
+        """In a task of its own: cancelled because its run is full, the attempt hands over
+        at its next step rather than being cut; any other cancel cuts it at once."""
         if request.whole:
             return await self._whole(request, work)
         running = asyncio.ensure_future(self._attempt(request, work))
@@ -112,7 +101,6 @@ class KindActivities(Generic[P]):
     ) -> WorkResult:
         bind_job(request.job)
         settings = self.deps.settings
-        info = activity.info()
         clock = OneClock.temporal()
         beat = Beat(cursor=request.cursor)
         activity.heartbeat(beat.model_dump(mode="json"))
@@ -121,24 +109,14 @@ class KindActivities(Generic[P]):
         )
         ctx: WorkContext[P] | None = None
         try:
-            job = await open_for_attempt(
-                self.deps,
-                self.kind,
-                request,
-                info.workflow_id,
-                info.workflow_run_id,
-                on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json")),
+            job = await self._open(
+                request, on_wait=lambda: activity.heartbeat(beat.model_dump(mode="json"))
             )
             if job.is_final:
                 return WorkResult(outcome=outcome_of(job), counters=job.counters)
-            ctx = WorkContext(
-                deps=self.deps,
-                kind=self.kind,
-                request=request,
-                job=job,
-                payload=self.kind.validate(job.payload),
-                counters=job.counters,
-                beat_state=Beat(cursor=request.cursor, progress=self.kind.durable_progress(job)),
+            progress = self.kind.durable_progress(job)
+            ctx = self._context(
+                request, job, beat_state=Beat(cursor=request.cursor, progress=progress)
             )
             end: WorkEnd = Stopped() if job.cancel_requested_at else await work(ctx)
             if isinstance(end, Paused):
@@ -181,8 +159,7 @@ class KindActivities(Generic[P]):
             return _handed_over(ctx, beat, out.since)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
-                # Out of time to drain: the job is handed over, not failed; whatever the
-                # cut step had not committed never happened.
+                # Out of time to drain: handed over, not failed.
                 log.info("worker shutting down: job handed over")
                 return WorkResult(beat=beat)
             raise
@@ -195,22 +172,15 @@ class KindActivities(Generic[P]):
             outage_clock.reset(outage)
 
     async def fits_whole(self, conn: AsyncConnection, job: JobView) -> bool:
-        """Whether a job not yet snapshotted is small enough to be done whole in one
-        transaction (a bounded count, no write); asked only of a kind whose
-        ``whole_when_small`` says so."""
+        """Whether a job not yet snapshotted fits one transaction (a bounded count)."""
         return False
 
     async def _whole(
         self, request: WorkRequest, work: Callable[[WorkContext[P]], Awaitable[WorkEnd]]
     ) -> WorkResult:
-        """A small job's first attempt: the ordinary one (its opening, the kind's
-        ``work``, the final row written by the last unit) run whole in ONE transaction
-        (one commit, no activity task, no second workflow task). Only for a job nothing
-        has touched yet that ``fits_whole``; a job it cannot finish so, for whatever
-        reason (too big, refused, a failure, the database out of reach or slow), it
-        leaves as it found it, its transaction rolled back, and hands back no outcome:
-        the workflow's ordinary attempts then do the job. Run twice (its worker killed
-        after the commit), it finds the row final and returns it."""
+        """The ordinary attempt in ONE transaction, for an untouched job that
+        ``fits_whole``; any job it cannot finish so it rolls back and hands back no
+        outcome. Run twice, it finds the row final and returns it."""
         bind_job(request.job)
         if self.deps.reach.cut_off:
             return WorkResult()  # this worker knows it cannot reach the database
@@ -234,28 +204,45 @@ class KindActivities(Generic[P]):
         request: WorkRequest,
         work: Callable[[WorkContext[P]], Awaitable[WorkEnd]],
     ) -> job_rows.Finished:
+        # A local activity has no heartbeat to send.
+        job = await self._open(request, on_wait=unobserved, whole=Whole(conn, self.fits_whole))
+        if job.is_final:
+            return job_rows.Finished(job, changed=False)
+        ctx = self._context(request, job, conn=conn)
+        end = await work(ctx)
+        if not isinstance(end, Done) or ctx.finished is None:
+            raise NotWhole("the work did not finish in one unit")
+        return ctx.finished
+
+    async def _open(
+        self, request: WorkRequest, *, on_wait: Callable[[], None], whole: Whole | None = None
+    ) -> JobView:
         info = activity.info()
-        job = await open_for_attempt(
+        return await open_for_attempt(
             self.deps,
             self.kind,
             request,
             info.workflow_id,
             info.workflow_run_id,
-            on_wait=unobserved,  # a local activity has no heartbeat to send
-            whole=Whole(conn, self.fits_whole),
+            on_wait=on_wait,
+            whole=whole,
         )
-        if job.is_final:
-            return job_rows.Finished(job, changed=False)
-        ctx: WorkContext[P] = WorkContext(
+
+    def _context(
+        self,
+        request: WorkRequest,
+        job: JobView,
+        *,
+        beat_state: Beat | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> WorkContext[P]:
+        return WorkContext(
             deps=self.deps,
             kind=self.kind,
             request=request,
             job=job,
             payload=self.kind.validate(job.payload),
             counters=job.counters,
+            beat_state=beat_state or Beat(),
             conn=conn,
         )
-        end = await work(ctx)
-        if not isinstance(end, Done) or ctx.finished is None:
-            raise NotWhole("the work did not finish in one unit")
-        return ctx.finished

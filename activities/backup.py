@@ -1,23 +1,8 @@
-"""The backup work: one consistent snapshot of a workspace's rows and attachments (or, a
-hub operator's, of every hub table and attachment), streamed into one archive (see
-hubjobs.archive.format and hubjobs.archive.scope).
-
-One REPEATABLE READ, READ ONLY transaction reads everything, so tables and attachment
-rows agree; hubjobs.archive.writer streams COPY output and files into the zip in blocks
-of about a MiB, so memory stays flat whatever the size. The archive is written under a
-temporary name of the attempt's own, fsynced, and linked to the archive's name unless
-an attempt did so first: a cancelled, failed, killed or handed-over backup leaves no
-archive; an attempt presumed dead that wakes up (its worker stopped past the heartbeat
-timeout) never touches its successor's file nor replaces a committed archive; the
-attempt that commits removes what the others left (a new snapshot, never a mix). A
-database outage mid-stream restarts the stream once the database answers. Files are
-readable by their owner only. A full file system fails the job at once as
-``no_space`` (its temporary file removed), a folder that cannot be written as
-``storage_unavailable``: retried, either would fail the same.
-
-The snapshot's connection is bounded like every other (hubjobs.db.limits: the bulk
-purpose), and its stream may not stall for longer than a batch's budget: a server that
-stops sending is an outage, not a wait.
+"""The backup work: one REPEATABLE READ snapshot streamed into one archive, memory flat.
+The archive is written under a temporary name of the attempt's own and linked to its
+name unless another attempt did first: an unfinished backup leaves no archive, and an
+attempt presumed dead never touches its successor's file. An outage restarts the
+stream; a stream that stalls past a batch's budget is an outage, not a wait.
 """
 
 from __future__ import annotations
@@ -65,8 +50,7 @@ from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
 
-# Progress reaches the read model (and a cancellation request is looked for) this often;
-# the workflow hears of it every HUBJOBS_PROGRESS_REPORT_SECONDS.
+# Progress reaches the read model, and a cancel is looked for, this often.
 PROGRESS_EVERY = 1.0
 
 
@@ -79,11 +63,9 @@ class HandOver(Exception):
 
 
 class Progress:
-    """Heartbeats after every chunk; the read model hears of the tables and attachments
-    done about once a second, which is also when a cancellation request is looked for
-    and whether the worker is shutting down. With a pace (bytes a second, on average
-    since the stream began) it waits for the pace to catch up, beating through the wait
-    (activities/pauses.py) and still looking for a cancellation once a second."""
+    """Heartbeats after every chunk, tells the read model once a second (and looks for a
+    cancel then); with a pace (bytes a second since the stream began) it waits for the
+    pace to catch up, beating through the wait."""
 
     def __init__(self, ctx: WorkContext[BackupPayload], pace: float | None = None) -> None:
         self.ctx = ctx
@@ -124,9 +106,8 @@ class Progress:
             if ahead <= 0:
                 break
             await pause(min(ahead, PROGRESS_EVERY), self.alive)
-        # Compressing and hashing run on the event loop: hand it back after every
-        # chunk, so the worker's other activities, its heartbeats and its polling are
-        # not starved for a whole second at a time.
+        # Compressing runs on the event loop: yield after every chunk, so the worker's
+        # other activities and heartbeats are not starved.
         await asyncio.sleep(0)
 
     def _ahead(self) -> float:
@@ -186,8 +167,7 @@ class BackupActivities(KindActivities[BackupPayload]):
         try:
             manifest = await ctx.retrying(stream)
             await ctx.db(lambda conn: self._require_actor(conn, ctx))
-            # A cancellation that came after the last progress beat ends the job
-            # cancelled all the same: the archive must not be committed.
+            # A cancel after the last progress beat must still keep the archive out.
             await progress.flush()
             if not _commit(partial, final):
                 return _committed(final, job.id)
@@ -232,8 +212,7 @@ class BackupActivities(KindActivities[BackupPayload]):
             url = ConnectOptions.of(settings, Purpose.BULK).conninfo(
                 plain_url(settings.resolved_database_url())
             )
-            # Connecting and setting up within a lifecycle step's budget, then the
-            # stream within its stall bound (moved on by every chunk's progress).
+            # Connecting within a lifecycle budget, then the stream within its stall bound.
             with deadline(settings.db_lifecycle_timeout_seconds) as bound:
                 progress.stall = bound
                 async with await within(psycopg.AsyncConnection.connect(url)) as conn:
@@ -261,9 +240,8 @@ class BackupActivities(KindActivities[BackupPayload]):
 
 
 def _commit(partial: Path, final: Path) -> bool:
-    """The archive under its name, unless an attempt committed one first (False): a
-    link, which never replaces a file, rather than a rename, which would. (An attempt
-    whose file is gone finds the archive there: the one that committed removed it.)"""
+    """The archive under its name, unless an attempt committed one first (False): a link
+    never replaces a file, as a rename would."""
     try:
         os.link(partial, final)
     except FileExistsError:
@@ -285,8 +263,7 @@ def _committed(final: Path, backup_id: uuid.UUID) -> Done:
 
 
 def _remove_leftovers(final: Path, backup_id: uuid.UUID) -> None:
-    """Once the archive is committed: the temporary files of attempts killed midway (an
-    attempt still writing one learns it lost when its own commit finds the archive)."""
+    """Once the archive is committed: the temporary files of attempts killed midway."""
     for leftover in temporary_files(final.parent, backup_id):
         leftover.unlink(missing_ok=True)
 

@@ -1,7 +1,5 @@
-"""One clock decides: a duration that spans attempts or hosts (an outage an attempt began
-and another carries on measuring, a webhook's timestamp that a receiver checks) is read
-on Temporal's clock, never on this host's wall clock, which may be hours off. Within
-one process the monotonic clock counts the seconds."""
+"""A duration that spans attempts or hosts is read on Temporal's clock, never this
+host's wall clock, which may be hours off; within a process, the monotonic one."""
 
 from __future__ import annotations
 
@@ -14,18 +12,16 @@ from temporalio import activity
 
 @dataclass(frozen=True)
 class OneClock:
-    """A time on some clock (``at``) and this process's monotonic reading at that
-    moment: ``now()`` moves on from ``at`` by the monotonic seconds since, whatever this
-    host's wall clock says (or is stepped to) meanwhile."""
+    """``at`` and the monotonic reading then: ``now()`` moves on by monotonic seconds,
+    whatever this host's wall clock is stepped to."""
 
     at: datetime
     mono: float = field(default_factory=time.monotonic)
 
     @classmethod
     def temporal(cls) -> OneClock:
-        """Temporal's clock, in the running activity: the server's time when it started
-        this attempt (read as the attempt starts). A local activity's start time is this
-        host's own: it gets this process's clock, as it never hands a time on."""
+        """The server's time when it started this attempt (a local activity's start time
+        is this host's own, so it gets ``here``)."""
         info = activity.info()
         return cls.here() if info.is_local else cls(info.started_time)
 

@@ -1,9 +1,6 @@
-"""The completion webhook's delivery, one try an activity attempt (Temporal retries it
-with backoff, workflows/completion_delivery.py): the body is built from the job's
-read-model row, so that every try, on whichever worker, sends the same; each try and
-its outcome are recorded on the row through the store. Idempotent: a delivery the row
-already records as final is not sent again, and the receiver deduplicates the rest
-(at least once) on the idempotency key, the same for every try."""
+"""The completion webhook's delivery, one try an activity attempt: the body comes from
+the job's row, so every try sends the same, and each is recorded there. A delivery the
+row records final is not sent again; the receiver deduplicates the rest on the key."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ from hubjobs.webhooks.policy import WebhooksNotConfigured, signing_secret
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# How often a try heartbeats while the receiver takes its time: a worker that dies
-# mid-delivery is noticed within the heartbeat timeout, not the try's whole timeout.
+# A worker that dies mid-delivery is noticed within the heartbeat timeout.
 HEARTBEAT_SECONDS = 1.0
 
 
@@ -78,17 +74,14 @@ class CompletionDeliveryActivities:
 
     @activity.defn
     async def deliver_completion(self, request: CompletionRequest) -> DeliveryReport:
-        """One try: POSTs the job's completion, signed; ``notify_failed`` (retried) when
-        the receiver did not take it, ``notify_refused`` (not retried) for a redirect or
-        a destination no longer allowed."""
+        """One signed POST; ``notify_failed`` (retried) when not taken, ``notify_refused``
+        (not retried) for a redirect or a destination no longer allowed."""
         attempt = activity.info().attempt
-        # Signed on Temporal's clock: a receiver refuses a timestamp minutes off its own,
-        # and this host's wall clock may be hours off.
+        # Signed on Temporal's clock: a receiver refuses a timestamp minutes off.
         clock = OneClock.temporal()
 
         async def claim(conn: AsyncConnection) -> JobView | None:
-            # The try counted before anything is sent: a POST the receiver sees is one the
-            # row counts, even when the deadline's failed write lands while it is out.
+            # Counted before it is sent: every POST a receiver sees, the row counts.
             await job_rows.record_notify(
                 conn, request.job_id, state=NotifyState.pending, attempt=attempt
             )
@@ -118,8 +111,7 @@ class CompletionDeliveryActivities:
                     )
                 )
         except (DeliveryFailed, WebhooksNotConfigured) as failed:
-            # A worker without the secret is a deployment to fix, not a receiver's
-            # refusal: tried again, with the reason on the row.
+            # A worker without the secret is a deployment to fix: tried again.
             log.info("completion webhook not taken (try %d): %s", attempt, failed.message)
             await self._record(job.id, NotifyState.pending, attempt, described(failed))
             raise ApplicationError(failed.message, type=DeliveryFailed.code) from None

@@ -1,6 +1,5 @@
-"""The context a kind's work runs in (``WorkContext``): its units of database work, its
-heartbeats and cursor, when to give its slot back, and its progress reports to the
-workflow (signals, at most one a second, none once the run asked for the job back)."""
+"""The context a kind's work runs in: its units of database work, heartbeats and cursor,
+when to give its slot back, and its progress reports to the workflow."""
 
 from __future__ import annotations
 
@@ -43,14 +42,12 @@ P = TypeVar("P")
 
 
 class CancelTaken(Exception):
-    """The job's workflow took a cancellation while this attempt waited out a database
-    that refused its unit of work: the attempt gives the job back uncommitted, and the
-    workflow ends it cancelled (the request may not have reached the read model yet)."""
+    """The workflow took a cancel while this attempt waited out an outage: the job goes
+    back uncommitted, and the workflow ends it cancelled."""
 
 
 def asked_to_hand_over() -> bool:
-    """The job's workflow cancelled this attempt: its run is full of signals and
-    continues as new once the attempt has handed the job over."""
+    """The workflow cancelled this attempt because its run is full of signals."""
     details = activity.cancellation_details()
     return details is not None and details.cancel_requested
 
@@ -72,8 +69,7 @@ class WorkContext(Generic[P]):
     message: str | None = None
     # Set when the kind's last unit of work finished the row in its own transaction.
     finished: job_rows.Finished | None = None
-    # A small job's attempt done whole (``WorkRequest.whole``): the one
-    # transaction every unit of work runs in, committed only once the job is finished.
+    # A whole attempt's one transaction, committed only once the job is finished.
     conn: AsyncConnection | None = None
     _reported: float = field(default_factory=time.monotonic)
     _last_report: JobProgressReport | None = None
@@ -92,9 +88,8 @@ class WorkContext(Generic[P]):
         return self.beat_state.cursor
 
     def beat(self, cursor: dict[str, Any] | None = None, progress: int | None = None) -> None:
-        """Tells Temporal this attempt is alive and how far it got; the details are what
-        the workflow sees if the attempt dies, and where the next one starts. Also tells
-        the workflow the counters now and then (``report``)."""
+        """Heartbeats how far the attempt got (where the next one starts), and now and then
+        the counters to the workflow."""
         if cursor is not None or progress is not None:
             self.beat_state = Beat(
                 cursor=self.beat_state.cursor if cursor is None else cursor,
@@ -105,8 +100,7 @@ class WorkContext(Generic[P]):
             self._send_progress()
 
     def time_to_pause(self) -> bool:
-        """Between two steps: give the slot back now (the time slice is over, the
-        worker is shutting down, or the workflow asked for the job back)?"""
+        """Between two steps: give the slot back now?"""
         if activity.is_worker_shutdown() or asked_to_hand_over():
             return True
         return time.monotonic() - self.started >= self.settings.work_slice_seconds
@@ -117,18 +111,14 @@ class WorkContext(Generic[P]):
 
     @staticmethod
     def shutting_down() -> bool:
-        """For work that cannot pause mid-way (a backup): hand the job over only when the
-        worker is going away."""
+        """For work that cannot pause mid-way: hand over only when the worker goes."""
         return activity.is_worker_shutdown()
 
     async def db(
         self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
     ) -> T:
-        """Runs ``work`` on a connection in autocommit (each statement its own
-        transaction), or with ``transaction`` in one. While the database does not answer,
-        waits with capped backoff, heartbeating, and runs it again whole: an outage costs
-        the job nothing, until it lasts longer than HUBJOBS_MAX_OUTAGE_SECONDS. In a
-        whole attempt, on its one transaction (which an error ends whole)."""
+        """A unit of work, in autocommit or one transaction, run again whole after an
+        outage, heartbeating; in a whole attempt, on its one transaction."""
         if self.conn is not None:
             return await work(self.conn)
         return await with_outage_retry(
@@ -144,10 +134,8 @@ class WorkContext(Generic[P]):
     async def finish_in(
         self, conn: AsyncConnection, counters: Counters, output: dict[str, Any] | None
     ) -> job_rows.Finished:
-        """Finishes the job as succeeded in the caller's unit of work (the kind's last
-        batch, whose commit then lands the work and the final row at once: one commit a
-        small job fewer). The caller hands the result to ``finished`` once its unit has
-        landed, and the attempt then writes nothing more."""
+        """Finishes the job in the caller's unit of work (one commit fewer); the caller
+        sets ``finished`` once its unit landed, and the attempt writes nothing more."""
         ending = job_rows.Ending(JobStatus.succeeded, counters=counters, output=output)
         finished = await job_rows.finish_job(
             conn, self.job, ending, default_retention=self.deps.default_retention
@@ -157,16 +145,14 @@ class WorkContext(Generic[P]):
         return finished
 
     async def retrying(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Like ``db`` for work holding its own connection (a backup's snapshot): after
-        an outage it runs again whole."""
+        """Like ``db``, for work holding its own connection."""
         return await ride_out_outages(
             self.settings, work, on_wait=self.beat, before_retry=self.unless_cancel_taken
         )
 
     async def unless_cancel_taken(self) -> None:
-        """Before a unit of work runs again after an outage: a cancellation the workflow
-        took meanwhile could not be recorded where the unit looks, so the workflow is
-        asked. Unanswered (a flood, Temporal away), the unit runs again as before."""
+        """Before a retry: a cancel the workflow took during the outage could not reach
+        the row, so the workflow is asked; unanswered, the unit runs again."""
         info = activity.info()
         if info.workflow_id is None:
             return
@@ -183,25 +169,20 @@ class WorkContext(Generic[P]):
             raise CancelTaken()
 
     async def report(self, message: str) -> None:
-        """A progress message for the workflow's query and the UI's details (the next
-        report carries it)."""
+        """A progress message, for the next report."""
         self.message = message
         self._send_progress()
 
     async def reports_delivered(self) -> None:
-        """Waits (a bounded while) for the report in flight: one landing after the
-        attempt's result would overtake the run's closing or continuing as new, and
-        Temporal would fail that workflow task (UnhandledCommand) to run it again."""
+        """Waits a while for the report in flight: landing after the result, it would fail
+        the run's closing workflow task (UnhandledCommand)."""
         if self._sending is not None and not self._sending.done():
             await asyncio.wait({self._sending}, timeout=PROGRESS_RPC_TIMEOUT.total_seconds())
 
     def _send_progress(self) -> None:
-        """Signals the job's workflow the counters and message, at most every
-        HUBJOBS_PROGRESS_REPORT_SECONDS (1 s: the progress query and the UI's details
-        follow the read model within about that) and only when they changed; in the
-        background, so a batch never waits on Temporal, and never two at once. An attempt
-        over within the interval sends none: a small job costs no extra event. A report
-        that does not get through is only logged; the next one says it all again."""
+        """Signals the counters at most every HUBJOBS_PROGRESS_REPORT_SECONDS, when they
+        changed, in the background and one at a time (a short attempt sends none). A lost
+        report is only logged: the next one says it all again."""
         now = time.monotonic()
         if now - self._reported < self.settings.progress_report_seconds:
             return

@@ -1,20 +1,9 @@
-"""The course-tagging work: tags a job's pending pages in batches.
-
-A batch is one read (the job's cancellation request and actor, the next pending items
-and the facts of their pages, in one statement), the outcome of each page decided in
-Python (hubjobs.kinds.course_tagging.decide), one ETag-guarded write for every page
-that needs the tag (each row checked against the version read; one revision per
-changed page), one re-read and write of the pages found in conflict, and one statement
-recording every item's outcome with the job's counters, all in one transaction; each
-statement is idempotent too: a page gets the tag only at the version read and never
-twice, an item is recorded only while pending. A crash (or an outage) loses at most the
-batches in flight: the next try reads again, and a page that got the tag meanwhile is
-"succeeded" without a second write. Batches cover ranges of ordinals, two at once by
-default (HUBJOBS_TAGGING_LANES), each on its own connection: they touch different pages
-and items, and meet only at the job's row, which each updates last. After each landed
-batch the attempt beats its cursor (the end of the ranges done without a gap), and
-between batches it gives its slot back when its time slice is over. The cursor only
-saves reading: the work is done when no item of the job is pending.
+"""The course-tagging work: a job's pending pages in batches, each one transaction of a
+read, one ETag-guarded write (conflicts read and written once more) and one record of
+the items with the job's counters. Every statement is idempotent, so a crash loses at
+most the batches in flight. Batches over ranges of ordinals run in lanes, each on its
+own connection, meeting only at the job's row, which each updates last. The cursor only
+saves reading: the work is done when no item is pending.
 """
 
 from __future__ import annotations
@@ -67,8 +56,7 @@ from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
 
-# Called between deciding a batch's pages and writing them (each of the two rounds);
-# tests use it to change pages in between, as another user would.
+# Called between deciding a batch's pages and writing them: tests edit pages there.
 BeforeWrite = Callable[[AsyncConnection, Sequence[uuid.UUID], int], Awaitable[None]]
 
 
@@ -99,8 +87,8 @@ class Batch:
     items: list[Item]
 
 
-# The next pending items after a cursor with their pages' facts. Every read goes by key
-# (LATERAL … LIMIT 1 stops a hash of pages on stale statistics): prepared.
+# The next pending items with their pages' facts, by key (LATERAL … LIMIT 1 stops a
+# hash of pages on stale statistics).
 READ_BATCH = Statement.of(
     f"""
     SELECT i.ordinal, i.ref, i.done_at_snapshot, {PAGE_FACTS}
@@ -142,9 +130,8 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             return ended
         if ctx.counters.processed >= ctx.counters.total:
             return finished  # the counters are exact: no need to look for more
-        # The items, not the cursor, say when the work is done: a database that lost
-        # acknowledged commits (a failover to an asynchronous replica) may have put items
-        # behind the cursor back to pending, so go over them before succeeding.
+        # The items, not the cursor, say when it is done: a failover that lost commits
+        # may have put items behind the cursor back to pending.
         after = 0
         while True:
             landed = await self.one_batch(ctx, after, None)
@@ -160,13 +147,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def tag_ranges(
         self, ctx: WorkContext[CourseTaggingPayload], after: int
     ) -> WorkEnd | None:
-        """Tags the items after the cursor in ranges of ordinals a batch long (a
-        snapshot's ordinals are 1…total, dense), up to HUBJOBS_TAGGING_LANES batches at
-        once, each in a transaction of its own on a connection of its own: PostgreSQL
-        writes one batch while the next is read and decided. The cursor heartbeaten is
-        the end of the ranges done without a gap, so the next attempt redoes none of
-        them and skips none. Returns how the attempt ends, or None once every range is
-        done."""
+        """The items after the cursor in ranges a batch long (ordinals are dense), up to
+        ``tagging_lanes`` at once: PostgreSQL writes one batch while the next is read.
+        Returns how the attempt ends, or None once every range is done."""
         lanes = Lanes(self, ctx, after)
         ended: WorkEnd | None = None
         try:
@@ -184,8 +167,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 await self.breathe(ctx)
                 lanes.fill()
         finally:
-            # Cancelled (the activity, or the worker going away): what was in flight
-            # rolls back whole, as a cut batch always did.
+            # Cancelled: what was in flight rolls back whole.
             await lanes.cancel()
         if lanes.failure is not None:
             raise lanes.failure
@@ -194,16 +176,14 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     async def one_batch(
         self, ctx: WorkContext[CourseTaggingPayload], after: int, upto: int | None
     ) -> Landed | None:
-        """The pending items after ``after`` (up to ordinal ``upto``, if given), a
-        batch of them, in one transaction (one commit, one WAL flush, for its pages,
-        revisions, items and counters, and the final row when it was the last)."""
+        """A batch of the pending items after ``after`` (up to ``upto``), in one
+        transaction: one commit for its pages, items, counters and a final row."""
         try:
             return await ctx.db(
                 partial(self.tag_batch, ctx=ctx, after=after, upto=upto), transaction=True
             )
         except BatchWriteFailed:
-            # The database refused some page's update: the batch again, each page in a
-            # statement of its own, so that one page's refusal never undoes another's.
+            # Some page's update was refused: again, a statement a page.
             return await ctx.db(
                 partial(self.tag_batch, ctx=ctx, after=after, upto=upto, careful=True)
             )
@@ -222,8 +202,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
     def end_after_batch(
         self, ctx: WorkContext[CourseTaggingPayload], *, cancel_requested: bool
     ) -> WorkEnd | None:
-        """How the attempt ends after a batch landed, if it ends: a cancellation request
-        seen, every item recorded (the counters are exact), or its time slice over."""
+        """How the attempt ends after a batch, if it does (the counters are exact)."""
         if cancel_requested:
             return Stopped()
         if ctx.counters.processed >= ctx.counters.total:
@@ -246,11 +225,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         upto: int | None = None,
         careful: bool = False,
     ) -> Landed | None:
-        """Tags the next batch after ``after`` (up to ordinal ``upto``); None when no
-        pending item is left there. ``careful`` (on an autocommit connection): a failing
-        batch write is retried page by page; otherwise it raises BatchWriteFailed. The
-        batch that records the job's last items finishes it, in the same transaction,
-        unless a cancellation was asked for (the attempt then ends it cancelled)."""
+        """The next batch; None when no pending item is left. ``careful`` (autocommit):
+        a refused write is retried page by page, else BatchWriteFailed. The last batch
+        finishes the job in its transaction, unless a cancel was asked for."""
         job = ctx.job
         batch = await self.read_batch(conn, ctx, after, upto)
         if not batch.actor_ok:
@@ -301,8 +278,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
                 "tag": ctx.payload.tag,
             },
         )
-        # Unpacked by position (a thousand rows: by name cost a tenth of the worker's CPU);
-        # a change to READ_BATCH's columns fails here at once.
+        # By position (by name costs CPU); a change to READ_BATCH's columns fails here.
         items = [
             Item(ordinal, ref, done, PageFacts(available, has_tag, tag_count, version))
             for ordinal, ref, done, available, has_tag, tag_count, version in rows
@@ -320,8 +296,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         outcomes: dict[int, PageOutcome] = {}
         pending: dict[int, PageFacts | None] = {item.ordinal: item.page for item in items}
         by_ordinal = {item.ordinal: item for item in items}
-        # The first write uses the facts of the batch read; pages in conflict are read
-        # again and written once more; a page still in conflict fails.
+        # Pages in conflict are read and written once more; still in conflict, they fail.
         for attempt in (1, 2):
             wanted: list[tuple[Item, int]] = []
             for ordinal, page in pending.items():
@@ -364,12 +339,9 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         *,
         careful: bool,
     ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
-        """One statement for the batch; should the database refuse it for some page's
-        sake (hubjobs.db.errors.refused_for_its_row), BatchWriteFailed, or when
-        ``careful`` each page alone. Returns the pages changed and the pages whose update
-        was refused; the rest were in conflict. Any other error (an outage, a full disk,
-        a deadlock) is no page's doing: it goes up, the batch's transaction with it, and
-        no page is recorded failed for it."""
+        """One statement; refused for some page's sake, BatchWriteFailed (``careful``:
+        each page alone). Returns the pages changed and refused; the rest conflicted.
+        Any other error is no page's doing: it goes up, no page recorded failed."""
         job = ctx.job
 
         async def write(changes: list[TagChange]) -> set[uuid.UUID]:
@@ -407,8 +379,7 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
 
 
 class Lanes:
-    """The batches of one tagging attempt in flight at once, over ranges of ordinals
-    after its cursor: which ranges have landed, and the frontier, the end of those done
+    """One attempt's batches in flight; the frontier is the end of the ranges landed
     without a gap (what the cursor may say)."""
 
     def __init__(
@@ -436,9 +407,8 @@ class Lanes:
             self.running[task] = start
 
     async def land_some(self) -> None:
-        """Waits for at least one batch; takes in what landed (batches commit in any
-        order: the counters are the highest seen) and moves the frontier. A batch that
-        failed is kept to be raised once the others have landed."""
+        """Takes in what landed (in any order: the counters are the highest seen); a
+        failure is raised once the others have landed."""
         landed, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
         for task in landed:
             start = self.running.pop(task)

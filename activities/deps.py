@@ -21,12 +21,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Reach:
-    """Whether this worker has found that it cannot reach the database: one of its
-    attempts handed over, and nothing got through since. The task queue may well give
-    the job's next attempt back to it (the longest-waiting poll wins, and an idle cut
-    off worker's polls are old): its attempts and lifecycle steps then hand over at
-    once, trying the database at most once every HUBJOBS_OUTAGE_HANDOVER_SECONDS (and
-    handing over at the first failed try), so that the job moves on at little cost."""
+    """Whether this worker found it cannot reach the database. The queue may well hand
+    the job back to it (its idle polls are the oldest), so its attempts then hand over
+    at once, trying the database at most once a handover wait."""
 
     cut_off_at: float | None = None
 

@@ -1,6 +1,4 @@
-"""How a kind's work ends (done, stopped by a cancellation, paused for a handover, or
-refused), and the final write that records it, shared by attempts and the workflow's
-local activities."""
+"""How a kind's work ends, and the final write that records it."""
 
 from __future__ import annotations
 
@@ -44,16 +42,14 @@ class Stopped:
 
 @dataclass(frozen=True)
 class Paused:
-    """The attempt gives its slot back (its time slice is over, or its worker is shutting
-    down); the next attempt carries on from the last beat."""
+    """The slot goes back; the next attempt carries on from the last beat."""
 
 
 WorkEnd = Done | Stopped | Paused
 
 
 class Refused(HubJobsError):
-    """The job cannot go on, whatever is retried (the actor lost the right to run it, an
-    attachment is missing): it fails at once with this code."""
+    """The job cannot go on, whatever is retried: it fails at once with this code."""
 
 
 class ActorUnavailable(Refused):
@@ -71,8 +67,7 @@ def job_not_found() -> ApplicationError:
 
 
 def outcome_of(job: JobView) -> JobOutcome:
-    """The final row as the workflow returns it: a result that grows with the work (an
-    export's manifest) as its kind's bounded summary (``JobKind.carried``)."""
+    """The final row as the workflow returns it (a growing result as its summary)."""
     kind = REGISTRY.find(job.kind)
     return JobOutcome(
         job_id=job.id,
@@ -93,9 +88,7 @@ async def finish(
     on_wait: Callable[[], None] | None = None,
     before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> JobOutcome:
-    """The final write, shared by attempts and the workflow's local activity; it rides
-    out outages like any other write (an attempt's beating through them, and stopping
-    as its units of work do), and finishing twice changes nothing."""
+    """The final write, riding out outages; finishing twice changes nothing."""
 
     async def write(conn: AsyncConnection) -> job_rows.Finished | None:
         return await job_rows.finish_job(
@@ -115,8 +108,7 @@ async def finish(
 
 
 def after_finish(deps: Deps, finished: job_rows.Finished) -> JobOutcome:
-    """What follows the final write, wherever it was made: the metrics and the log line
-    of the attempt that moved the row, and the outcome for the workflow."""
+    """The metrics and log line of the write that moved the row, and the outcome."""
     final = finished.job
     if finished.changed:
         seconds = None

@@ -1,14 +1,7 @@
-"""The lifecycle's local activities, run by the workflow on its own worker (no task
-queue round trip): finish a job whose work could not (it failed, or the workflow was
-cancelled), record a cancellation request that came as a bare signal, record a direct
-start whose input was refused, and ask Temporal to close a cancelled job's run as
-Canceled. Each retries until it lands, so that the read model ends agreeing with
-Temporal.
-
-A worker that cannot reach the database gives up on a step (finishing, reading how far
-the job got, recording a cancellation) after HUBJOBS_OUTAGE_HANDOVER_SECONDS
-(``handing_over``); the workflow then hands the step to any worker as an ordinary
-activity (workflows/job_lifecycle.py)."""
+"""The lifecycle's local activities, retried until they land so the read model ends
+agreeing with Temporal. Out of the database's reach, a step gives up after
+HUBJOBS_OUTAGE_HANDOVER_SECONDS (``handing_over``) and the workflow hands it to any
+worker."""
 
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ class JobStepActivities:
 
     @activity.defn
     async def finish_job(self, request: FinishJob) -> JobOutcome:
-        """Writes the final status (see hubjobs.job_rows); a finished row
-        stays as it is and is returned."""
+        """Writes the final status; a finished row stays as it is and is returned."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
             return await job_rows.get_job(conn, request.job_id)
@@ -58,8 +50,7 @@ class JobStepActivities:
 
     @activity.defn
     async def durable_progress(self, job_id: uuid.UUID) -> int:
-        """How far the job's work durably got, as its row shows it: what the workflow
-        compares, after an attempt failed, with what it knew before the attempt."""
+        """How far the job durably got, as its row shows it."""
 
         async def read(conn: AsyncConnection) -> JobView | None:
             return await job_rows.get_job(conn, job_id)
@@ -104,8 +95,7 @@ class JobStepActivities:
 
     @activity.defn
     async def cancel_run(self, workflow_id: str, run_id: str) -> None:
-        """Asks Temporal to cancel the given run: how a job cancelled by signal closes as
-        Canceled (a workflow cannot cancel itself). A run closed meanwhile is fine."""
+        """How a job cancelled by signal closes as Canceled; a closed run is fine."""
         assert self.deps.client is not None, "the worker's activities have a client"
         handle = self.deps.client.get_workflow_handle(workflow_id, run_id=run_id)
         try:

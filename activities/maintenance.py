@@ -1,5 +1,5 @@
-"""Maintenance, run by Temporal Schedules: the retention sweep (seed 004's expired-job
-sweep) and the reconciler that brings the read model into line with Temporal."""
+"""Maintenance: the retention sweep and the reconciler that brings the read model into
+line with Temporal."""
 
 from __future__ import annotations
 
@@ -55,8 +55,7 @@ HOOK_RETRY_AFTER = timedelta(hours=1)
 DELIVERY_MARGIN = timedelta(hours=1)
 # Rows the reconciler selects a statement (up to its request's limit a run).
 RECONCILE_BATCH = 100
-# A running job whose pending workflow task is at this attempt or later is stuck: its
-# task failed (or timed out) that many times in a row, so it is not a passing hiccup.
+# A pending workflow task at this attempt or later: stuck, not a passing hiccup.
 STUCK_ATTEMPTS = 3
 
 # Where the reconciler looks for runs that can no longer close: every open job run.
@@ -87,10 +86,8 @@ class MaintenanceActivities:
 
     @activity.defn
     async def sweep_expired(self, request: SweepRequest) -> SweepResult:
-        """Removes expired jobs (their items go with them) in batches of ``batch``, each
-        after its kind's expire hook, until none is left (or ``limit`` went); a hook
-        that fails keeps its row for a later sweep. One sweep at a time: a run that finds
-        another one's batch under way leaves the rest to it."""
+        """Removes expired jobs in batches, each after its kind's expire hook (a failed
+        hook keeps its row for later), up to ``limit``; one sweep at a time."""
         removed = kept = 0
         while removed + kept < request.limit:
             batch = await with_outage_retry(
@@ -119,8 +116,7 @@ class MaintenanceActivities:
         holds the retention lock. Rows are read whole only for kinds with a hook."""
         if not await job_rows.claim_retention(conn):
             return None
-        # A completion webhook tries for up to HUBJOBS_WEBHOOK_DEADLINE_HOURS after its
-        # job finished (and a try a little longer): its row stays while it may.
+        # A job's row stays while its completion webhook may still be trying.
         delivering = timedelta(hours=self.deps.settings.webhook_deadline_hours)
         expired = await job_rows.expired_jobs(
             conn,
@@ -150,9 +146,8 @@ class MaintenanceActivities:
 
     @activity.defn
     async def reconcile(self, request: ReconcileRequest) -> ReconcileResult:
-        """Unfinished rows whose workflow has closed (terminated, timed out, or finished
-        while its final write failed) get the status Temporal ended with; queued rows
-        whose workflow never started are started. A page of rows a statement."""
+        """Unfinished rows whose workflow closed get the status Temporal ended with;
+        queued rows whose workflow never started are started."""
         checked = finished = restarted = 0
         after: job_rows.UnfinishedJob | None = None
         while checked < request.limit:
@@ -170,10 +165,9 @@ class MaintenanceActivities:
         return ReconcileResult(checked=checked, finished=finished, restarted=restarted, ended=ended)
 
     async def _end_stuck_runs(self, request: ReconcileRequest) -> int:
-        """Open runs whose job is final, or was asked to stop, for longer than the grace,
-        while their workflow tasks keep failing: nothing inside such a run can end it, so
-        it is terminated, and its job cancelled if not yet final (an accepted cancel is
-        never only recorded). Looked for among the open runs Temporal lists."""
+        """Open runs whose job is final or asked to stop, past the grace, with failing
+        workflow tasks: nothing inside can end them, so they are terminated, the job
+        cancelled if not yet final (an accepted cancel is never only recorded)."""
         open_runs: dict[uuid.UUID, str] = {}
         ended = 0
         async for run in self.client.list_workflows(OPEN_JOB_RUNS, limit=request.limit):
@@ -220,7 +214,7 @@ class MaintenanceActivities:
     async def _unfinished(
         self, request: ReconcileRequest, after: job_rows.UnfinishedJob | None, checked: int
     ) -> list[job_rows.UnfinishedJob]:
-        """The next page of the selection (a page a statement: 100 rows, not 500)."""
+        """The next page of the selection."""
 
         async def select(conn: AsyncConnection) -> list[job_rows.UnfinishedJob]:
             return await job_rows.unfinished_jobs(
@@ -269,9 +263,8 @@ class MaintenanceActivities:
     async def _check_stuck(
         self, row: job_rows.UnfinishedJob, description: WorkflowExecutionDescription
     ) -> None:
-        """A running workflow whose workflow task has failed (or timed out) several times
-        in a row is not moving, whatever the row says: flagged stuck, with the failure's
-        type, in the read model, the metric and the log; cleared once it runs again."""
+        """A workflow whose task keeps failing is flagged stuck with the failure's type;
+        cleared once it runs again."""
         attempt = task_attempt(description)
         if attempt < STUCK_ATTEMPTS:
             if row.stuck:
@@ -292,8 +285,7 @@ class MaintenanceActivities:
             )
 
     async def _last_task_failure(self, workflow_id: str, run_id: str | None) -> str:
-        """The type of the run's last workflow task failure (an exception's class, or
-        Temporal's cause): never its message, which may quote the input."""
+        """The last workflow task failure's type, never its message (it may quote input)."""
         history = await self.client.workflow_service.get_workflow_execution_history_reverse(
             GetWorkflowExecutionHistoryReverseRequest(
                 namespace=self.client.namespace,

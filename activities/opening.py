@@ -1,7 +1,5 @@
 """Opening a job for an attempt: its row moved to running and committed, then its items
-snapshotted by the first attempt (seconds for a large course, the row saying running
-meanwhile), or, for a job started straight through Temporal, its row created with the
-checks a start through the client makes."""
+snapshotted by the first attempt; a direct start's row is created first."""
 
 from __future__ import annotations
 
@@ -33,20 +31,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# Whether a job, read but not yet snapshotted, is small enough to be done whole in one
-# transaction (a bounded count, no write).
+# Whether a job not yet snapshotted fits one transaction (a bounded count, no write).
 Fits = Callable[[AsyncConnection, JobView], Awaitable[bool]]
 
 
 class NotWhole(Exception):
-    """A small job's attempt cannot do the job whole: its transaction rolls back, and
-    the workflow's attempts take the job as it is."""
+    """The job cannot be done whole: rolled back, the ordinary attempts take it."""
 
 
 @dataclass(frozen=True)
 class Whole:
-    """An attempt done whole: the one transaction it all runs in, and the kind's test of
-    a job small enough for it."""
+    """An attempt done whole: its one transaction, and the kind's test of fit."""
 
     conn: AsyncConnection
     fits: Fits
@@ -62,15 +57,9 @@ async def open_for_attempt(
     on_wait: Callable[[], None],
     whole: Whole | None = None,
 ) -> JobView:
-    """Moves the job to running for this attempt, committed, then takes its items when
-    no attempt has yet (hubjobs.job_rows.take_snapshot) in a transaction of
-    their own: what a large course's snapshot takes, the job spends running, as its
-    workflow says, and its ``started_at`` is when it started. A job started straight
-    through Temporal has no row yet: it is created with the checks a start through
-    the client makes, and a refused one gets a failed row and fails at once; a job
-    whose snapshot is refused (its course trashed since the start) fails with the
-    refusal's code. ``whole``: the same steps in its one transaction, for a job nothing
-    has touched yet that fits; any other raises NotWhole."""
+    """Moves the job to running, committed, then takes its items apart, so a long snapshot
+    is spent running; a direct start's row is created first. ``whole``: all in its one
+    transaction, for an untouched job that fits (else NotWhole)."""
     opening = _Opening(deps, kind, request, workflow_id, run_id, on_wait, whole)
     if whole is not None:
         opened = await opening.once()
@@ -107,8 +96,7 @@ class _Opening:
     async def once(self) -> JobView | None:
         """The row opened and its items taken; None when it has no row yet."""
         if self.whole is not None:
-            # Its snapshot lock before its row's: an attempt taking the items holds the
-            # one and then writes the other, so the reverse order could deadlock.
+            # The snapshot lock before the row's, as an attempt takes them: no deadlock.
             await job_rows.lock_snapshot(self.whole.conn, self.request.job.job_id)
         opened = await self.unit(
             lambda conn: open_running(conn, self.request, self.workflow_id, self.run_id)
@@ -137,9 +125,7 @@ class _Opening:
         return taken
 
     async def create_row(self) -> None:
-        """A direct start's row, with the checks a start through the client makes (its
-        notify_url's off the event loop: they resolve the host); refused, it is created
-        failed and the attempt fails with the refusal."""
+        """A direct start's row with a client start's checks; refused, created failed."""
         job = self.request.job
         settings = self.deps.settings
         notify_url, notify_refused = await _notify_url_checked(settings, job.notify_url)
@@ -179,8 +165,8 @@ async def open_running(
     workflow_id: str | None,
     run_id: str | None,
 ) -> JobView | None:
-    """The row moved to running, in the caller's transaction (a final one as it is,
-    following this run). None when the workflow has no row (a direct start creates it)."""
+    """The row moved to running (a final one as it is, following this run); None when
+    the workflow has no row yet."""
     job = request.job
     opened = await job_rows.open_job(
         conn,
@@ -198,11 +184,8 @@ async def open_running(
 async def snapshot_if_due(
     conn: AsyncConnection, job: JobView, settings: Settings, *, bulk: bool = True
 ) -> HubJobsError | None:
-    """In an attempt's opening transaction: the job's snapshot, unless it is final or
-    was taken. It reads the whole course, so it runs under the bulk budget (the unit's
-    deadline moved on, the server's bounds raised for this transaction; not for a small
-    job done whole, which its batch's deadline bounds), in a savepoint: a refusal (its
-    course gone since the start) is returned, the rest kept."""
+    """The job's snapshot unless final or taken, under the bulk budget (``bulk``; a whole
+    job's batch deadline bounds it otherwise), in a savepoint: a refusal is returned."""
     if job.is_final or job.snapshot_at is not None:
         return None
     if bulk:

@@ -1,7 +1,6 @@
-"""Riding out database outages: each unit of work retried whole with capped backoff while
-the database does not answer (or refuses writes), the outage measured on one clock across
-attempts and hosts; an attempt or a lifecycle step whose worker cannot reach the database
-hands over (``OutOfReach``) so that one that can takes the job on."""
+"""Riding out database outages: each unit of work retried whole with capped backoff, the
+outage measured across attempts and hosts; a worker that cannot reach the database
+hands over (``OutOfReach``) to one that can."""
 
 from __future__ import annotations
 
@@ -33,10 +32,8 @@ class OutageTooLong(Exception):
 
 
 class OutOfReach(Exception):
-    """This worker has waited HUBJOBS_OUTAGE_HANDOVER_SECONDS for a database that does
-    not answer it: the attempt gives its slot back (at no cost), so that a worker that
-    reaches the database takes the job on. ``since`` is when the outage began, for the
-    next attempt to carry on measuring it."""
+    """Waited HUBJOBS_OUTAGE_HANDOVER_SECONDS: the slot goes back at no cost; ``since``
+    is when the outage began, for the next attempt to carry on measuring."""
 
     def __init__(self, since: datetime) -> None:
         super().__init__("the database does not answer this worker")
@@ -45,13 +42,9 @@ class OutOfReach(Exception):
 
 @dataclass
 class OutageClock:
-    """How long the database has not answered a job: since ``since`` (a time on
-    ``clock``: Temporal's in an attempt, carried from attempt to attempt in the work
-    request, so that HUBJOBS_MAX_OUTAGE_SECONDS holds across handovers and hosts), and
-    how long this attempt has waited for it. With ``hand_over``, a wait longer than
-    HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in ``OutOfReach``; with ``gives_up``, an outage
-    longer than the maximum ends in ``OutageTooLong`` (a lifecycle write never gives up:
-    it must land)."""
+    """Since when the database has not answered a job (carried across attempts), and how
+    long this attempt waited: past the handover wait, ``OutOfReach`` (``hand_over``); past
+    the maximum, ``OutageTooLong`` (``gives_up``; lifecycle writes must land)."""
 
     since: datetime | None = None
     clock: OneClock = field(default_factory=OneClock.here)
@@ -75,10 +68,8 @@ class OutageClock:
         return waited >= bound or (self.reach is not None and self.reach.cut_off)
 
     def failed(self, *, answered: bool = False) -> tuple[float, float]:
-        """Notes a failure; returns (seconds of outage, seconds this attempt waited for
-        a database out of its reach). ``answered``: the server itself ended the call at
-        its own timeout: it counts as outage, but the worker reaches the database, and
-        handing over would not help."""
+        """Returns (outage seconds, seconds waited out of reach). ``answered``: the
+        server ended the call itself, so the worker reaches it and handing over won't help."""
         now = time.monotonic()
         if self.since is None:
             self.since = self.clock.now()
@@ -92,23 +83,19 @@ class OutageClock:
         return self.clock.seconds_since(self.since), now - self._waiting
 
 
-# The outage clock of the attempt (or lifecycle step) running in this context: every
-# unit of database work it runs hands over on it. None outside them (maintenance rides
-# outages out in place).
+# The running attempt's (or lifecycle step's) outage clock; None outside them.
 outage_clock: contextvars.ContextVar[OutageClock | None] = contextvars.ContextVar(
     "hubjobs_outage", default=None
 )
 
-# A lifecycle step's worker could not reach the database: retried, by Temporal, on any
-# worker (see workflows/job_lifecycle.py).
+# A lifecycle step out of the database's reach: retried on any worker.
 OUT_OF_REACH = "database_out_of_reach"
 
 
 @contextmanager
 def handing_over(reach: Reach | None = None) -> Iterator[None]:
-    """A lifecycle step (the workflow's local activity, or the same step handed to any
-    worker): its database waits end after HUBJOBS_OUTAGE_HANDOVER_SECONDS in a retryable
-    failure, so that the step does not hold the workflow on a worker that is cut off."""
+    """A lifecycle step: its database waits end after the handover wait in a retryable
+    failure, so it does not hold the workflow on a cut-off worker."""
     token = outage_clock.set(OutageClock(gives_up=False, reach=reach))
     try:
         yield
@@ -131,16 +118,9 @@ async def ride_out_outages(
     on_wait: Callable[[], None] | None = None,
     before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> T:
-    """Runs ``work`` until it gets through a database outage: each failure that is an
-    outage (by the error's class, see hubjobs.db.errors; a deadline passed included)
-    waits 1 s, 2 s, 4 s… (at most HUBJOBS_OUTAGE_RETRY_MAX_SECONDS, calling ``on_wait``
-    every second, e.g. to heartbeat), calls ``before_retry`` (which may raise to stop
-    trying) and runs it again whole; past
-    HUBJOBS_MAX_OUTAGE_SECONDS of outage (measured across attempts and hosts, on
-    Temporal's clock: activities/clock.py) it gives up with OutageTooLong. In an attempt
-    (or a lifecycle step), a wait longer than HUBJOBS_OUTAGE_HANDOVER_SECONDS ends in
-    OutOfReach: the job goes to a worker that reaches the database. Any other error
-    goes straight up."""
+    """Runs ``work`` again whole after each outage (hubjobs.db.errors) with capped
+    backoff, calling ``on_wait`` through the wait and ``before_retry`` (which may raise)
+    before each try, as the outage clock allows. Any other error goes straight up."""
     clock = outage_clock.get() or OutageClock(hand_over=False)
     reach = clock.reach
     bound = settings.outage_handover_seconds
@@ -199,10 +179,9 @@ async def with_outage_retry(
     before_retry: Callable[[], Awaitable[None]] | None = None,
     budget: float | None = None,
 ) -> T:
-    """``work`` on a fresh connection, riding out outages: in autocommit (each statement
-    its own transaction), or with ``transaction`` in one transaction, committed when
-    ``work`` returns. Each try runs under a deadline of ``budget`` seconds (by default
-    HUBJOBS_DB_LIFECYCLE_TIMEOUT_SECONDS): past it, it is an outage."""
+    """``work`` on a fresh connection, in autocommit or one transaction, riding out
+    outages; each try under ``budget`` seconds (default: the lifecycle's), past which it
+    is an outage."""
     seconds = settings.db_lifecycle_timeout_seconds if budget is None else budget
 
     async def on_connection() -> T:

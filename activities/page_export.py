@@ -1,12 +1,6 @@
-"""The page-export work: writes a job's export file by file from its snapshot (see
-hubjobs.kinds.page_export). Each file: its items' frozen pages streamed from the
-database in chunks into a temporary file, fsynced, renamed, and then its items recorded
-in one statement. A crash before the record leaves the items pending and the next
-attempt writes the same file again from the same snapshot; after it, the file is
-complete and counted. A cancellation removes every file of the job.
-
-Memory stays flat whatever the pages: a file is read a few chunks of CHUNK_BYTES at a
-time (a line of a 5 MB page is many chunks) and each chunk is written as it comes."""
+"""The page-export work: each file streamed in chunks from the snapshot into a temporary
+file, fsynced, renamed, then its items recorded: a crash before the record rewrites the
+same file. Memory stays flat whatever the pages."""
 
 from __future__ import annotations
 
@@ -47,8 +41,7 @@ from hubjobs.temporal.messages import WorkRequest, WorkResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# How much of a file's lines is read from the database at a time (a few such chunks
-# per fetch): what an attempt holds of an export, whatever its pages' size.
+# What an attempt holds of a file's lines at a time (a few a fetch).
 CHUNK_BYTES = 256 * 1024
 
 
@@ -67,8 +60,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         await _on_disk(folder, asyncio.to_thread(mkdir))
         per_file = ctx.payload.pages_per_file
         written = ExportCursor.model_validate(ctx.cursor or {}).files
-        # The items this attempt recorded, which the next file's search starts after (the
-        # attempt's first search starts from the first item: the items say what is left).
+        # The next file's search starts after what this attempt recorded.
         recorded_upto = 0
         while True:
             number = await ctx.db(
@@ -110,9 +102,8 @@ class PageExportActivities(KindActivities[PageExportPayload]):
         number: int,
         per_file: int,
     ) -> None:
-        """File ``number`` whole, streamed from the snapshot (run again whole after an
-        outage: the temporary file starts over). A long file is bounded by how long its
-        stream may stall, not by one unit's deadline, and heartbeats as it goes."""
+        """File ``number`` whole (again whole after an outage), bounded by how long its
+        stream may stall, not by one unit's deadline."""
         ordinals = ordinals_of(number, per_file, ctx.job.total)
         bound = current_deadline()
         lines = job_items.item_detail_lines(
@@ -144,8 +135,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
     @staticmethod
     def _output(ctx: WorkContext[PageExportPayload]) -> dict[str, Any]:
         return ExportOutput(
-            # When the pages were frozen: the first attempt's snapshot (a job snapshotted
-            # at its start, before 0006, has its creation time there).
+            # When the pages were frozen (a job snapshotted at its start: its creation).
             transaction_time=ctx.job.snapshot_at or ctx.job.created_at,
             workspace_id=ctx.job.workspace_id,
             job_id=ctx.job.id,
@@ -154,8 +144,7 @@ class PageExportActivities(KindActivities[PageExportPayload]):
 
 
 async def _on_disk(folder: Path, step: Awaitable[T]) -> T:
-    """A step that writes the export's files; a full or unwritable file system removes
-    every file of the export at once and refuses the job."""
+    """A full or unwritable file system removes the export's files and refuses the job."""
     try:
         return await step
     except OSError as err:
@@ -174,10 +163,8 @@ def _sweep_partials(folder: Path) -> None:
 
 
 class WholeFile:
-    """A file whole or not at all: written aside, fsynced, renamed, folder fsynced
-    (``commit``); left without a commit (a failed write, an outage, a cancellation), it
-    leaves no file. Aside under a name of its own: an attempt presumed dead that wakes
-    while the next writes the same file must not take or remove the other's."""
+    """A file whole or not at all. Aside under a name of its own: an attempt presumed dead
+    must not take or remove its successor's."""
 
     def __init__(self, folder: Path, name: str) -> None:
         self.folder = folder

@@ -1,8 +1,5 @@
-"""Every pause an activity makes (a backup's throttle, a tagging batch's breath, the
-wait out of a database outage, the beat of a long step) goes through ``pause``: it
-sleeps in steps shorter than the attempt's heartbeat timeout and beats between them,
-so no pause, however long, costs an attempt its lease. A pause that slept whole would
-end the attempt in a heartbeat timeout once it outlasted that timeout."""
+"""Every pause an activity makes sleeps in steps shorter than the heartbeat timeout and
+beats between them, so no pause, however long, costs an attempt its lease."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ STEP_SHARE = 0.25
 
 
 def step_seconds() -> float:
-    """The longest sleep between two beats in the current attempt: a quarter of its
-    heartbeat timeout, at most a second (outside an activity: a second)."""
+    """A quarter of the attempt's heartbeat timeout, at most a second."""
     try:
         timeout = activity.info().heartbeat_timeout
     except RuntimeError:  # not in an activity
@@ -44,8 +40,7 @@ async def pause(seconds: float, beat: Callable[[], None], *, step: float | None 
 
 @asynccontextmanager
 async def beating(beat: Callable[[], None], every: float = 1.0) -> AsyncIterator[None]:
-    """Beats at least every ``every`` seconds while the body runs: a step that may take
-    long in one statement (a snapshot of a million pages) still shows its attempt alive."""
+    """Beats while the body runs: one long statement still shows its attempt alive."""
 
     async def keep_beating() -> None:
         while True:

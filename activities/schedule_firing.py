@@ -1,6 +1,5 @@
-"""The activities of a schedule's firing (workflows/schedule_firing.py): create the firing's
-job with the start checks of that moment, and apply the schedule's ``keep`` once a
-run has succeeded."""
+"""A schedule's firing: its job created with the start checks of that moment, and the
+schedule's ``keep`` once a run succeeded."""
 
 from __future__ import annotations
 
@@ -27,11 +26,9 @@ class ScheduleActivities:
 
     @activity.defn
     async def open_firing(self, firing: ScheduledJob) -> FiringStart:
-        """The firing's job row, created as a start through the client creates one (the
-        payload valid for its kind, the actor an enabled administrator of the workspace
-        now, the kind's own checks and snapshot), in one transaction. A refused start
-        still gets its row, failed with the refusal's code, so the schedule's runs show
-        it. The job id comes from the firing's workflow id: a retry finds the row."""
+        """The firing's job row, admitted as a client's start is; a refused one is kept
+        failed so the schedule's runs show it. Its id comes from the firing's workflow
+        id, so a retry finds the row."""
         firing_id = activity.info().workflow_id
         assert firing_id is not None, "run by the ScheduledStart workflow"
         job_id = job_id_of_firing(firing_id)
@@ -82,9 +79,7 @@ class ScheduleActivities:
 
     @activity.defn
     async def keep_newest(self, request: KeepNewest) -> int:
-        """Expires the schedule's successful runs but the newest ``keep``: the retention
-        sweep then removes them, each after its kind's expire hook (a backup's archive
-        goes with its job)."""
+        """Expires the schedule's successful runs but the newest ``keep``."""
 
         async def expire(conn: AsyncConnection) -> int:
             return await job_rows.expire_older_runs(conn, request.schedule_id, request.keep)

@@ -1,9 +1,6 @@
-"""Telling why a kind's files could not be written: a full file system is ``no_space``,
-a folder that is read-only, gone or not ours to write is ``storage_unavailable``. Both
-are refusals (the job fails at once, with a plain message its client sees): the same
-write into the same place fails the same way however often it is retried, and a job
-retried five times while it holds a full disk keeps it full. Anything else an
-``OSError`` says stays an error of the attempt's (retried)."""
+"""Why a kind's files could not be written: ``no_space`` or ``storage_unavailable``,
+both refusals (a retry would fail the same, and keep a full disk full); any other
+``OSError`` stays the attempt's error, retried."""
 
 from __future__ import annotations
 

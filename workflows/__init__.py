@@ -1,3 +1,2 @@
-"""Deterministic workflow code: the shared job lifecycle (``lifecycle``), one module
-per job kind (``<kind>.py``, found through the kind registry), and the scheduled
-maintenance workflows."""
+"""Deterministic workflow code: the shared job lifecycle, one module per kind, and
+maintenance."""

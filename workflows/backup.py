@@ -15,8 +15,6 @@ with workflow.unsafe.imports_passed_through():
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-# Pinned (JOB_VERSIONING): a backup's archive is written by attempts of one build's
-# format; a new build's workflow could schedule them differently on replay.
 @kind_workflow(BACKUP, versioning=JOB_VERSIONING)
 class BackupWorkflow(JobWorkflow):
     work = BackupActivities.write_backup

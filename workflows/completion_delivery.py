@@ -1,10 +1,7 @@
 """A final job's completion webhook, delivered: a small workflow of its own, the job's
-workflow's child (``<job workflow id>-notify``), abandoned by its parent so that the
-job's run closes at once, whatever the receiver does (a cancelled job still closes as
-Canceled). One activity, retried by Temporal with backoff (1 s, 2 s, 4 s… up to an
-hour by default) until the receiver takes it, refuses it for good (a redirect: not
-retried), or the deadline (a day by default) passes: the delivery is then recorded
-failed. Each try shows in the Temporal UI as the activity's attempts and last failure.
+workflow's abandoned child (``<job workflow id>-notify``), so the job's run closes at
+once. One activity, retried with backoff until the receiver takes it, refuses it for
+good, or the deadline passes (then recorded failed).
 
 Deterministic: no I/O here; the activities' module is passed through the sandbox.
 """
@@ -30,8 +27,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.versioning import declare_workflow
 
-# One try: the POST's own timeout, and room to read and write the row around it; a try
-# heartbeats every second, so a worker that dies mid-try is noticed within a few.
+# One try: the POST's timeout and room for the row; it heartbeats every second.
 TRY_TIMEOUT = timedelta(seconds=TIMEOUT_SECONDS + 20)
 TRY_HEARTBEAT = timedelta(seconds=5)
 # Recording the end is a lifecycle write: retried until it lands.

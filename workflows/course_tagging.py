@@ -1,7 +1,5 @@
-"""The CourseTagging workflow: attempts of ``tag_course`` until every page of the course
-has its outcome. The pages live in Postgres, never in the history: a 100,000-page
-course is a handful of attempts (each a time slice), and the workflow continues as new
-when Temporal suggests it."""
+"""The CourseTagging workflow: attempts of ``tag_course`` until every page has its
+outcome; the pages live in PostgreSQL, never in the history."""
 
 from __future__ import annotations
 
@@ -17,8 +15,6 @@ with workflow.unsafe.imports_passed_through():
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-# Pinned (JOB_VERSIONING): a course is attempts over minutes or hours, each picking up
-# from the last one's cursor; the whole job replays on the code that recorded it.
 @kind_workflow(COURSE_TAGGING, versioning=JOB_VERSIONING)
 class CourseTaggingWorkflow(JobWorkflow):
     work = CourseTaggingActivities.tag_course

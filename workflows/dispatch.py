@@ -1,13 +1,7 @@
-"""Eager activity dispatch, turned off for one activity at a time.
-
-The server may hand an activity a workflow task schedules straight back to the worker
-that completed the task (eager dispatch: no trip through the task queue). That is what
-a time slice's next attempt wants, and exactly what the attempt after a handover does
-not: its worker just found it cannot reach the database. The SDK (1.35) has no
-per-activity option for it, only a per-worker one, so the worker's workflow
-interceptor (``NoEagerDispatch``) sets the command's ``disable_eager_execution`` for an
-activity the workflow starts inside ``not_eagerly()``. Replay is unaffected: the flag is
-not part of what the SDK checks for determinism.
+"""Eager activity dispatch, turned off for one activity at a time: the attempt after a
+handover must not go back to the worker that just found it cannot reach the database.
+The SDK has only a per-worker option, so an interceptor sets the command's
+``disable_eager_execution`` inside ``not_eagerly()``; replay does not check the flag.
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
-"""The lifecycle every job workflow shares, written once. A kind's workflow only names
-its kind and its work activity (see ``kind_workflow``).
+"""The lifecycle every job workflow shares; a kind's workflow names its kind and work
+activity (``kind_workflow``).
 
-A job runs as attempts of its kind's work activity, each carrying on from the cursor
-of the one before. The first opens the read-model row, and the attempt that completes
-the work finishes it. A kind whose small jobs can be done whole in one transaction
-(``whole_when_small``) has its first attempt run as a local activity, whole: a small
-job is then one workflow task and one commit; any other job it leaves as it found it. Between
-attempts the workflow judges each failure: only attempts that made no durable progress
-count against the kind's attempts (see hubjobs.temporal.failures); an attempt that
-handed its job over (time slice over, worker shutting down) costs nothing.
+A job runs as attempts of the work activity, each carrying on from the last one's
+cursor; only attempts without durable progress count against the kind's attempts, and
+a handover costs nothing. A cancel is recorded in the read model, where the running
+attempt looks between its steps and ends the job itself; the workflow finishes the row
+only when no attempt can. Temporal refuses a run's signals past 10,000, so the run
+counts them and continues as new past the job's ``run_signal_budget``.
 
-Cancellation, by the ``cancel`` signal or from Temporal (the UI), is recorded in the
-read model, where the running attempt looks between its steps; the attempt then ends
-the job cancelled itself, its work done kept. The workflow finishes the row through a
-local activity only when no attempt can: a failure, or no attempt running.
-
-Temporal refuses a run's signals past 10,000, and a long job's own progress reports
-are signals: the run counts every signal it takes (refused ones included) and, past
-the job's ``run_signal_budget``, asks its attempt to hand the job over at its next
-step and continues as new, so that no job and no flood reaches the limit. A refused
-signal costs the workflow a count, and a log line at each power of two.
-
-A worker that cannot reach the database hands the job over: its attempt returns after
-a bounded wait with when the outage began (``outage_since``), carried to the next
-attempt, which starts after a short pause and never eagerly on the same worker. A
-lifecycle step that its local activity cannot get through within the job's
-``lifecycle_local_seconds`` runs again as an ordinary activity, on any worker.
-
-Deterministic: no I/O here; activities are called by reference, their modules passed
-through the sandbox.
+Deterministic: no I/O here; activity modules are passed through the sandbox.
 """
 
 from __future__ import annotations
@@ -106,10 +86,8 @@ LIFECYCLE_RETRY = RetryPolicy(
     maximum_attempts=0,
 )
 LOCAL_TIMEOUT = timedelta(seconds=60)
-# A lifecycle step its local activity did not get through in time (the workflow's worker
-# cannot reach the database) runs as an ordinary activity on whichever worker polls,
-# tried again a second after each failure until it lands. Patched: recorded histories
-# ran their steps as local activities only.
+# A lifecycle step its local activity did not land in time runs as an ordinary activity
+# on any worker. Patched: recorded histories ran their steps as local activities only.
 LIFECYCLE_HANDOVER = "lifecycle-steps-hand-over"
 HANDED_OVER_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=1.0, maximum_attempts=0
@@ -129,29 +107,23 @@ LOCAL_LIFECYCLE_RETRY = RetryPolicy(
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 ATTEMPT_TIMEOUT = timedelta(hours=6)
-# Patches: what a run started on this build does differently from one recorded before.
-# A job cancelled by signal closes as Canceled in Temporal, not Completed (the UI's list
-# then tells it from a success); before, such runs completed.
+# Patches: what a run of this build does differently from recorded ones.
+# A job cancelled by signal closes as Canceled in Temporal (before: Completed).
 CLOSE_CANCELLED_AS_CANCELED = "close-cancelled-as-canceled"
-# A job whose kind does small jobs whole in one transaction tries that first, as a
-# local activity: one workflow task and one commit instead of an activity task between
-# two workflow tasks, open, then batch and finish. Recorded histories started with an
-# ordinary attempt; later ones (SMALL_JOB_AT_ONCE) ran a small-job activity of the kind's
-# own, by its recorded name; now it is the kind's work activity, whole (SMALL_JOB_WHOLE).
+# A small job is tried whole first, as a local activity. Recorded histories started with
+# an ordinary attempt, then (SMALL_JOB_AT_ONCE) with a per-kind activity by its recorded
+# name; now it is the kind's work activity, whole (SMALL_JOB_WHOLE).
 SMALL_JOB_AT_ONCE = "small-job-at-once"
 RECORDED_SMALL_JOB_STEP = "tag_small_course"
 SMALL_JOB_WHOLE = "small-job-whole"
-# A job started with a notify_url starts its completion webhook's delivery (a child
-# workflow, workflows/completion_delivery.py) once its row is final.
+# A job with a notify_url starts its webhook's delivery (a child workflow) once final.
 COMPLETION_WEBHOOK = "completion-webhook"
-# A run past its job's run_signal_budget continues as new; recorded histories took
-# their signals to the end of the run.
+# A run past its job's run_signal_budget continues as new.
 RUN_SIGNAL_BUDGET = "run-signal-budget"
-# A full run continues as new without its attempt; recorded histories cancelled the
-# attempt and waited for it to hand the job over.
+# A full run continues as new without waiting for its attempt to hand the job over.
 RUN_FULL_LEAVES_ATTEMPT = "run-full-leaves-attempt"
-# A cancellation's record held up by the database is handed to any worker soon: a local
-# activity holds the workflow task, and the attempt's query for the request waits on it.
+# A cancel's record held up by the database goes to any worker soon: its local activity
+# holds the workflow task, on which the attempt's query for the request waits.
 CANCEL_LOCAL_SECONDS = 2.0
 # A run's ``JobFailedItems``, its details and its activities' summaries need no patch:
 # Temporal compares neither a search attribute upsert's values nor a summary on replay.
@@ -162,20 +134,16 @@ NOT_NOTIFIED = frozenset({InvalidNotifyUrl.code, WebhooksNotConfigured.code})
 W = TypeVar("W", bound="JobWorkflow")
 
 
-# Job workflows are pinned: a running job finishes on the build that started it. A job
-# lives for minutes or hours across many workflow tasks, and a new build may change the
-# lifecycle's commands; replaying its history on that build could fail it midway. A kind
-# whose workflow is one short step could auto-upgrade instead; none does today.
+# Pinned: a job lives across many workflow tasks, and a new build may change the
+# lifecycle's commands; replaying its history there could fail it midway.
 JOB_VERSIONING = VersioningBehavior.PINNED
 
 
 def kind_workflow(
     kind: JobKind[Any], *, versioning: VersioningBehavior
 ) -> Callable[[type[W]], type[W]]:
-    """Declares a kind's workflow: its Temporal type comes from the kind's name, and its
-    versioning behaviour is stated where it is declared (pinned: stays on the build that
-    started it; auto-upgrade: moves to the current build at its next workflow task). See
-    workflows/versioning.py for the twin an unversioned worker runs."""
+    """Declares a kind's workflow: its Temporal type from the kind's name, its versioning
+    behaviour stated here (workflows/versioning.py)."""
     declare_versioned = declare_workflow(kind.workflow_type, versioning)
 
     def declare(cls: type[W]) -> type[W]:
@@ -221,16 +189,13 @@ class JobWorkflow:
         self.running: workflow.ActivityHandle[WorkResult] | None = None
 
     # --- signals and query ------------------------------------------------------
-    # Each takes its arguments untyped and reads them itself (hubjobs.temporal.handler_args):
-    # nothing sent from outside (the Temporal CLI, the UI, another SDK) can fail a
-    # workflow task. An argument that does not read, or a signal of another name, is
-    # refused: counted in the progress query's ``refused_signals``, and it changes nothing.
+    # Arguments are untyped and read here, so nothing sent from outside can fail a
+    # workflow task; one that does not read is refused: counted, and changes nothing.
 
     @workflow.signal(name=CANCEL_SIGNAL)
     async def cancel(self, *args: Any) -> None:
-        """Cancellation: no argument, ``null``, ``{}`` or ``{"actor_id", "reason"}`` (who
-        asked, when known). Recorded in the read model at once, where the running
-        attempt looks between its steps. Once finished, a no-op."""
+        """No argument, ``null``, ``{}`` or ``{"actor_id", "reason"}``; recorded in the
+        read model at once. Once finished, a no-op."""
         self.signals += 1
         read = read_argument(CancelRequest, args, optional=True)
         if isinstance(read, Refused):
@@ -243,9 +208,8 @@ class JobWorkflow:
 
     @workflow.signal(name=PROGRESS_SIGNAL)
     def report_progress(self, *args: Any) -> None:
-        """How far the running attempt got (sent by attempts about once a second); a
-        report behind what is known already (a late one from an earlier attempt) is
-        ignored."""
+        """How far the running attempt got; one behind what is known (a late one from an
+        earlier attempt) is ignored."""
         self.signals += 1
         read = read_argument(JobProgressReport, args)
         if isinstance(read, Refused):
@@ -258,8 +222,7 @@ class JobWorkflow:
 
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """A signal of a name this workflow does not take: counted, its arguments never
-        read (the SDK would otherwise keep it, waiting for a handler of that name)."""
+        """Counted, never read (the SDK would otherwise keep it for a handler)."""
         self.signals += 1
         self._refuse(name, Refused("no signal of that name"))
 
@@ -277,20 +240,17 @@ class JobWorkflow:
         )
 
     def _refuse(self, name: str, refused: Refused) -> None:
-        """Counted; logged at the 1st, 2nd, 4th, 8th... refusal of the job, so that a
-        flood of them costs the workflow (and each replay of it) no line apiece."""
+        """Counted; logged at each power of two, so a flood costs no line apiece."""
         self.refused_signals += 1
         if self.job is None:
-            # Before the run reads its input, its count lacks the earlier runs': counted
-            # from 0, it would log again what they logged. Logged once the input is read.
+            # The count lacks the earlier runs' until the input is read: logged then.
             self.early_refusal = (name, refused)
             return
         if self.refused_signals & (self.refused_signals - 1) == 0:
             self._log_refusal(name, refused)
 
     def _log_early_refusal(self, before: int) -> None:
-        """One line for the refusals a run took before it read its input, if the job's
-        count passed a power of two with them."""
+        """The refusals before the input was read, if they passed a power of two."""
         if self.early_refusal is None:
             return
         if 1 << (self.refused_signals.bit_length() - 1) > before:
@@ -321,10 +281,8 @@ class JobWorkflow:
     # --- the lifecycle ----------------------------------------------------------------
 
     async def run_job(self, args: Sequence[Any]) -> JobOutcome:
-        """The input arrives as plain JSON (``StartInput``, the published contract) and
-        is read here: a service in another language that sends a bad one gets a workflow
-        failed at once with ``invalid_payload`` naming the field (and a failed row when
-        the job id and workspace can be read), never a workflow task retrying forever."""
+        """The input is plain JSON (``StartInput``), read here: a bad one fails the
+        workflow at once with ``invalid_payload``, never a workflow task for ever."""
         job = await self._read_input(args)
         self.job = job
         if job.checkpoint is not None:
@@ -358,8 +316,7 @@ class JobWorkflow:
         await self._notify(job, outcome)
         if outcome.status == JobStatus.cancelled:
             if cancelled_in_temporal:
-                # Cancelled from Temporal (the UI, `temporal workflow cancel`): end as
-                # Canceled there too, now that the read model says so.
+                # Cancelled from Temporal: Canceled there too, now the row says so.
                 raise asyncio.CancelledError()
             if workflow.patched(CLOSE_CANCELLED_AS_CANCELED):
                 await self._close_as_canceled()
@@ -394,8 +351,7 @@ class JobWorkflow:
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout_seconds),
                     retry_policy=ONE_ATTEMPT,
-                    # Asked to hand the job over (the run is full), the attempt does so at
-                    # its next step, and its result says where it got.
+                    # Asked to hand over (the run is full), it does so at its next step.
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=self._attempt_summary(),
                     priority=self._priority(job),
@@ -426,8 +382,7 @@ class JobWorkflow:
                 await self._continue_as_new(job)
 
     def _attempt_summary(self) -> str:
-        """What the UI shows of an attempt: the slice it is, and, when a failure started
-        it, which try after how many failures."""
+        """The UI's name of an attempt: its slice, and its try after failures."""
         summary = f"{self.kind.title}, slice {self.attempts}"
         failures = self.failures_in_row
         if failures:
@@ -436,11 +391,9 @@ class JobWorkflow:
         return summary
 
     async def _attempt_result(self, job: JobInput) -> WorkResult:
-        """The running attempt's result. Shielded: cancelled from Temporal, the attempt
-        is not cut mid-step; it sees the recorded request and ends the job itself. Once
-        the run is full, it continues as new at once, leaving the attempt to find its run
-        gone at its next heartbeat and stop (work it committed is kept; the next run's
-        attempt carries on after it): waiting for it would let a flood fill the run."""
+        """Shielded: cancelled from Temporal, the attempt ends the job itself. A full run
+        continues as new at once (waiting would let a flood fill it); the attempt finds
+        its run gone at its next heartbeat, its committed work kept."""
         running = self.running
         assert running is not None
         await workflow.wait_condition(lambda: running.done() or self._run_full())
@@ -459,16 +412,9 @@ class JobWorkflow:
         )
 
     async def _at_once(self, job: JobInput) -> JobOutcome | None:
-        """A new job of a kind whose small jobs are done whole (``whole_when_small``): its
-        first attempt, the kind's work activity run as a local activity with ``whole``,
-        does a small job in one transaction. It hands back the outcome, or none having
-        changed nothing (the job was bigger than one unit, refused, failed, or out of the
-        worker's reach): the ordinary attempts then take it, the first numbered 1 as ever.
-        Bounded as a lifecycle step is: it must not hold the workflow on a worker that
-        cannot reach the database, and a small job's one transaction runs well within it
-        (the activity bounds it by the batch deadline). Shielded as an attempt is:
-        cancelled from Temporal, it is let finish, and ``_cancelled_in_temporal`` takes
-        its outcome or ends the job cancelled."""
+        """A ``whole_when_small`` kind's first try: its work activity, local and whole, in
+        one transaction. No outcome means nothing changed, and the ordinary attempts take
+        the job. Bounded as a lifecycle step, shielded as an attempt."""
         if not self.kind.whole_when_small or self.attempts or self.cancel_request is not None:
             return None
         step: Any = type(self).work
@@ -481,8 +427,7 @@ class JobWorkflow:
             step,
             request,
             result_type=WorkResult,
-            # The job's lifecycle_local_seconds (30 s by default), as a lifecycle step:
-            # past it the attempts take the job, on any worker.
+            # As a lifecycle step: past it the attempts take the job, on any worker.
             start_to_close_timeout=min(
                 timedelta(seconds=job.options.lifecycle_local_seconds), LOCAL_TIMEOUT
             ),
@@ -499,39 +444,24 @@ class JobWorkflow:
         return result.outcome
 
     async def _after_handover(self, since: datetime, options: JobOptions) -> None:
-        """The attempt's worker could not reach the database since ``since``: the next
-        attempt carries that on (the outage is measured across attempts) and starts
-        after a pause (a cancellation cuts it short), on whichever worker polls. The
-        task queue gives an attempt to the longest-waiting poll, so an idle cut-off
-        worker may well get the next few back, one for each of its polls (it hands them
-        over at once): the pause stays ``handover_pause_seconds`` for as many handovers
-        in a row as a worker has polls, then grows by as much every as many, up to the
-        longest wait between attempts, so that while no worker reaches the database
-        the handovers cost the history little."""
+        """The next attempt carries the outage on and starts after a pause, on any worker.
+        An idle cut-off worker may get one back per poll it holds, so the pause grows
+        only every ``WORKER_POLLS`` handovers, up to ``retry_max_seconds``."""
         self.outage_since = since
         self.handovers += 1
         steps = 1 + (self.handovers - 1) // WORKER_POLLS
         pause = min(options.handover_pause_seconds * steps, options.retry_max_seconds)
         workflow.logger.info("attempt %d handed over: database out of reach", self.attempts)
-        if pause > 0:
-            try:
-                await workflow.wait_condition(
-                    lambda: self.cancel_request is not None or self._run_full(),
-                    timeout=timedelta(seconds=pause),
-                )
-            except TimeoutError:
-                pass
+        await self._pause(pause)
 
     async def _after_failure(self, err: ActivityError, job: JobInput) -> None:
-        """Judges a failed attempt; raises FailJob when the job must end, otherwise
-        waits out the backoff (a cancellation cuts it short)."""
+        """Raises FailJob when the job must end, else waits out the backoff."""
         judged = judge(err)
         if judged.refusal is not None:
             raise FailJob(judged.refusal, message_for(judged.refusal, judged.message))
         if judged.beat is not None and judged.beat.cursor is not None:
             self.cursor = judged.beat.cursor
-        # The row, not the last heartbeat (throttled, it may lag the last commit), says
-        # whether the attempt moved the job on.
+        # The row, not the throttled last heartbeat, says whether the attempt moved it on.
         progress: int = await self._lifecycle(
             JobStepActivities.durable_progress, job.job_id, summary="Read how far the job got"
         )
@@ -550,19 +480,22 @@ class JobWorkflow:
         if self.stalls >= job.options.max_attempts:
             code = exhausted_code(judged)
             raise FailJob(code, message_for(code))
-        wait = backoff_seconds(self.stalls, job.options)
-        if wait > 0:
-            try:
-                await workflow.wait_condition(
-                    lambda: self.cancel_request is not None or self._run_full(),
-                    timeout=timedelta(seconds=wait),
-                )
-            except TimeoutError:
-                pass
+        await self._pause(backoff_seconds(self.stalls, job.options))
+
+    async def _pause(self, seconds: float) -> None:
+        """A wait between attempts, cut short by a cancel or a full run."""
+        if seconds <= 0:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: self.cancel_request is not None or self._run_full(),
+                timeout=timedelta(seconds=seconds),
+            )
+        except TimeoutError:
+            pass
 
     async def _cancelled_in_temporal(self) -> JobOutcome:
-        """Cancelled from Temporal: record it where the attempt looks, let the running
-        attempt end the job (its work done kept), or end it here."""
+        """Recorded where the attempt looks; the running attempt ends the job, or this."""
         if self.cancel_request is None:
             self.cancel_request = CancelRequest(reason="cancelled in Temporal")
             await self._record_cancel(self.cancel_request)
@@ -613,13 +546,9 @@ class JobWorkflow:
         summary: str,
         local_seconds: float | None = None,
     ) -> Any:
-        """A lifecycle step, as a local activity on this worker (no task queue round
-        trip). Its attempts give up on a database this worker cannot reach (a retryable
-        ``database_out_of_reach``), and past the job's ``lifecycle_local_seconds`` (or
-        the step's shorter ``local_seconds``) the step goes to whichever worker polls,
-        as an ordinary activity tried until it lands: a local activity would keep the
-        workflow on this worker however long it retried. A refusal (no such job) goes
-        straight up either way."""
+        """A local activity; past ``lifecycle_local_seconds`` (or ``local_seconds``) or
+        out of the database's reach, an ordinary activity on any worker, tried until it
+        lands (a local one would hold the workflow here). A refusal goes straight up."""
         if not workflow.patched(LIFECYCLE_HANDOVER):
             return await workflow.execute_local_activity_method(
                 step,
@@ -641,8 +570,7 @@ class JobWorkflow:
                 summary=summary,
             )
         except (ActivityError, ApplicationError) as err:
-            # A local activity stopped by its non-retryable types fails with its own
-            # error, not one wrapped in an ActivityError.
+            # A local activity's non-retryable error comes unwrapped.
             cause = err.cause if isinstance(err, ActivityError) else err
             if (
                 isinstance(cause, ApplicationError)
@@ -662,12 +590,9 @@ class JobWorkflow:
         return await handed
 
     async def _notify(self, job: JobInput, outcome: JobOutcome) -> None:
-        """A job started with a notify_url, now final in the read model: its completion
-        webhook goes out from a child workflow this run does not wait for (abandoned,
-        and never cancelled with it), so that the run closes at once, as it would
-        without one; the delivery retries for up to a day on its own."""
-        # An input's notify_url: a direct start's, or a run started before the row alone
-        # held it (their histories replay as they ran).
+        """The completion webhook, from an abandoned child this run does not wait for,
+        so the run closes at once."""
+        # An input's notify_url: a direct start's, or a run recorded before the row held it.
         if not (outcome.notify or job.notify_url is not None):
             return
         if outcome.error_code in NOT_NOTIFIED:
@@ -723,18 +648,15 @@ class JobWorkflow:
         )
 
     def _priority(self, job: JobInput) -> Priority:
-        """The kind's priority and the workspace as fairness key, set on every attempt:
-        a job started straight through Temporal, with no priority of its own, gets
-        what a start through the client gets (hubjobs.temporal.launch.priority_of)."""
+        """Set on every attempt, so a direct start gets what a client's start gets."""
         return Priority(
             priority_key=self.kind.priority,
             fairness_key=str(job.workspace_id) if job.options.fairness else None,
         )
 
     async def _read_input(self, args: Sequence[Any]) -> JobInput:
-        """The workflow's input as a JobInput, what a direct start left out filled in
-        (the job id and correlation id from the workflow id); refused with
-        ``invalid_payload`` naming the field, after a failed row when it can have one."""
+        """The input, a direct start's gaps filled from the workflow id; refused with
+        ``invalid_payload`` naming the field (and a failed row when it can have one)."""
         read = read_argument(StartInput, args)
         problem = read.reason if isinstance(read, Refused) else None
         if not isinstance(read, Refused) and read.value.kind not in (None, self.kind.name):
@@ -760,8 +682,7 @@ class JobWorkflow:
         )
 
     async def _record_refused_start(self, args: Sequence[Any], message: str) -> None:
-        """A failed row for a refused input whose job id and workspace can be read, so
-        that the caller finds out why in the read model too."""
+        """A failed row, so the caller finds out why in the read model too."""
         refused = _refused_start(args, self.kind.name, workflow.info().workflow_id, message)
         if refused is None:
             return
@@ -774,8 +695,7 @@ class JobWorkflow:
         )
 
     async def _close_as_canceled(self) -> None:
-        """A job cancelled by signal: ask Temporal to cancel this run, so that it closes
-        as Canceled (a workflow cannot close itself so), then end when it arrives."""
+        """Asks Temporal to cancel this run (a workflow cannot close itself Canceled)."""
         info = workflow.info()
         await workflow.execute_local_activity_method(
             JobStepActivities.cancel_run,
@@ -821,8 +741,7 @@ def _default_correlation_id(workflow_id: str, job_id: uuid.UUID) -> str:
 def _refused_start(
     args: Sequence[Any], kind: str, workflow_id: str, message: str
 ) -> RefusedStart | None:
-    """What a refused input says of its job, read field by field: None unless a job id
-    (given, or from the workflow id) and a workspace can be read."""
+    """What a refused input says of its job; None without a readable workspace."""
     raw = args[0] if len(args) == 1 and isinstance(args[0], dict) else {}
     workspace = _uuid_or_none(raw.get("workspace_id"))
     if workspace is None:

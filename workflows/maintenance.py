@@ -1,15 +1,8 @@
-"""Maintenance: the retention sweep (seed 004's expired-job sweep) and the reconciler
-that brings the read model into line with Temporal.
-
-One long-lived ``Maintenance`` workflow per task queue runs both on their intervals,
-each step an activity, and continues as new every few hundred rounds: a few runs a day
-in the Temporal UI's list instead of two a minute (2,880 a day) from two Schedules,
-which buried the jobs. Every worker sends it the deployment's plan as it starts
-(signal-with-start, hubjobs.temporal.maintenance.ensure_maintenance): the first one
-starts it, the others only update its intervals.
-
-``RetentionSweep`` and ``Reconciler`` run one step each, on demand: an operator's
-``temporal workflow start --type RetentionSweep``, and the tests.
+"""Maintenance: the retention sweep and the reconciler. One long-lived ``Maintenance``
+workflow per task queue runs both on their intervals and continues as new now and
+then (two Schedules buried the jobs under runs in the UI's list); each worker sends it
+the plan by signal-with-start. ``RetentionSweep`` and ``Reconciler`` run one step on
+demand.
 
 Deterministic: no I/O here; the activities' module is passed through the sandbox.
 """
@@ -52,10 +45,8 @@ HEARTBEAT_TIMEOUT = timedelta(minutes=1)
 # Rounds of one run before it continues as new (about 15 events a round): a run's
 # history stays well under Temporal's 10,240-event warning.
 ROUNDS_PER_RUN = 500
-# Auto-upgrade: each step is one activity, and the long-lived workflow carries nothing
-# a new build must replay for long (it continues as new); a run caught by a deploy
-# moves to the new build at its next task, so old builds never wait for it (drainage
-# counts pinned workflows only). A change to its commands needs ``workflow.patched``.
+# Auto-upgrade: a run caught by a deploy moves to the new build at its next task, so no
+# old build waits for it. A change to its commands still needs ``workflow.patched``.
 MAINTENANCE_VERSIONING = VersioningBehavior.AUTO_UPGRADE
 
 
@@ -180,9 +171,8 @@ class MaintenanceWorkflow:
 
 @declare_workflow(RETENTION_SWEEP_WORKFLOW, MAINTENANCE_VERSIONING)
 class RetentionSweepWorkflow:
-    """One sweep now: removes the jobs expired by the workflow's clock (which is also
-    what lets the time-skipping test server age jobs by 24 h), 100 at a time (as seed
-    004) until none is left, up to ``limit`` (the input, a number; default 100,000)."""
+    """One sweep now, by the workflow's clock (so time skipping ages jobs), up to
+    ``limit`` jobs (the input; default 100,000)."""
 
     @workflow.run
     async def run(self, *args: Any) -> SweepResult:

@@ -14,8 +14,6 @@ with workflow.unsafe.imports_passed_through():
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
 
-# Pinned (JOB_VERSIONING): an export's files are written attempt after attempt in one
-# build's layout, and its history replays only on the code that recorded it.
 @kind_workflow(PAGE_EXPORT, versioning=JOB_VERSIONING)
 class PageExportWorkflow(JobWorkflow):
     work = PageExportActivities.export_pages

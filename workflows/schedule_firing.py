@@ -1,18 +1,8 @@
-"""A job schedule's firing (hubjobs.schedules.definition): what turns the same input,
-started by a Temporal Schedule every time, into one new job each time.
-
-1. ``open_firing`` (an activity) creates the job's row with the start checks of this
-   moment, its id derived from this workflow's id (the schedule id and the firing
-   time): a refused start is a failed row with its code, and the firing fails with it.
-2. The kind's workflow runs as this workflow's child, ``<kind>-<job id>`` like any job,
-   and the firing waits for it: the schedule's overlap policy (skip) then keeps two
-   runs of one schedule from overlapping. The child outlives a terminated firing
-   (parent close policy: abandon); cancelling the firing in Temporal cancels the job
-   (as cancelling any job from Temporal does) and ends the firing cancelled; a job
-   cancelled on its own (by signal, or its own run in the UI) ends the firing completed,
-   saying so.
-3. After a successful run of a schedule with ``keep``, its older successful runs
-   expire now (a local activity); the retention sweep removes them, hooks first.
+"""A job schedule's firing: the same input, started by a Temporal Schedule, made one new
+job each time. ``open_firing`` creates the row (its id from this workflow's id; a
+refused start fails the firing); the kind's workflow runs as an abandoned child the
+firing waits for, so the schedule's overlap policy holds; a successful run with
+``keep`` then expires the older runs.
 
 Deterministic: no I/O here; the activities' module is passed through the sandbox.
 """
@@ -52,9 +42,8 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.versioning import declare_workflow
 
-# Creating the row rides out database outages itself; this retries what else may go
-# wrong (a worker lost mid-way) a few times, then the firing fails, visible in the
-# schedule's recent runs, rather than blocking the schedule's next firings for good.
+# Outages are ridden out inside; anything else fails the firing after a few tries
+# rather than blocking the schedule's next firings for good.
 OPEN_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
@@ -78,8 +67,7 @@ KEEP_TIMEOUT = timedelta(seconds=60)
 class ScheduledStartWorkflow:
     @workflow.run
     async def run(self, *args: Any) -> FiringOutcome:
-        # Untyped and read here (hubjobs.temporal.handler_args): a start of this workflow
-        # by hand with a bad input fails it at once instead of its workflow tasks.
+        # Read here: a bad input by hand fails the firing, not its workflow tasks.
         read = read_argument(ScheduledJob, args)
         if isinstance(read, Refused):
             raise ApplicationError(
@@ -102,9 +90,8 @@ class ScheduledStartWorkflow:
                     message_for(code, opened.error_message), type=code, non_retryable=True
                 )
             return FiringOutcome(job_id=opened.job_id, status=opened.status)
-        # Shielded, so that a cancellation of this firing is told apart from its job
-        # ending cancelled on its own (by signal or from the UI): the firing then ends
-        # Canceled, its job cancelled through it; otherwise it reports the job's end.
+        # Shielded, to tell this firing's cancellation (passed on to its job) from its
+        # job ending cancelled on its own (reported as the job's end).
         child = asyncio.create_task(self._run_job(opened.start))
         try:
             outcome = await asyncio.shield(child)
@@ -114,9 +101,8 @@ class ScheduledStartWorkflow:
                 await child
             raise
         except WorkflowAlreadyStartedError:
-            # Started by someone else meanwhile (the reconciler, for a row it found
-            # queued without its workflow): it runs on its own, and the schedule's
-            # next successful run applies its keep.
+            # Started meanwhile (by the reconciler): it runs on its own, and the next
+            # successful run applies the keep.
             workflow.logger.warning("the job's workflow runs already: not waiting for it")
             return FiringOutcome(job_id=opened.job_id, status=JobStatus.running)
         except ChildWorkflowError as err:

@@ -1,21 +1,11 @@
-"""Declaring a workflow with its Worker Deployment versioning behaviour, once, and still
-letting an unversioned worker (HUBJOBS_WORKER_VERSIONING=false) run it.
+"""Declaring a workflow with its versioning behaviour once, and still letting an
+unversioned worker run it: the server refuses a behaviour from an unversioned worker,
+so each declared class gets a twin without one, ``<Class>Unversioned`` in its module
+(the sandbox imports by module and name), same type, signals and queries.
 
-The SDK sends a workflow's declared behaviour with every workflow task it completes,
-and the server refuses a behaviour from a worker that is not versioned ("versioning
-behavior cannot be specified without deployment options being set with versioned
-mode"). So ``declare_workflow`` also makes the same workflow without a behaviour, a
-subclass named ``<Class>Unversioned`` in the same module (the sandbox imports a
-workflow class by module and name), and ``unversioned`` hands it to unversioned
-workers. Both have the same Temporal type, signals and queries: a history recorded by
-one replays on the other.
-
-The twin is made only once a worker of this process asks for it (``unversioned``):
-the sandbox runs a workflow's module afresh for each workflow run, and a versioned
-worker would otherwise build, and throw away, a second workflow class per run
-(a measurable share of its CPU in a burst of one-page jobs). This
-module is passed through the sandbox, so what ``unversioned`` records here is seen by
-every run's fresh copy of the workflow's module, which then makes its twin too.
+The twin is made only once a worker asks (``unversioned``): the sandbox runs a module
+afresh per run, and building a twin each time costs a versioned worker CPU. This module
+is passed through, so what ``unversioned`` records here every fresh copy sees.
 """
 
 from __future__ import annotations
@@ -38,8 +28,7 @@ _TWINS_WANTED: set[tuple[str, str]] = set()
 
 
 def declare_workflow(name: str, behaviour: VersioningBehavior) -> Callable[[C], C]:
-    """``workflow.defn(name=name, versioning_behavior=behaviour)``, plus its twin without
-    a behaviour for unversioned workers. A behaviour must be stated."""
+    """``workflow.defn`` with a behaviour, which must be stated, and its twin."""
     if behaviour == VersioningBehavior.UNSPECIFIED:
         raise ValueError(f"the {name} workflow must state its versioning behaviour")
 
@@ -60,8 +49,7 @@ def is_declared(obj: object) -> bool:
 
 
 def unversioned(cls: type) -> type:
-    """The workflow as an unversioned worker registers it (made on first request, and
-    from then on in every sandboxed run of its module too)."""
+    """The twin an unversioned worker registers, from now on in every sandboxed run."""
     _TWINS_WANTED.add((cls.__module__, cls.__name__))
     return _twin_of(cls)
 
@@ -88,8 +76,7 @@ def _twin_of(cls: type) -> type:
 def _without_behaviour(cls: type, name: str, twin_name: str) -> type:
     run = _check_run(cls)
 
-    # The SDK wants the run method defined on the class itself; this one delegates, with
-    # the original's signature and type hints (they decode the workflow's input).
+    # The SDK wants the run method on the class itself; its type hints decode the input.
     async def run_here(self: Any, *args: Any) -> Any:
         return await run(self, *args)
 

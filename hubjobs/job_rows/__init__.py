@@ -1,7 +1,5 @@
-"""Every move of a job's row, in one package: admitted (or refused), opened by an
-attempt, snapshotted, its outcomes and progress recorded, a cancel requested, withdrawn,
-marked stuck, finished, expired. Each write is guarded by its move (``moves``), each
-move by the state diagram (``JOB_MOVES``). Nothing else imports the store."""
+"""Every move of a job's row, in one package, each write guarded by its move (``moves``)
+and each move by the state diagram (``JOB_MOVES``). Nothing else imports the store."""
 
 from hubjobs.job_rows.admission import (
     CreatedJob,

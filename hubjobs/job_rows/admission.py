@@ -1,25 +1,14 @@
-"""Creating and finishing a job's row: the kind-aware steps around the read model's
-store (a kind validates, checks, snapshots and builds the result; the store writes).
-
-Creating: validate the payload, check the actor, let the kind check the start, and
-insert the row, all in the caller's transaction: a few statements by key, whatever the
-job's size. The starter calls this before starting the workflow, so a refused start
-leaves nothing behind and the row exists from the moment a start returns; a job's first
-attempt calls it again for a job started straight through Temporal.
-
-Snapshotting: the job's first attempt takes its items (the kind's ``prepare``) in the
-transaction that opens it, so that a start does not wait for a course of a million
-pages; what the pages were then is what the job works on.
-
-Finishing: the final status, the result of a success (built by the kind from the
-counters), ``expires_at`` from the kind's retention.
+"""The kind-aware steps around the store: admitting a start (a few statements by key, in
+the caller's transaction, before its workflow starts, so a refused start leaves
+nothing), snapshotting by the first attempt (so a start never waits for a big course),
+and finishing with the kind's result and retention.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -44,8 +33,7 @@ class CreatedJob:
 
 @dataclass(frozen=True)
 class JobRow:
-    """What a start says of the job it asks for, whoever starts it: the client, the API,
-    a retry, a schedule's firing, a start straight through Temporal."""
+    """What a start says of the job it asks for, whoever starts it."""
 
     job_id: uuid.UUID
     kind: str
@@ -57,8 +45,7 @@ class JobRow:
     source_job_id: uuid.UUID | None = None
     schedule_id: str | None = None
     workflow_id: str | None = None
-    # Stored as given: the caller checked it (hubjobs.webhooks.policy) outside the
-    # transaction, since that resolves its host.
+    # Checked by the caller, outside the transaction: the check resolves its host.
     notify_url: str | None = None
 
 
@@ -70,15 +57,9 @@ async def admit(
     refused_kept_for: timedelta | None = None,
     refusal: HubJobsError | None = None,
 ) -> CreatedJob:
-    """The one way a job's row comes to be, in the caller's transaction: created when the
-    start passes its checks (the payload valid for its kind, the actor an enabled
-    administrator, a hub operator (one of ``operators``: HUBJOBS_HUB_OPERATORS) for a
-    start that acts on the whole hub, the kind's own check), or its typed HubJobsError
-    raised. A start no caller waits on (a firing, a direct start through Temporal)
-    passes ``refused_kept_for``: refused, it still gets a row, failed with the refusal's code
-    and kept that long, so that whoever started it sees why (the refusal is raised all
-    the same). ``refusal``: the start was refused before its row could be tried (its
-    input did not read)."""
+    """The one way a job's row comes to be: created when the start passes its checks,
+    else its HubJobsError raised. ``refused_kept_for`` (no caller waits): a refused start
+    still gets a failed row, kept that long. ``refusal``: refused before any check."""
     if refusal is None:
         try:
             if refused_kept_for is None:
@@ -95,10 +76,8 @@ async def admit(
 
 
 async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
-    """Before a retry's ``admit``: a finished earlier retry under the same key that took
-    no item (its source's failed pages were in the trash when it ran) is not the
-    source's retry, and gives the key up, so that this start makes a new job over the
-    pages back since. One still to take its items is returned as ever."""
+    """Before a retry's ``admit``: a finished earlier retry under the key that took no
+    item gives the key up, so this start makes a new job over the pages back since."""
     if row.idempotency_key is None or row.source_job_id is None:
         return
     earlier = await store.find_by_idempotency_key(conn, row.workspace_id, row.idempotency_key)
@@ -129,21 +108,7 @@ async def _create(
         row.job_id, row.workspace_id, row.actor_id, row.correlation_id, row.source_job_id
     )
     summary = kind.title if kind.check is None else await kind.check(conn, new_job, model)
-    inserted = await store.insert_job(
-        conn,
-        job_id=row.job_id,
-        kind=kind.name,
-        workspace_id=row.workspace_id,
-        actor_id=row.actor_id,
-        correlation_id=row.correlation_id,
-        idempotency_key=row.idempotency_key,
-        payload=model.model_dump(mode="json"),
-        source_job_id=row.source_job_id,
-        schedule_id=row.schedule_id,
-        workflow_id=row.workflow_id,
-        summary=summary,
-        notify_url=row.notify_url,
-    )
+    inserted = await _insert(conn, row, model.model_dump(mode="json"), summary)
     if inserted is None:
         # Lost a race on the idempotency key, or this id exists already.
         if row.idempotency_key is not None:
@@ -158,11 +123,9 @@ async def _create(
 
 
 def _named_by_key(existing: JobView, row: JobRow, kind: JobKind[Any], model: BaseModel) -> JobView:
-    """The job the start's idempotency key names, when the start is the request that
-    made it; else ``IdempotencyKeyReused`` naming it. The same request: the same kind,
-    payload (its validated model's JSON: key order and defaulted fields do not count)
-    and notify_url; who asks and the correlation id do not count. A start straight
-    through Temporal is its own workflow's job, and never answers with another's."""
+    """The job the key names, when the start is the same request (kind, validated
+    payload, notify_url); else ``IdempotencyKeyReused``. A direct start never answers
+    with another's job."""
     if existing.id == row.job_id:
         return existing
     if row.workflow_id is not None or not _same_request(existing, row, kind, model):
@@ -182,10 +145,8 @@ def _same_request(existing: JobView, row: JobRow, kind: JobKind[Any], model: Bas
 
 
 async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:
-    """Takes the job's items unless they were taken (by an earlier attempt): the kind's
-    snapshot, then the row's total, summary and ``snapshot_at``, in the caller's
-    transaction (the attempt's opening one). Raises the kind's HubJobsError when the job
-    cannot go on (its course is gone since the start). Returns whether it took them."""
+    """Takes the job's items unless taken, in the caller's transaction; the kind may
+    refuse (HubJobsError). Returns whether it took them."""
     if not await store.snapshot_due(conn, job.id):
         return False
     prepared = await insert_snapshot(conn, job)
@@ -194,8 +155,7 @@ async def take_snapshot(conn: AsyncConnection, job: JobView) -> bool:
 
 
 async def insert_snapshot(conn: AsyncConnection, job: JobView) -> Prepared:
-    """The kind's snapshot of the job's items, inserted, under the snapshot lock the
-    caller took; the row's ``snapshot_at`` is the caller's to write."""
+    """The kind's snapshot, under the caller's lock; ``snapshot_at`` is the caller's."""
     kind = REGISTRY.get(job.kind)
     new_job = NewJob(job.id, job.workspace_id, job.actor_id, job.correlation_id, job.source_job_id)
     return await kind.prepare(conn, new_job, kind.validate(job.payload))
@@ -204,32 +164,39 @@ async def insert_snapshot(conn: AsyncConnection, job: JobView) -> Prepared:
 async def _record_refused(
     conn: AsyncConnection, row: JobRow, refusal: HubJobsError, retention: timedelta
 ) -> None:
-    """The refused start's row, failed with the refusal's code; a job id that names a
-    row already (another job's, or this one's from an earlier try) changes nothing."""
-    inserted = await store.insert_job(
+    """The refused start's row, failed; an id that names a row already changes nothing."""
+    # No key (no later start may find it), no source, no webhook (nothing delivers it).
+    bare = replace(row, idempotency_key=None, source_job_id=None, notify_url=None)
+    if await _insert(conn, bare, row.payload) is None:
+        return
+    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
+    await store.finish(conn, row.job_id, ending, retention=retention)
+
+
+async def _insert(
+    conn: AsyncConnection, row: JobRow, payload: dict[str, Any], summary: str | None = None
+) -> JobView | None:
+    return await store.insert_job(
         conn,
         job_id=row.job_id,
         kind=row.kind,
         workspace_id=row.workspace_id,
         actor_id=row.actor_id,
         correlation_id=row.correlation_id,
-        idempotency_key=None,
-        payload=row.payload,
+        idempotency_key=row.idempotency_key,
+        payload=payload,
+        source_job_id=row.source_job_id,
         schedule_id=row.schedule_id,
         workflow_id=row.workflow_id,
+        summary=summary,
+        notify_url=row.notify_url,
     )
-    if inserted is None:
-        return
-    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
-    await store.finish(conn, row.job_id, ending, retention=retention)
 
 
 async def finish_job(
     conn: AsyncConnection, job: JobView, ending: Ending, *, default_retention: timedelta
 ) -> Finished | None:
-    """Writes the final status of an unfinished job; a finished row is left as it is.
-    A success gets its kind's result, built from ``counters`` (the job's latest, exact
-    by construction: each batch moves them by the items it recorded)."""
+    """The final status; a success gets its kind's result from the exact counters."""
     kind = REGISTRY.find(job.kind)
     result = None
     if ending.status == JobStatus.succeeded and kind is not None:

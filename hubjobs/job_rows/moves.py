@@ -1,8 +1,6 @@
-"""Every write that moves a job's row, named, with the statuses it moves the row from:
-each statement's ``WHERE`` takes its guard from here, and each guard is checked against
-``JOB_MOVES`` (the diagram's dict) when this module loads, so a write cannot allow a move
-the diagram does not draw. A unit test reads the statements' SQL back and fails when
-one's guard is not its move's."""
+"""Every write that moves a job's row, named with the statuses it moves it from: each
+statement's ``WHERE`` takes its guard from here, checked against ``JOB_MOVES`` as this
+module loads, so no write allows a move the diagram does not draw."""
 
 from __future__ import annotations
 
@@ -19,11 +17,9 @@ from hubjobs.readmodel.status import (
 
 @dataclass(frozen=True)
 class Move:
-    """A write of a job's row from one of ``sources`` to one of ``targets`` (none: its
-    status stays, as a cancellation request leaves it); a source among the targets
-    stays where it is (a job's next attempt opens it running again). ``target`` names
-    the statement's parameter when it sets one of several: its guard is then the pairs
-    of statuses the diagram draws, not the sources alone."""
+    """From one of ``sources`` to one of ``targets`` (none: the status stays; a source
+    among them may stay). ``target`` names the parameter that picks one of several:
+    the guard is then the diagram's pairs, not the sources alone."""
 
     name: str
     sources: frozenset[JobStatus]

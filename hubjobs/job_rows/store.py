@@ -1,11 +1,6 @@
-"""The statements of ``jobs``: every write of a job's row is here (its items' are in
-hubjobs/readmodel/items.py), and nowhere else, so that a reader finds each status move
-in one place, each guarded by its move (moves.py).
-
-Writes are idempotent (an activity may run twice): a status only moves forward, a
-finished row is never changed again, and an item is recorded only while pending, with
-the job's counters moved by exactly the items the same statement recorded.
-"""
+"""The statements of ``jobs``: every write of a job's row, each guarded by its move.
+Idempotent (an activity may run twice): a status only moves forward, and a finished row
+is never changed again."""
 
 from __future__ import annotations
 
@@ -36,14 +31,11 @@ from hubjobs.readmodel.views import Counters, JobView, QueueState
 UNFINISHED = sql_list(UNFINISHED_STATUSES)
 # The queue state's ``failed``: the jobs that failed this recently.
 FAILED_WINDOW = timedelta(hours=1)
-# The transaction-scoped advisory lock a retention batch holds ("hjsweep1"): one sweep at
-# a time, without locking (and so writing) each row it is about to delete anyway.
+# A retention batch's advisory lock: one sweep at a time, without locking each row.
 RETENTION_LOCK = int.from_bytes(b"hjsweep1", "big")
-# The class of the per-job advisory locks (two int4 keys: a space apart from the
-# single-key ones) that a job's snapshot is taken under ("snap").
+# The class of the per-job snapshot locks (two int4 keys: apart from single-key ones).
 SNAPSHOT_LOCK = int.from_bytes(b"snap", "big")
-# In the statement of every write of a job's status, counters or message: the change
-# reaches its streams at commit, with no round trip of its own (readmodel/changes.py).
+# In every write of a job's status, counters or message: streams hear of it at commit.
 NOTIFY = notify_column("id")
 
 
@@ -101,12 +93,9 @@ async def insert_job(
     summary: str | None = None,
     notify_url: str | None = None,
 ) -> JobView | None:
-    """Inserts a queued row, its items still to be taken (``snapshot_at`` NULL: the
-    job's first attempt takes them) and, with a ``notify_url``, its webhook pending;
-    returns it, or None when the idempotency key (or the id) already names one.
-    A concurrent insert with the same key waits on the unique index, then finds it.
-    ``workflow_id``: the id Temporal has, for a job started straight through it under an
-    id of its starter's choosing (by default ``<kind>-<job id>``)."""
+    """A queued row, its items still to be taken; None when the idempotency key (or the
+    id) names one already (a racing insert waits on the unique index). ``workflow_id``:
+    a direct start's own (by default ``<kind>-<job id>``)."""
     row = await direct.first(
         conn,
         INSERT_JOB,
@@ -130,17 +119,15 @@ async def insert_job(
 
 
 async def release_idempotency_key(conn: AsyncConnection, job_id: uuid.UUID) -> None:
-    """The job no longer answers to its idempotency key: a start with that key makes a
-    new job (a retry that took nothing is not its source's retry)."""
+    """The job no longer answers to its idempotency key."""
     await conn.execute(
         text("UPDATE jobs SET idempotency_key = NULL, updated_at = now() WHERE id = :id"),
         {"id": job_id},
     )
 
 
-# Set with the snapshot lock, for the rest of its transaction: right after a bulk import
-# stale statistics made the planner scan ``pages`` once per parent instead of by index,
-# and its ordering sort must stay in memory. The transaction's other statements go by key.
+# With the snapshot lock, for its transaction: stale statistics after a bulk import made
+# the planner scan ``pages`` once per parent, and the sort must stay in memory.
 SNAPSHOT_PLANNER = "set_config('enable_seqscan', 'off', true), set_config('work_mem', '64MB', true)"
 
 
@@ -151,11 +138,9 @@ LOCK_SNAPSHOT = Statement.of(
 
 
 async def lock_snapshot(conn: AsyncConnection, job_id: uuid.UUID) -> None:
-    """Takes the job's snapshot lock, which the caller's transaction then holds: two
-    attempts taking the items at once (one presumed dead) do so one after the other. The
-    lock is the job's own, not its row's: a cancellation request written meanwhile does
-    not wait for a long snapshot. What the caller reads of the row must come in a later
-    statement (a statement's view of the rows is fixed before it waits for the lock)."""
+    """The job's snapshot lock, held to the end of the transaction; not the row's, so a
+    cancel does not wait for a long snapshot. Read the row in a later statement: a
+    statement's view is fixed before it waits for the lock."""
     await direct.run(conn, LOCK_SNAPSHOT, {"class": SNAPSHOT_LOCK, "id": job_id})
 
 
@@ -166,8 +151,7 @@ SNAPSHOT_DUE = Statement.of(
 
 
 async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
-    """Whether the unfinished job's items are still to be taken, asked under the job's
-    snapshot lock (``lock_snapshot``): the second of two attempts finds them taken."""
+    """Whether the unfinished job's items are still to be taken, under the lock."""
     _, due = await direct.each(conn, _locked(job_id, SNAPSHOT_DUE, {"id": job_id}))
     return bool(due and due[0][0])
 
@@ -175,8 +159,7 @@ async def snapshot_due(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
 def _locked(
     job_id: uuid.UUID, statement: Statement, params: dict[str, Any]
 ) -> list[tuple[Statement, dict[str, Any]]]:
-    """The job's snapshot lock, then ``statement``: sent together (one round trip), the
-    second reading the rows as they are once the lock is held."""
+    """The snapshot lock, then ``statement``, in one round trip."""
     return [(LOCK_SNAPSHOT, {"class": SNAPSHOT_LOCK, "id": job_id}), (statement, params)]
 
 
@@ -213,8 +196,7 @@ async def get_job(
     )
 
 
-# What an attempt checks of its job before each unit of work, by key: still running, a
-# cancel asked for, its actor still an enabled administrator of the workspace.
+# What an attempt checks of its job before each unit of work, by key.
 JOB_GATE = Statement.of(
     f"""
     SELECT j.status = {JobStatus.running.sql} AS running,
@@ -261,11 +243,8 @@ async def find_by_idempotency_key(
 
 
 async def queue_state(conn: AsyncConnection) -> QueueState:
-    """Queue figures for the metrics: queued and running now and the oldest queued job
-    (ix_jobs_unfinished_status_created), and the jobs that failed in the last
-    ``FAILED_WINDOW`` (ix_jobs_failed_finished). Not every failure still within
-    retention: that count grows with retention and the table, costs a pass over every
-    failed row, and says little; every failure is counted by hubjobs_jobs_finished."""
+    """Queue figures for the metrics; failures only within ``FAILED_WINDOW`` (all of them
+    would cost a pass over every failed row; hubjobs_jobs_finished counts them)."""
     row = (
         await conn.execute(
             text(
@@ -291,8 +270,7 @@ async def queue_state(conn: AsyncConnection) -> QueueState:
 
 @dataclass(frozen=True)
 class UnfinishedJob:
-    """What the reconciler asks Temporal about; it reads the whole row (``get_job``)
-    only for the few it then changes."""
+    """What the reconciler asks Temporal about (the whole row only for the few it changes)."""
 
     id: uuid.UUID
     workflow_id: str
@@ -309,9 +287,8 @@ async def unfinished_jobs(
     limit: int,
     after: UnfinishedJob | None = None,
 ) -> list[UnfinishedJob]:
-    """The reconciler's selection: unfinished rows older than ``older_than``, least
-    recently touched first (ix_jobs_unfinished_updated), a page of ``limit`` after
-    ``after`` (the last row of the page before)."""
+    """Unfinished rows older than ``older_than``, least recently touched first, a page of
+    ``limit`` after ``after``."""
     page = (
         ""
         if after is None
@@ -349,8 +326,7 @@ class SettledJob:
 async def settled_among(
     conn: AsyncConnection, job_ids: Sequence[uuid.UUID], *, older_than: timedelta
 ) -> list[SettledJob]:
-    """Of ``job_ids`` (jobs whose runs are open), those final or with a cancellation
-    requested for longer than ``older_than``: their run has nothing left to wait for."""
+    """Of ``job_ids`` (open runs), those final or asked to stop for over ``older_than``."""
     rows = await conn.execute(
         text(
             "SELECT id, status FROM jobs WHERE id = ANY(:ids) "
@@ -371,10 +347,8 @@ MARK_STUCK = text(
 
 
 async def mark_stuck(conn: AsyncConnection, job_id: uuid.UUID, reason: str) -> bool:
-    """Flags an unfinished job whose workflow tasks keep failing (the first time only:
-    ``stuck_since`` says since when); True when this call flagged it. ``updated_at``
-    stays: the flag is about the workflow, not the job's progress, and the reconciler's
-    selection (least recently touched first) then keeps looking at the job."""
+    """Flags the job stuck (once); True when this call did. ``updated_at`` stays, so the
+    reconciler's least-recently-touched selection keeps looking at it."""
     row = (await conn.execute(MARK_STUCK, {"id": job_id, "reason": reason})).first()
     return row is not None
 
@@ -393,8 +367,7 @@ async def clear_stuck(conn: AsyncConnection, job_id: uuid.UUID) -> bool:
     return row is not None
 
 
-# The first cancellation request of each unfinished job among ``ids`` (of ``workspace``
-# when one is given): who asked and why.
+# The first cancel request of each unfinished job among ``ids``: who asked and why.
 REQUEST_CANCELS = text(
     "UPDATE jobs SET cancel_requested_at = now(), cancel_requested_by = :actor, "
     "cancel_reason = :reason, updated_at = now() WHERE id = ANY(:ids) "
@@ -409,8 +382,7 @@ async def request_cancel(
     actor_id: uuid.UUID | None,
     reason: str | None = None,
 ) -> None:
-    """Records the first cancellation request of an unfinished job, who asked and why;
-    later ones and requests on finished jobs change nothing."""
+    """The first cancel request of an unfinished job; later ones change nothing."""
     await conn.execute(
         REQUEST_CANCELS, {"ids": [job_id], "workspace": None, "actor": actor_id, "reason": reason}
     )
@@ -423,9 +395,8 @@ async def request_cancels(
     actor_id: uuid.UUID,
     reason: str | None = None,
 ) -> list[JobView]:
-    """``request_cancel`` for each of the workspace's jobs among ``job_ids``, in one
-    statement; returns those jobs as they were before (ids of other workspaces, or of no
-    job, are left out)."""
+    """``request_cancel`` for the workspace's jobs among ``job_ids``; returns them as
+    they were before."""
     if not job_ids:
         return []
     params = {"ids": list(job_ids), "workspace": workspace_id}
@@ -447,8 +418,7 @@ async def unfinished_of_workspace(
     schedule_id: str | None = None,
     limit: int,
 ) -> list[uuid.UUID]:
-    """The workspace's unfinished jobs with the status, kind and schedule given (all
-    when None), newest first, at most ``limit``: what "cancel all matching" cancels."""
+    """What "cancel all matching" cancels: unfinished, filtered, newest first."""
     if status is not None and status.is_final:
         return []
     statuses = [str(s) for s in UNFINISHED_STATUSES] if status is None else [str(status)]
@@ -503,10 +473,8 @@ async def open_job(
     attempts_failed: int,
     workflow_id: str | None = None,
 ) -> JobView | None:
-    """Moves an unfinished job to running for one attempt of its work, and returns it
-    (a finished one as it is): the one read of the row an attempt makes. With
-    ``workflow_id``, only the row of that workflow (a direct start that names another
-    job's id must not work on that job)."""
+    """Running for one attempt, returned (a finished one as it is). With ``workflow_id``,
+    only that workflow's row: a direct start naming another job's id gets nothing."""
     params = {
         "id": job_id,
         "run_id": run_id,
@@ -520,9 +488,7 @@ async def open_job(
 async def follow_run(
     conn: AsyncConnection, job_id: uuid.UUID, *, run_id: str, workflow_id: str | None
 ) -> None:
-    """A finished job's row names the run an attempt of it now runs in: a run made by
-    ``temporal workflow reset`` after the job finished (its attempt finds the row final
-    and ends with it) is the one Temporal shows, and the row follows it."""
+    """A finished row follows its run (one made by ``temporal workflow reset``)."""
     await conn.execute(
         text(
             "UPDATE jobs SET run_id = :run_id "
@@ -535,8 +501,7 @@ async def follow_run(
 async def set_progress(
     conn: AsyncConnection, job_id: uuid.UUID, counters: Counters, message: str
 ) -> bool:
-    """Progress of a kind that counts steps rather than items (a backup's tables);
-    returns whether a cancellation has been requested, read in the same statement."""
+    """Progress of a kind that counts steps, not items; returns whether a cancel is asked."""
     requested = (
         await conn.execute(
             text(
@@ -556,8 +521,7 @@ async def set_progress(
 
 @dataclass(frozen=True)
 class Ending:
-    """How a job ends, as its final write records it: the status, and what the row
-    keeps of the work (a success's counters and output make its kind's result)."""
+    """How a job ends, as its final write records it."""
 
     status: JobStatus
     counters: Counters | None = None
@@ -608,8 +572,7 @@ async def finish(
     result: dict[str, Any] | None = None,
     result_content_type: str | None = None,
 ) -> Finished | None:
-    """Moves an unfinished job to its final status, with ``expires_at`` after its
-    retention; a finished job stays as it was. None when there is no such job."""
+    """An unfinished job to its final status; None when there is no such job."""
     if ending.status not in moves.FINISH.targets:
         raise ValueError(f"a job does not finish {ending.status}")
     row = await direct.first(
@@ -647,9 +610,7 @@ async def record_notify(
     attempt: int,
     error: str | None = None,
 ) -> bool:
-    """A try of the job's completion webhook: its number (the count only grows), how the
-    delivery stands and the failure, if any. A delivery recorded final (delivered,
-    refused, failed) stays so: a late try of a retried activity changes nothing. False
+    """A try of the job's completion webhook; a delivery recorded final stays so. False
     when the row is gone or final already."""
     result = await conn.execute(
         text(
@@ -685,12 +646,9 @@ async def withdraw(
     message: str,
     retention: timedelta,
 ) -> bool:
-    """A job whose start did not get through Temporal, made final (failed) while it is
-    still queued, so that nothing ever runs it: a workflow that starts after all (a
-    request the server took late) opens a final row and ends at once. Its caller was
-    told nothing started, so its completion webhook is owed to no one: recorded
-    ``failed`` (no workflow would ever deliver it). False when the row is no longer
-    queued: its workflow did start and opened it."""
+    """A start Temporal did not take, failed while still queued, so a late workflow finds
+    it final; its webhook, owed to no one, is recorded failed. False when no longer
+    queued: its workflow did start."""
     result = await conn.execute(
         WITHDRAW,
         {
@@ -708,8 +666,7 @@ async def withdraw(
 
 
 async def claim_retention(conn: AsyncConnection) -> bool:
-    """Whether this transaction may sweep: False while another sweep's batch holds the
-    retention lock (it is let go when the transaction ends)."""
+    """Whether this transaction may sweep (no other batch holds the lock)."""
     claimed = await conn.execute(
         text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": RETENTION_LOCK}
     )
@@ -725,11 +682,9 @@ class ExpiredJob:
 async def expired_jobs(
     conn: AsyncConnection, cutoff: datetime, limit: int, *, deliveries_since: datetime
 ) -> list[ExpiredJob]:
-    """Up to ``limit`` jobs expired at ``cutoff``, first expired first (ix_jobs_expires_at):
-    their ids and kinds, all a batch needs unless a kind has an expire hook. A job whose
-    completion webhook is still being delivered stays while it finished after
-    ``deliveries_since`` (its delivery may still be trying): its receiver is told of a
-    job it can still look up, and the delivery's outcome is not lost with the row."""
+    """Up to ``limit`` jobs expired at ``cutoff``, first expired first; one whose webhook
+    may still be trying (finished after ``deliveries_since``) stays, so its receiver can
+    still look it up."""
     rows = await conn.execute(
         text(
             "SELECT id, kind FROM jobs WHERE expires_at <= :cutoff "
@@ -767,16 +722,13 @@ EXPIRE_OLDER_RUNS = text(
 
 
 async def expire_older_runs(conn: AsyncConnection, schedule_id: str, keep: int) -> int:
-    """A schedule's ``keep``: its successful runs but the newest ``keep`` expire now, so
-    that the retention sweep removes them (each after its kind's expire hook, as any
-    expired job). Returns how many it moved; a run whose expiry has passed already is
-    left alone. Idempotent: a second call with the same ``keep`` moves nothing."""
+    """A schedule's successful runs but the newest ``keep`` expire now, for the sweep;
+    returns how many moved (a second call moves none)."""
     expired = await conn.execute(EXPIRE_OLDER_RUNS, {"schedule": schedule_id, "keep": keep})
     return int(expired.rowcount or 0)
 
 
-# A job's items go with it, in the same statement: no foreign key does it for them
-# (migration 0010).
+# A job's items go with it, in the same statement: no foreign key does it for them.
 DELETE_JOBS = """
 WITH items AS (DELETE FROM job_items WHERE job_id = ANY(CAST(:ids AS uuid[])))
 DELETE FROM jobs WHERE id = ANY(CAST(:ids AS uuid[]))

@@ -1,9 +1,6 @@
-"""The registry of job kinds. Adding one of hubjobs' own: its kind module here, its
-workflow in ``workflows/<name>.py``, its activities in ``activities/<name>.py``, and one
-line below. A kind shipped elsewhere registers itself in its own module, named in
-HUBJOBS_KIND_MODULES (``load_kinds``). The worker serves exactly the registered kinds
-(see worker.py); the API's routes and schemas, the client's start and the CLI's
-commands come from their declarations."""
+"""The registry of job kinds. One of hubjobs' own: its kind module here, its workflow
+and activities in ``workflows/<name>.py`` and ``activities/<name>.py``, one line below.
+One shipped elsewhere registers itself in a module named in HUBJOBS_KIND_MODULES."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ RESERVED_KIND_NAMES = frozenset({"cancel"})
 
 
 class Registry:
-    """Kinds by name; a name (or a workflow type) registered twice is an error, never a
-    silent overwrite."""
+    """Kinds by name; a name or workflow type registered twice is an error."""
 
     def __init__(self) -> None:
         self._kinds: dict[str, JobKind[Any]] = {}
@@ -40,8 +36,7 @@ class Registry:
         return kind
 
     def get(self, name: str) -> JobKind[Any]:
-        """The registered kind, or ``unknown_kind`` (the name is the caller's text, and
-        the message may reach a log: it is not repeated)."""
+        """The registered kind, or ``unknown_kind`` (never repeating the caller's text)."""
         kind = self._kinds.get(name) if is_kind_name(name) else None
         if kind is None:
             raise UnknownKind()
@@ -58,8 +53,7 @@ class Registry:
 
 
 def load_kinds(modules: Iterable[str]) -> None:
-    """Imports the modules that declare kinds beyond hubjobs' own (each registers its
-    kinds as it is imported; importing one again registers nothing twice)."""
+    """Imports the modules that declare kinds beyond hubjobs' own (they register them)."""
     for name in modules:
         importlib.import_module(name)
 

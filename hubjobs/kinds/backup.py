@@ -1,8 +1,6 @@
-"""Backup (seed 000): one consistent archive of a workspace (its row, memberships and the
-accounts they name, pages, revisions, attachments) or, a hub operator's, of the whole
-hub. It has no items: its progress is tables and attachments streamed, and its only
-durable progress is the finished archive (a backup cut mid-stream made none; the next
-attempt starts a new snapshot). When the job expires, its archive goes with it."""
+"""Backup: one consistent archive of a workspace or, a hub operator's, of the whole hub.
+No items: its only durable progress is the finished archive. The archive expires with
+its job."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ class BackupSettings(BaseSettings):
 
     # Where backups are written. Default: inside the state folder.
     backup_dir: Path | None = None
-    # A backup reads (tables and files together) no faster than this, so that it need not
-    # saturate the disk or the database; unset, as fast as it goes.
+    # Bytes a second a backup reads at most, so it need not saturate the disk; unset: no cap.
     backup_max_bytes_per_second: float | None = Field(default=None, gt=0)
 
     @classmethod
@@ -97,8 +94,7 @@ class BackupResult(Result):
 
 
 def what_is_backed_up(tables: int, attachments: int) -> str:
-    """ "12 tables", "12 tables and 3 attachments": attachments named only when there are
-    some."""
+    """ "12 tables", or "12 tables and 3 attachments"."""
     if not attachments:
         return f"{tables} tables"
     return f"{tables} tables and {attachments} attachment{'s' if attachments != 1 else ''}"
@@ -116,8 +112,7 @@ def _title(payload: BackupPayload) -> str:
 
 
 async def check(conn: AsyncConnection, job: NewJob, payload: BackupPayload) -> str:
-    """Nothing to check but the actor (the shared start's: an administrator, and for the
-    whole hub a hub operator)."""
+    """Nothing to check beyond the shared start's actor checks."""
     return _title(payload)
 
 
@@ -141,8 +136,7 @@ def backup_folder(settings: Settings) -> Path:
 
 
 async def expire(job: JobView, settings: Settings) -> None:
-    """Removes the archive of an expired backup (a failed or cancelled one has none), and
-    any temporary file an attempt killed midway left behind."""
+    """Removes an expired backup's archive and what killed attempts left."""
     path = (job.result or {}).get("archivePath")
     if path:
         await asyncio.to_thread(Path(path).unlink, missing_ok=True)

@@ -1,10 +1,6 @@
-"""What a job kind is, declared once in its kind module: its name, payload and result
-models, how a start is checked and (by its first attempt) its items snapshotted, its
-retention, attempts, priority and expire hook. Its workflow and activities live in
-``workflows/<name>.py`` and ``activities/<name>.py`` and name it
-(``@kind_workflow(KIND)``, ``kind = KIND``); the worker finds them there from the
-registry. Everything else (the read-model row, status moves, retries, cancellation,
-progress, search attributes, retention) is the shared lifecycle's.
+"""What a job kind is, declared once in its kind module. Its workflow and activities
+name it (``@kind_workflow(KIND)``, ``kind = KIND``); everything else (the row, moves,
+retries, cancellation, progress) is the shared lifecycle's.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ from hubjobs.settings import Settings
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S", bound=BaseSettings)
 
-# A kind's own settings (``JobKind.settings``) under the deployment's prefix, so that
-# their variables keep the names they had as fields of Settings; as Settings, an empty
-# variable is unset and an unknown override is refused.
+# A kind's own settings under the deployment's prefix, so their variables keep the names
+# they had as fields of Settings; an empty one is unset, an unknown override refused.
 KIND_SETTINGS = SettingsConfigDict(env_prefix="HUBJOBS_", extra="forbid", env_ignore_empty=True)
 
 
@@ -47,10 +42,8 @@ class Result(BaseModel):
 
 
 class CarriedResult(Result):
-    """What a job's workflow returns of a result that grows with the work (an export's
-    manifest, a line per file): a summary built from the stored result, bounded whatever
-    the job's size, since Temporal fails a payload over 2 MB. The whole result stays in
-    the read model."""
+    """A bounded summary of a result that grows with the work, for the workflow to return
+    (Temporal fails a payload over 2 MB); the whole result stays in the read model."""
 
     @classmethod
     def of(cls, job: JobView) -> Self:
@@ -76,13 +69,10 @@ class Prepared:
     summary: str
 
 
-# Checks the start (raising a typed HubJobsError) in the transaction that inserts the
-# job row, so that a refused start leaves nothing behind; returns the job's summary.
-# Bounded whatever the job's size: a start returns within a second.
+# Checks the start (raising a HubJobsError) in the row's transaction, bounded whatever the
+# job's size; returns the job's summary.
 Check = Callable[[AsyncConnection, NewJob, Any], Awaitable[str]]
-# Snapshots the job's items, in the transaction of its first attempt that opens it
-# (what the items were then is what the job works on); may refuse too (the course was
-# trashed since the start), and the job then fails with that code.
+# Snapshots the job's items in its first attempt's opening transaction; may refuse too.
 Prepare = Callable[[AsyncConnection, NewJob, Any], Awaitable[Prepared]]
 # (payload, final counters, what the work handed back) -> the result of a success.
 BuildResult = Callable[[Any, Counters, dict[str, Any] | None], Result]
@@ -128,50 +118,39 @@ class JobKind(Generic[P]):
     discard: Expire | None = None
     # Temporal's priority key, 1 (first) to 5: interactive kinds ahead of bulk ones.
     priority: int = 3
-    # The job's durable progress, as its row shows it: what an attempt that died after
-    # committing work moved (only attempts that moved it nothing count against the
-    # kind's attempts). Items recorded, by default.
+    # The job's durable progress as its row shows it (only attempts that moved it nothing
+    # count against the kind's attempts). Items recorded, by default.
     durable_progress: Callable[[JobView], int] = items_recorded
-    # Whether a start of this payload acts on the whole hub, above any workspace (a
-    # whole-hub backup): then it is a hub operator's (HUBJOBS_HUB_OPERATORS) besides
-    # an administrator's of the job's workspace. None: never.
+    # Whether a start of this payload acts on the whole hub: then it is a hub operator's
+    # too. None: never.
     hub_wide: Callable[[Any], bool] | None = None
     # Whether `retry` may start a new job over a finished job's failed items.
     retryable_items: bool = False
-    # The model of its attempts' cursor (where the next attempt carries on: heartbeat
-    # details, the workflow's state); None: its attempts need none.
+    # The model of its attempts' cursor; None: they need none.
     cursor: type[BaseModel] | None = None
-    # What its workflow returns of a success's result, when the result grows with the
-    # work; None: the result itself, which its model bounds.
+    # What its workflow returns of a result that grows; None: the result itself.
     carried: type[CarriedResult] | None = None
-    # One module holding both its workflow and its activities, for a kind that lives
-    # outside workflows/ and activities/ (a kind shipped by tests or another package).
+    # One module with its workflow and activities, for a kind outside workflows/ and
+    # activities/.
     module: str | None = None
-    # The CLI's start command (``hubjobs <command>``: its options are the payload's
-    # fields, read from the API's GET /kinds) and its help line; default: the name with
-    # dashes, and the title.
+    # The CLI's start command and its help line; default: the name with dashes, the title.
     command: str | None = None
     help: str | None = None
-    # How callers read a success's result (an export's manifest with absolute URLs);
-    # None: as stored.
+    # How callers read a success's result; None: as stored.
     show: ShowResult | None = None
     # The files a finished job serves (GET …/files/{name}) and their media type.
     file_of: FileOf | None = None
     file_content_type: str = "application/octet-stream"
-    # Its small jobs are done whole: the first attempt, a local activity, does a job its
-    # activities' ``fits_whole`` accepts in one transaction (one workflow task).
+    # A small job its activities' ``fits_whole`` accepts is done in one transaction.
     whole_when_small: bool = False
-    # The kind's own settings, read from the environment (``own_settings``), so that a
-    # kind needs no field of the deployment's Settings.
+    # The kind's own settings, read from the environment (``own_settings``).
     settings: type[BaseSettings] | None = None
-    # Database connections one attempt holds at once: the worker's pool has room for
-    # its largest kind's at every activity slot.
+    # Database connections one attempt holds at once (the worker sizes its pool by it).
     connections_per_attempt: Callable[[Settings], int] = one_connection
 
     @property
     def workflow_type(self) -> str:
-        """The Temporal workflow type, derived from the name (course_tagging ->
-        CourseTagging) and written nowhere else."""
+        """The Temporal workflow type, derived from the name and written nowhere else."""
         return "".join(part.capitalize() for part in self.name.split("_"))
 
     @property
@@ -179,8 +158,7 @@ class JobKind(Generic[P]):
         return self.command or self.name.replace("_", "-")
 
     def described(self) -> dict[str, Any]:
-        """What a client needs to offer the kind's start (GET /kinds): its names, help
-        and the payload's JSON schema."""
+        """What a client needs to offer the kind's start (GET /kinds)."""
         return {
             "name": self.name,
             "title": self.title,
@@ -190,8 +168,7 @@ class JobKind(Generic[P]):
         }
 
     def own_settings(self, settings: Settings) -> BaseSettings | None:
-        """The kind's settings as the environment holds them now, with the deployment's
-        values for this kind (``Settings.kind_settings``) in their place."""
+        """The kind's settings from the environment, ``Settings.kind_settings`` first."""
         if self.settings is None:
             return None
         try:
@@ -225,19 +202,14 @@ class JobKind(Generic[P]):
 
     def validate(self, raw: dict[str, Any]) -> P:
         """The payload, or ``invalid_payload`` naming where and what (never the value).
-
-        Strictly, as JSON, whatever way it came (the API's body, a client's dict, a
-        workflow input through Temporal): no coercion of a boolean or a string to a
-        number, nor of a float to an integer (``true`` is not 1 page a file, ``1e3`` is
-        not 1000), while what JSON can only carry as text (ids, timestamps) is read
-        from its text."""
+        Strictly as JSON, however it came: ``true`` is not 1, ``1e3`` not 1000, while ids
+        and timestamps are read from their text."""
         try:
             return self.payload.model_validate_json(to_json(raw), strict=True)
         except PydanticSerializationError:
             raise InvalidPayload(f"invalid {self.name} payload: not JSON") from None
         except ValidationError as err:
-            # From each error's place and message only: never the input, nor a key that
-            # is not a plain name (``describe_validation_errors``).
+            # Each error's place and message only, never the input.
             problems = describe_validation_errors(err.errors(include_input=False))
             raise InvalidPayload(f"invalid {self.name} payload: {problems}") from None
 

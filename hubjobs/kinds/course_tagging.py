@@ -1,8 +1,6 @@
-"""Course tagging (seed 000): add a tag to every page of a course, each update guarded
-by the ETag read. The items are the course's pages, snapshotted by the job's first
-attempt (at ``jobs.snapshot_at``), each noting whether it already had the tag then
-("the same tag" is ``tag_key()`` in the database, the one definition snapshot and job
-share). A retry runs a finished job's failed pages again.
+"""Course tagging: a tag added to every page of a course, each update guarded by the ETag
+read. The items are the pages, snapshotted by the first attempt, each noting whether it
+had the tag then (``tag_key()`` in the database decides); a retry takes the failed ones.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ class CourseTaggingSettings(BaseSettings):
 
     model_config = KIND_SETTINGS
 
-    # Pages read and written per database round trip, in one transaction: the fastest
-    # of the sizes bench/bench_tagging.py --settings compared, and a batch still holds
-    # its pages' row locks for only a few hundred milliseconds.
+    # Pages per batch, one transaction: the fastest size bench/bench_tagging.py --settings
+    # compared, still holding row locks only briefly.
     tagging_batch_size: int = Field(default=4000, ge=1)
     # Batches of one tagging attempt in flight at once, each on its own connection
     # (1: one after the other).
@@ -130,13 +127,11 @@ UPDATE_FAILED = PageOutcome(
 
 
 def decide(done_at_snapshot: bool, page: PageFacts | None) -> PageOutcome | None:
-    """The outcome an item has without writing, or None when its page needs the tag
-    (seed 000's table, in its order)."""
+    """The outcome without writing, or None when the page needs the tag."""
     if page is None or not page.available:
         return UNAVAILABLE
     if page.has_tag:
-        # Had it at snapshot: nothing to do. Gained it since (an earlier attempt of this
-        # job, or someone else): the page is as the job wants it.
+        # Had it at snapshot: nothing done. Gained it since: as the job wants it.
         return ALREADY_TAGGED if done_at_snapshot else SUCCEEDED
     if page.at_tag_limit:
         return TAG_LIMIT
@@ -144,10 +139,8 @@ def decide(done_at_snapshot: bool, page: PageFacts | None) -> PageOutcome | None
 
 
 def written(changed: bool, broken: bool, *, reread: bool) -> PageOutcome | None:
-    """The outcome of a page the batch wrote the tag to: its ETag-guarded update changed
-    it, or raised, or found it changed since read (a conflict). A page in conflict is
-    read again and decided afresh (None) once; still in conflict after that re-read, it
-    fails."""
+    """The outcome of a page written: changed, refused, or in conflict (None: read it
+    again and decide afresh, once; after that, it fails)."""
     if changed:
         return SUCCEEDED
     if broken:
@@ -176,9 +169,8 @@ FAILED_ITEMS = """
 """
 
 
-# How many items a job would take, up to ``:bound``, nothing written: a recursive query
-# under a LIMIT is evaluated only as far as it is read, so a huge course costs no more
-# to count than one of ``:bound``.
+# How many items a job would take, up to ``:bound``: a recursive query under a LIMIT is
+# evaluated only as far as it is read.
 COURSE_SIZE = Statement.of(f"""{COURSE}
     SELECT count(*) FROM (SELECT 1 FROM course LIMIT :bound) s
 """)
@@ -190,11 +182,8 @@ RETRY_SNAPSHOT = job_items.item_snapshot("course_tagging.retry", FAILED_ITEMS)
 async def fits(
     conn: AsyncConnection, job: JobView, payload: CourseTaggingPayload, pages: int
 ) -> bool:
-    """Whether the job's snapshot would take at most ``pages`` items, counted before it
-    is taken (what a small job's one-transaction attempt asks first). Pages added
-    between this count and the snapshot only make the job bigger than it was counted:
-    the attempt then finds items left after its one batch, and leaves the job to its
-    ordinary attempts."""
+    """Whether the snapshot would take at most ``pages`` items. Pages added before it is
+    taken leave items after the one batch, and the ordinary attempts take the job."""
     params: dict[str, Any] = {"workspace": job.workspace_id, "bound": pages + 1}
     if job.source_job_id is not None:
         query = FAILED_SIZE
@@ -209,8 +198,7 @@ async def fits(
 async def _failed_pages_left(
     conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload
 ) -> bool:
-    """Whether a retry's snapshot would take a page: some failed page of its source is
-    still in the workspace, out of the trash (read no further than the first)."""
+    """Whether a retry's snapshot would take a page (read no further than the first)."""
     params = {
         "workspace": job.workspace_id,
         "tag": payload.tag,
@@ -222,9 +210,8 @@ async def _failed_pages_left(
 
 
 async def check(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> str:
-    """The start's checks, by key: the course's root is a page of the workspace out of
-    the trash (a retry: some failed page of its source is left, out of the trash); the
-    summary."""
+    """The root is a page of the workspace out of the trash (a retry: a failed page is
+    left); returns the summary."""
     if job.source_job_id is not None:
         # The pages the retry's snapshot would take, not the failed items alone: one
         # whose pages are all in the trash would run empty and "succeed".
@@ -239,10 +226,8 @@ async def check(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayloa
 
 
 async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayload) -> Prepared:
-    """The snapshot, taken by the job's first attempt: the course as it is then (a page
-    trashed or moved out since the start is not in it, one added is), each page noting
-    whether it had the tag then. A root gone or trashed since the start refuses the job
-    (``page_not_found``, ``page_trashed``), as the start would have."""
+    """The course as it is at the first attempt; a root gone or trashed since the start
+    refuses the job, as the start would have."""
     params: dict[str, Any] = {"workspace": job.workspace_id, "tag": payload.tag}
     if job.source_job_id is not None:
         total = await job_items.insert_items(
@@ -254,8 +239,7 @@ async def prepare(conn: AsyncConnection, job: NewJob, payload: CourseTaggingPayl
         conn, job.job_id, COURSE_SNAPSHOT, {**params, "root": payload.root_page_id}
     )
     if total >= ANALYZE_FROM:
-        # A big snapshot changes job_items' statistics at once; without fresh ones the
-        # planner may take this job's items for a handful.
+        # Without fresh statistics the planner may take these items for a handful.
         await job_items.analyze_items(conn)
     return Prepared(total=total, summary=f"Tag course {title} with {payload.tag}, {total} pages")
 

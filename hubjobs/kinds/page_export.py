@@ -1,16 +1,7 @@
-"""Page export: a course (a page and its subtree) or a whole workspace as NDJSON files
-of pages, a new file every N pages, from one consistent snapshot. The result is a
-manifest in the FHIR bulk-data shape; the files are downloaded through the API with the
-same bearer token.
-
-The snapshot is the items: each page's exported fields are frozen into its item by the
-job's first attempt (one statement, in the transaction that opens the job: its
-``snapshot_at`` is the manifest's ``transactionTime``), so an export resumed after a
-crash writes the same lines a whole one would, however the pages changed meanwhile.
-File k holds the items of ordinals (k-1)*N+1 … k*N; it is written whole under a
-temporary name, fsynced and renamed, and only then are its items recorded (and their
-frozen copy dropped): a file is either complete and counted, or rewritten from the
-snapshot by the next attempt.
+"""Page export: a course or a whole workspace as NDJSON files of N pages, with a FHIR
+bulk-data manifest as result. Each page's fields are frozen into its item by the first
+attempt (``snapshot_at`` is the ``transactionTime``), so a resumed export writes what a
+whole one would; a file is complete and counted, or rewritten from the snapshot.
 """
 
 from __future__ import annotations
@@ -37,8 +28,7 @@ from hubjobs.settings import Settings
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-ndjson"
-# The whole name, ASCII digits only (``$`` and ``\d`` would also take a trailing
-# newline and other scripts' digits).
+# Matched whole, ASCII digits only (``\d`` takes other scripts' digits).
 FILE_NAME = re.compile(r"pages-[0-9]{4,}\.ndjson")
 
 
@@ -118,8 +108,7 @@ def file_of(ordinal: int, per_file: int) -> int:
 
 
 def ordinals_of(number: int, per_file: int, total: int) -> range:
-    """The items file ``number`` holds: ordinals (number-1)*per_file+1 … number*per_file,
-    the last file fewer."""
+    """The ordinals file ``number`` holds (the last file fewer)."""
     return range((number - 1) * per_file + 1, min(number * per_file, total) + 1)
 
 
@@ -226,8 +215,7 @@ def build_result(
 
 
 def absolute_manifest(manifest: dict[str, Any], base_url: str | None) -> dict[str, Any]:
-    """The manifest with its URLs (the request's, each file's) absolute under the API's
-    base URL (HUBJOBS_API_BASE_URL) when it has one; the stored manifest stays relative."""
+    """The manifest's URLs absolute under HUBJOBS_API_BASE_URL, when set."""
     if not base_url:
         return manifest
     base = base_url.rstrip("/")
@@ -246,8 +234,7 @@ def absolute_manifest(manifest: dict[str, Any], base_url: str | None) -> dict[st
 
 
 async def expire(job: JobView, settings: Settings) -> None:
-    """Removes the files of an export: when it expires, whatever it ended as, and at
-    once when it ends cancelled."""
+    """Removes an export's files: when it expires, and at once when it is cancelled."""
     folder = export_folder(settings, job.id)
     await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
     log.info("removed the files of export %s", job.id)

@@ -1,18 +1,10 @@
-"""The read model's change notifications: every write of a job's status, counters or
-message in ``store`` also sends ``pg_notify(CHANNEL, <job id>)`` from the same statement
-(no extra round trip; delivered at commit, and PostgreSQL folds a transaction's
-identical notifications into one). The payload is the job's id, never its content.
+"""Change notifications: every write of a job's status, counters or message sends
+``pg_notify(CHANNEL, <job id>)`` from its own statement (delivered at commit).
 
-``JobChanges`` holds ONE listening connection per process and wakes whoever waits on a
-job when its id arrives, and hands every id to whoever watches all changes (a
-workspace's stream: ``hubjobs.readmodel.workspace_feeds``). A notification sent while
-the connection was down is lost, so each (re)connection wakes every waiter once: the
-bounded re-read that catches up on what may have been missed. A quiet connection is
-checked every ``check_seconds`` (a dead one otherwise waits for TCP to notice). The
-connection lasts while someone waits: after the last waiter leaves it is closed at the
-next check (at once if it was lost), and the next subscriber opens it again -- a client
-that is never closed does not keep a connection, nor retry one to a database that has
-gone, for the rest of its process.
+``JobChanges`` holds ONE listening connection per process and wakes a job's waiters.
+A notification sent while it was down is lost, so each (re)connection wakes every
+waiter once. It is checked every ``check_seconds``, and closed once no one waits, so
+a client never closed keeps no connection.
 """
 
 from __future__ import annotations
@@ -30,14 +22,12 @@ CHANNEL = "hubjobs_job_changed"
 
 
 def notify_column(job_id: str) -> str:
-    """A column for a statement's ``RETURNING`` (or select list) that notifies the job
-    whose id the expression ``job_id`` holds, once per row written."""
+    """A ``RETURNING`` column that notifies the job ``job_id`` names, once a row."""
     return f"(SELECT 1 FROM pg_notify('{CHANNEL}', CAST({job_id} AS text))) AS notified"
 
 
 class ChangeLog:
-    """Every job id notified since it was last taken, and whether the connection was
-    (re)made meanwhile (what changed then is unknown: read everything again)."""
+    """The job ids notified since last taken, and whether the connection was remade."""
 
     def __init__(self) -> None:
         self.ids: set[uuid.UUID] = set()
@@ -68,8 +58,7 @@ class JobChanges:
 
     @contextlib.contextmanager
     def subscribe(self, job_id: uuid.UUID) -> Iterator[asyncio.Event]:
-        """An event set at each change of the job (and at each (re)connection): clear it,
-        read the job, then wait on it."""
+        """Set at each change of the job and each (re)connection."""
         self._start()
         event = asyncio.Event()
         self._waiters.setdefault(job_id, set()).add(event)
@@ -83,8 +72,7 @@ class JobChanges:
                     del self._waiters[job_id]
 
     def watch_all(self) -> ChangeLog:
-        """A log of every change from now on (and of each (re)connection), until
-        ``unwatch_all``: taken at once, so that nothing after this call is missed."""
+        """A log of every change from now on, until ``unwatch_all``."""
         self._start()
         log = ChangeLog()
         self._logs.add(log)
@@ -95,8 +83,7 @@ class JobChanges:
 
     @property
     def connected(self) -> bool:
-        """Whether the listening connection is up (LISTEN done): a change from now on
-        is seen."""
+        """Whether LISTEN is done: a change from now on is seen."""
         return self.backend_pid is not None
 
     def _start(self) -> None:

@@ -1,12 +1,7 @@
-"""One read per change of a job, shared by everyone in the process who follows it.
-
-A thousand streams on twenty jobs must not be a thousand reads per change: each job
-followed has one pump that reads its row when ``JobChanges`` wakes it (at most once per
-``coalesce_seconds``) and hands the row to each follower, who keeps only the newest (a
-slow follower skips states, never the final one). Followers are authorised before they
-follow (a GET's check); the pump reads the row by id alone. A read that fails ends the
-feed: each follower raises its error (as a GET would have), and whoever follows next
-starts a new one.
+"""One read per change of a job, shared by every follower in the process: a pump per job
+reads its row when woken (at most once per ``coalesce_seconds``), and each follower
+keeps the newest (a slow one skips states, never the final one). Followers are
+authorised before they follow; a failed read ends the feed with its error.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The statements of ``job_items``: a job's snapshot inserted, its items read as a
-kind's work reads them (pending after a cursor, the detail the snapshot froze) and as
-the client lists them, and their outcomes recorded with the job's counters moved by
-exactly those, in one statement. An item is recorded only while pending, so an attempt
-presumed dead that records it again changes nothing."""
+"""The statements of ``job_items``. An item is recorded only while pending, with the
+job's counters moved by exactly those in the same statement, so an attempt presumed
+dead that records it again changes nothing."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ NOTIFY_J = notify_column("j.id")
 
 @dataclass(frozen=True)
 class ItemSnapshot:
-    """A kind's snapshot of a job's items as one named statement, built once when the
-    kind loads: its SELECT yields ``ordinal, ref, label, done_at_snapshot, detail`` for
-    each item, and the job's items are inserted from it."""
+    """A kind's snapshot as one named statement: its SELECT yields ``ordinal, ref, label,
+    done_at_snapshot, detail`` for each item."""
 
     name: str
     statement: Statement
@@ -73,9 +70,7 @@ async def list_items(
     after: int = 0,
     limit: int = 100,
 ) -> list[ItemView]:
-    """A page of a job's items in order, keyset-paged by ordinal (``after`` the last one
-    seen); with ``state``, only those: failed ones by ix_job_items_failed, others by
-    the key's range, as far as it takes to find ``limit`` of them."""
+    """A page of a job's items, keyset-paged by ordinal; with ``state``, only those."""
     rows = await conn.execute(
         text(LIST_ITEMS), {"job": job_id, "after": after, "state": state, "limit": limit}
     )
@@ -83,8 +78,7 @@ async def list_items(
 
 
 async def analyze_items(conn: AsyncConnection) -> None:
-    """Fresh planner statistics for job_items (after a big snapshot: without them the
-    planner takes a fresh 100,000-item job for an empty one)."""
+    """Fresh statistics after a big snapshot, which the planner would take for empty."""
     await conn.execute(text("ANALYZE job_items"))
 
 
@@ -97,9 +91,7 @@ FIRST_PENDING = (
 async def first_pending_ordinal(
     conn: AsyncConnection, job_id: uuid.UUID, *, after: int = 0
 ) -> int | None:
-    """The job's first pending item after ordinal ``after``: a scan of its items by key
-    from there, so a caller that has recorded the items up to ``after`` reads no more of
-    them again."""
+    """The job's first pending item after ordinal ``after``, by key."""
     first = (await conn.execute(text(FIRST_PENDING), {"job": job_id, "after": after})).scalar_one()
     return None if first is None else int(first)
 
@@ -126,9 +118,7 @@ CHUNKS_PER_FETCH = 8
 async def item_detail_lines(
     conn: AsyncConnection, job_id: uuid.UUID, low: int, high: int, *, chunk_bytes: int
 ) -> AsyncGenerator[bytes, None]:
-    """What the snapshot froze for the items ``low``…``high``, in order, a line of JSON
-    each, in chunks of at most ``chunk_bytes``, from a cursor of the caller's
-    transaction."""
+    """What the snapshot froze for ``low``…``high``, a JSON line each, in chunks."""
     result = await conn.stream(
         text(DETAIL_CHUNKS).execution_options(yield_per=CHUNKS_PER_FETCH),
         {"job": job_id, "low": low, "high": high, "chunk": chunk_bytes},
@@ -150,17 +140,14 @@ class ItemOutcome:
 
 @dataclass(frozen=True)
 class Recorded:
-    """The job's counters after a batch was recorded, the items it recorded, and whether
-    a cancellation has been requested meanwhile."""
+    """The counters after a batch, the items it recorded, and whether a cancel is asked."""
 
     counters: Counters
     recorded: int
     cancel_requested: bool
 
 
-# The outcomes of a batch's items (``_recording`` gives the parameters), each recorded
-# while pending, and the count of those this statement recorded, by state: the CTEs the
-# statements that move a job's counters begin with.
+# A batch's outcomes, each recorded while pending, and their counts by state.
 RECORDING = f"""WITH o AS (
                     SELECT * FROM unnest(CAST(:ordinals AS int[]), CAST(:states AS text[]),
                                          CAST(:codes AS text[]), CAST(:messages AS text[]))
@@ -221,10 +208,8 @@ async def record_outcomes(
     *,
     clear_detail: bool = False,
 ) -> Recorded:
-    """Records the outcome of each still-pending item and moves the job's counters by
-    exactly those, in one statement; an item recorded before (by an attempt presumed
-    dead) is left alone and not counted again. ``clear_detail`` drops what the snapshot
-    froze for the items, once it is no longer needed."""
+    """Records each still-pending item and moves the counters by exactly those.
+    ``clear_detail`` drops what the snapshot froze for them."""
     row = await direct.first(conn, RECORD_OUTCOMES, _recording(job_id, outcomes, clear_detail))
     assert row is not None, "the job's row is there while its items are"
     return Recorded(

@@ -1,11 +1,6 @@
-"""The reads a caller waits on, as the actor sees them: one job, a workspace's jobs.
-
-Each is one statement that checks the actor's membership and reads the jobs together:
-one round trip, in plain psycopg (``hubjobs.db.pool``), so that ``hubjobs status`` and
-the API's ``GET`` pay for neither SQLAlchemy nor a second query. Rows come in binary
-(ids and times are not parsed from text). A workspace the actor
-is not an enabled member of and one that does not exist give the same answer (no row)
-from the same statement. Writes stay in ``store``.
+"""The reads a caller waits on, as the actor sees them: each one statement in plain
+psycopg that checks membership and reads the jobs, rows in binary. A workspace the
+actor is not a member of answers as one that does not exist.
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ from psycopg import AsyncConnection
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 
-# Every column of a JobView, in its order: the view declares them (one declaration of
-# what a job is to callers; a unit test holds it against the table).
+# Every column of a JobView, in its order: the view is the one declaration.
 JOB_COLUMN_NAMES = tuple(JobView.model_fields)
 JOB_COLUMNS = ", ".join(JOB_COLUMN_NAMES)
 _J_COLUMNS = ", ".join(f"j.{name}" for name in JOB_COLUMN_NAMES)
@@ -38,10 +32,8 @@ GET_JOB = (
 
 
 def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool, paged: bool) -> str:
-    """Only the filters given, so that each shape gets the plan of its own index
-    (ix_jobs_workspace_status_created with a status, ix_jobs_workspace_created without).
-    A page after the first starts below the last job of the one before (keyset paging on
-    created_at, id: both descending, so the row comparison matches the order)."""
+    """Only the filters given, so each shape gets its own index's plan; keyset paging on
+    (created_at, id), both descending."""
     filters = (
         (" AND status = %(status)s" if by_status else "")
         + (" AND kind = %(kind)s" if by_kind else "")
@@ -97,9 +89,8 @@ async def jobs_as_member(
     limit: int = 50,
     before: tuple[datetime, uuid.UUID] | None = None,
 ) -> tuple[str | None, list[JobView]]:
-    """The actor's role in the workspace (as ``job_as_member``) and up to ``limit`` of
-    its jobs, newest first, with the status, kind and schedule given; with ``before``
-    (a job's created_at and id), only those after it in that order."""
+    """The actor's role and up to ``limit`` of the workspace's jobs, newest first,
+    filtered; with ``before``, those after it."""
     shape = (status is not None, kind is not None, schedule_id is not None, before is not None)
     cursor = await conn.execute(
         LIST_JOBS[shape],
@@ -125,8 +116,7 @@ JOB_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %(job)s"
 
 
 async def job_by_id(conn: AsyncConnection[Any], job_id: uuid.UUID) -> JobView | None:
-    """The job, whoever asks: for a feed whose followers were authorised when they
-    began following (``hubjobs.readmodel.feeds``)."""
+    """The job, whoever asks: a feed's followers were authorised before."""
     cursor = await conn.execute(JOB_BY_ID, {"job": job_id}, binary=True)
     row = await cursor.fetchone()
     return None if row is None else job_view(row)
@@ -141,9 +131,7 @@ JOBS_OF_WORKSPACES = (
 async def jobs_of_workspaces(
     conn: AsyncConnection[Any], workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
 ) -> list[JobView]:
-    """Those of the jobs that belong to one of the workspaces, whoever asks: for the
-    workspace streams, whose followers were authorised when they began following
-    (``hubjobs.readmodel.workspace_feeds``)."""
+    """The jobs of these workspaces, whoever asks: followers were authorised before."""
     cursor = await conn.execute(
         JOBS_OF_WORKSPACES, {"jobs": list(job_ids), "workspaces": list(workspace_ids)}, binary=True
     )

@@ -1,6 +1,5 @@
-"""The vocabulary of the read model: a job's status and an item's state. Written once
-here; the schema's CHECK constraints, the messages, the client, the CLI and the API all
-use these enums (a ``StrEnum`` is its value wherever a string is wanted)."""
+"""The read model's vocabulary, written once: the schema's CHECK constraints, the
+messages, the client, the CLI and the API use these enums."""
 
 from __future__ import annotations
 
@@ -8,11 +7,9 @@ from enum import StrEnum
 
 
 class SqlLiteral(StrEnum):
-    """A member as a SQL string literal, for statements built from the enum: a status
-    spelled wrong is an AttributeError where the statement is built, never a comparison
-    that quietly matches nothing. (CHECK constraints built from the same enums, rather
-    than a PostgreSQL ENUM type: adding a value is then a constraint swap in an ordinary
-    migration, restores and COPY need no type, and the enum here stays the one list.)"""
+    """A member as a SQL literal: a misspelt status fails where the statement is built,
+    never matches nothing. CHECK constraints, not an ENUM type: a new value is then an
+    ordinary migration, and restores need no type."""
 
     @property
     def sql(self) -> str:
@@ -31,9 +28,8 @@ class JobStatus(SqlLiteral):
         return self in FINAL_STATUSES
 
 
-# The moves a job's row makes, and no others: docs/concepts/states.md draws them (a unit
-# test holds the two together), and every write of a row guards on them
-# (hubjobs/job_rows/moves.py).
+# The moves a job's row makes, and no others: docs/concepts/states.md draws them, and
+# every write of a row guards on them (hubjobs/job_rows/moves.py).
 JOB_MOVES: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.queued: frozenset({JobStatus.running, JobStatus.failed, JobStatus.cancelled}),
     JobStatus.running: frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}),
@@ -46,10 +42,8 @@ UNFINISHED_STATUSES = frozenset(status for status, moves in JOB_MOVES.items() if
 
 
 def status_label(status: str, failed_items: int) -> str:
-    """A job's status as people read it, with its failed items when it has any
-    (``succeeded (10 failed)``): a job that succeeded with items failed is no plain
-    success. The list, ``status``, the API's ``has_failed_items`` and the run's details
-    and ``JobFailedItems`` in Temporal say the same."""
+    """``succeeded (10 failed)``: a job that succeeded with items failed is no plain
+    success, wherever its status is shown."""
     return f"{status} ({failed_items} failed)" if failed_items > 0 else str(status)
 
 

@@ -141,12 +141,9 @@ class Job(Base):
 
 
 class JobItem(Base):
-    """One unit of a job's work, snapshotted when the job was created; its state is
-    written in the same transaction as the work it records. Generic, so that every kind
-    shares one table, one listing and one retry: ``ref`` is what the item is about (a
-    page), ``label`` its name at the snapshot (a title), ``done_at_snapshot`` whether its
-    goal already held then (the page had the tag), ``detail`` what else the kind froze
-    (an exported page's content)."""
+    """One unit of a job's work, snapshotted by its first attempt, its state written with
+    the work. Generic, so every kind shares one table: ``ref`` (a page), ``label`` (its
+    title then), ``done_at_snapshot`` (its goal held then), ``detail`` (what was frozen)."""
 
     __tablename__ = "job_items"
     __table_args__ = (
@@ -162,9 +159,8 @@ class JobItem(Base):
             postgresql_where=text(f"state = {ItemState.failed.sql}"),
         ),
     )
-    # No foreign key to jobs (0010): its row-by-row check was a large share of a
-    # snapshot's INSERT. Items are written only by their job's snapshot and deleted with their job
-    # by store.delete_jobs.
+    # No foreign key to jobs: its check was a large share of a snapshot's INSERT. Items
+    # are deleted with their job (store.delete_jobs).
     job_id: Mapped[uuid.UUID] = mapped_column(UUID)
     ordinal: Mapped[int] = mapped_column(Integer)
     ref: Mapped[uuid.UUID | None] = mapped_column(UUID)

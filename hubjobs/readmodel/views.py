@@ -1,5 +1,4 @@
-"""What callers see of the read model: a job, an item, the queue. Plain pydantic models,
-no I/O."""
+"""What callers see of the read model: plain pydantic models, no I/O."""
 
 from __future__ import annotations
 
@@ -111,9 +110,7 @@ class JobView(BaseModel):
         return self.progress_message or self.counters.describe()
 
 
-# What the API shows of a job (the CLI prints the API's record of it), by JobView's field
-# names, JobView being the one declaration. The result is left to the job's own URL, in
-# its content type, and to its record.
+# What the API shows of a job, by JobView's field names; the result has its own URL.
 API_JOB_FIELDS = (
     "id",
     "workflow_id",

@@ -1,14 +1,8 @@
-"""Every change of a workspace's jobs, for whoever follows the workspace (the operator
-page's list, ``hubjobs list --watch``): one pump per process, whatever the number of
-workspaces and followers.
-
-The pump takes the ids ``JobChanges`` notified (all of them, ``watch_all``), at most
-once per ``coalesce_seconds``, and reads those of the followed workspaces in one
-statement; each follower gets its workspace's rows, the newest of each job only (a slow
-follower skips states, never a job). A follower is first told to ``reset`` (read the
-list) once the listening connection is up, and again after each reconnection or failed
-read: what changed meanwhile is unknown. Followers are authorised before they follow;
-the pump reads by id and workspace alone.
+"""Every change of a workspace's jobs, for its followers: one pump per process reads the
+notified ids of followed workspaces in one statement (at most once per
+``coalesce_seconds``), each follower keeping the newest row of each job. A ``reset``
+(read the list again) comes first, and after each reconnection or failed read.
+Followers are authorised before they follow.
 """
 
 from __future__ import annotations
