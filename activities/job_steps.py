@@ -5,7 +5,6 @@ worker."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -86,10 +85,7 @@ class JobStepActivities:
                 workflow_id=refused.workflow_id,
             )
             refusal = HubJobsError(refused.error_message, code=refused.error_code)
-            with contextlib.suppress(HubJobsError):
-                await job_rows.admit(
-                    conn, row, refused_kept_for=self.deps.default_retention, refusal=refusal
-                )
+            await job_rows.keep_refused(conn, row, refusal, self.deps.default_retention)
 
         await with_outage_retry(self.deps.engine, self.deps.settings, record, transaction=True)
 

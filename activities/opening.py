@@ -142,13 +142,13 @@ class _Opening:
         )
 
         async def admit(conn: AsyncConnection) -> HubJobsError | None:
+            kept_for = self.deps.default_retention
+            if notify_refused is not None:
+                await job_rows.keep_refused(conn, row, notify_refused, kept_for)
+                return notify_refused
             try:
-                await job_rows.admit(
-                    conn,
-                    row,
-                    operators=settings.hub_operators,
-                    refused_kept_for=self.deps.default_retention,
-                    refusal=notify_refused,
+                await job_rows.admit_unwatched(
+                    conn, row, operators=settings.hub_operators, kept_for=kept_for
                 )
             except HubJobsError as err:
                 return err

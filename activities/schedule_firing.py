@@ -48,11 +48,11 @@ class ScheduleActivities:
                 schedule_id=firing.schedule_id,
             )
             try:
-                created = await job_rows.admit(
+                created = await job_rows.admit_unwatched(
                     conn,
                     row,
                     operators=self.deps.settings.hub_operators,
-                    refused_kept_for=self.deps.default_retention,
+                    kept_for=self.deps.default_retention,
                 )
                 return created.job, None
             except HubJobsError as refused:

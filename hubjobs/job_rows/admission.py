@@ -50,29 +50,37 @@ class JobRow:
 
 
 async def admit(
-    conn: AsyncConnection,
-    row: JobRow,
-    *,
-    operators: Collection[uuid.UUID] = (),
-    refused_kept_for: timedelta | None = None,
-    refusal: HubJobsError | None = None,
+    conn: AsyncConnection, row: JobRow, *, operators: Collection[uuid.UUID] = ()
 ) -> CreatedJob:
     """The one way a job's row comes to be: created when the start passes its checks,
-    else its HubJobsError raised. ``refused_kept_for`` (no caller waits): a refused start
-    still gets a failed row, kept that long. ``refusal``: refused before any check."""
-    if refusal is None:
-        try:
-            if refused_kept_for is None:
-                return await _create(conn, row, operators)
-            async with conn.begin_nested():
-                return await _create(conn, row, operators)
-        except HubJobsError as err:
-            if refused_kept_for is None:
-                raise
-            refusal = err
-    assert refused_kept_for is not None, "a refused row is kept for some time"
-    await _record_refused(conn, row, refusal, refused_kept_for)
-    raise refusal
+    else its HubJobsError raised."""
+    return await _create(conn, row, operators)
+
+
+async def admit_unwatched(
+    conn: AsyncConnection, row: JobRow, *, operators: Collection[uuid.UUID], kept_for: timedelta
+) -> CreatedJob:
+    """``admit`` for a start no caller waits on (a firing, a start straight through
+    Temporal): refused, it still gets a failed row kept ``kept_for``, then raises."""
+    try:
+        async with conn.begin_nested():
+            return await _create(conn, row, operators)
+    except HubJobsError as refusal:
+        await keep_refused(conn, row, refusal, kept_for)
+        raise
+
+
+async def keep_refused(
+    conn: AsyncConnection, row: JobRow, refusal: HubJobsError, kept_for: timedelta
+) -> None:
+    """The failed row of a start refused before it could be admitted; an id that names
+    a row already changes nothing."""
+    # No key (no later start may find it), no source, no webhook (nothing delivers it).
+    bare = replace(row, idempotency_key=None, source_job_id=None, notify_url=None)
+    if await _insert(conn, bare, row.payload) is None:
+        return
+    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
+    await store.finish(conn, row.job_id, ending, retention=kept_for)
 
 
 async def release_empty_retry(conn: AsyncConnection, row: JobRow) -> None:
@@ -159,18 +167,6 @@ async def insert_snapshot(conn: AsyncConnection, job: JobView) -> Prepared:
     kind = REGISTRY.get(job.kind)
     new_job = NewJob(job.id, job.workspace_id, job.actor_id, job.correlation_id, job.source_job_id)
     return await kind.prepare(conn, new_job, kind.validate(job.payload))
-
-
-async def _record_refused(
-    conn: AsyncConnection, row: JobRow, refusal: HubJobsError, retention: timedelta
-) -> None:
-    """The refused start's row, failed; an id that names a row already changes nothing."""
-    # No key (no later start may find it), no source, no webhook (nothing delivers it).
-    bare = replace(row, idempotency_key=None, source_job_id=None, notify_url=None)
-    if await _insert(conn, bare, row.payload) is None:
-        return
-    ending = Ending(JobStatus.failed, error_code=refusal.code, error_message=refusal.message)
-    await store.finish(conn, row.job_id, ending, retention=retention)
 
 
 async def _insert(
