@@ -63,10 +63,8 @@ LOG_FILE = "hubjobs.log"
 
 
 class StackLog(logging.FileHandler):
-    """The command's log file in its state folder, written only once that folder is
-    there to write in: one that HUBJOBS_HOME names, or a stack's (found up the tree, or
-    made by this command: ``up``). A command run outside a stack writes nothing, not
-    even a folder."""
+    """The command's log file in its state folder, written only once that folder is there
+    (named by HUBJOBS_HOME, or a stack's, perhaps made by ``up``): outside a stack, nothing."""
 
     def __init__(self, home: Path, *, named: bool) -> None:
         self.home = home
@@ -108,8 +106,8 @@ _settings: Settings | None = None
 
 
 def settings_now() -> Settings:
-    """The settings of a command that talks to the servers itself (read once: reading
-    them costs a tenth of a second; the job commands read only what remote.py names)."""
+    """The settings of a command that talks to the servers itself, read once (they are
+    slow to read; the job commands read only what remote.py names)."""
     global _settings
     if _settings is None:
         from pydantic import ValidationError

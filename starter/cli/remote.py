@@ -1,18 +1,10 @@
 """The job commands' one way to the jobs: the HTTP API, called as any other service calls
-it (the CLI is to the API what ``temporal`` is to its frontend).
-
-Where it calls and as whom, first found first:
-
-- the address: HUBJOBS_API_URL, the profile's ``api_url`` (``hubjobs login``), the API
-  the embedded stack runs (``hubjobs up`` records it), else http://127.0.0.1:8080 for
-  a stack's folder, and for none one line saying where no stack was found;
-- the token: HUBJOBS_API_TOKEN, the profile's ``api_token`` (``hubjobs login``), else
-  one signed here for ``--actor`` (or HUBJOBS_ACTOR, or the profile's actor) with the
-  token secret (HUBJOBS_API_JWT_SECRET, or the one ``hubjobs up`` writes);
-- the workspace: ``--workspace``, HUBJOBS_WORKSPACE, else the profile's.
-
-A token acts as its subject: ``--actor`` naming someone else is refused, never sent.
-Plain Python, httpx and PyJWT (when it signs): no SDK, ORM or driver is loaded."""
+it. Each of these is the first found: the address (HUBJOBS_API_URL, the profile's
+``api_url``, the API ``hubjobs up`` recorded, the default for a stack's folder); the token
+(HUBJOBS_API_TOKEN, the profile's, else one signed here for the actor with
+HUBJOBS_API_JWT_SECRET or the stack's secret); the workspace and actor (the flag,
+HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, the profile's). A token acts as its subject: an
+``--actor`` naming someone else is refused, never sent."""
 
 from __future__ import annotations
 

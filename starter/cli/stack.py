@@ -169,9 +169,8 @@ def page_line(login: str | None, page: str) -> str:
 
 
 def temporal_cli_hint(address: str) -> str:
-    """How the Temporal CLI (and the SDKs' environment configuration) reaches this stack:
-    the variable it reads. Unset, it tries localhost:7233, where another server (another
-    stack's) may answer, silently."""
+    """How the Temporal CLI reaches this stack; unset, it tries localhost:7233, where
+    another stack's server may answer, silently."""
     return f"the temporal CLI: export TEMPORAL_ADDRESS={address}"
 
 
@@ -193,10 +192,8 @@ def write_dev_secret(settings: Settings) -> None:
 
 
 def write_dev_webhook_secret(settings: Settings) -> None:
-    """A completion-webhook signing secret for the embedded stack
-    (HUBJOBS_HOME/dev-webhook-secret, its owner's only), so that a start with a
-    notify_url works as it is; never written, nor read, while HUBJOBS_WEBHOOK_SECRET is
-    set."""
+    """A completion-webhook signing secret for the embedded stack, so that a start with a
+    notify_url works as it is; never written, nor read, while HUBJOBS_WEBHOOK_SECRET is set."""
     if settings.webhook_secret is not None:
         return
     path = settings.home / DEV_WEBHOOK_SECRET_FILE
