@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    pass
 from starter.cli.common import (
     ActorOpt,
     JsonOpt,
@@ -99,9 +97,7 @@ def api(
     )
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # interrupted: stopped, as asked
-        pass
-    except SystemExit:  # uvicorn's own exit, when its startup failed (logged above)
+    except (KeyboardInterrupt, SystemExit):  # stopped as asked, or uvicorn's start failed
         pass
     finally:
         sock.close()

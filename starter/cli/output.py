@@ -104,11 +104,6 @@ def exit_code_of(code: str) -> int:
     return 2 if code.startswith("invalid") or code in CALLER_CODES else 1
 
 
-def job_json(job: Job) -> Job:
-    """A job as the CLI prints it: the API's record, as it answered."""
-    return job
-
-
 def json_text(value: Any) -> str:
     return json.dumps(value, indent=2) + "\n"
 
@@ -134,11 +129,11 @@ def job_shown(job: Job, as_json: bool) -> str | Table:
     """A job as a command shows it: JSON, or a table of its fields (its status with its
     failed items)."""
     if as_json:
-        return json_text(job_json(job))
+        return json_text(job)
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
-    for key, value in job_json(job).items():
+    for key, value in job.items():
         if key == "status":
             value = status_shown(job)
         if value is not None:
