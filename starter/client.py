@@ -241,18 +241,12 @@ class HubJobsClient:
         return self._workspace_feeds
 
     async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
-        async def read(conn: Connection) -> JobView | None:
-            return await reads.job_by_id(conn, job_id)
-
-        return await self.read(read)
+        return await self.read(lambda conn: reads.job_by_id(conn, job_id))
 
     async def _jobs_of_workspaces(
         self, workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
     ) -> list[JobView]:
-        async def read(conn: Connection) -> list[JobView]:
-            return await reads.jobs_of_workspaces(conn, workspace_ids, job_ids)
-
-        return await self.read(read)
+        return await self.read(lambda conn: reads.jobs_of_workspaces(conn, workspace_ids, job_ids))
 
     async def temporal_client(self) -> Client:
         """The Temporal client, connected on first use (``unavailable`` when the server
@@ -440,6 +434,15 @@ def _item_state(state: ItemState | str | None) -> ItemState | None:
     except ValueError:
         states = ", ".join(s.value for s in ItemState)
         raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
+
+
+def _check_filter(kind: str | None, schedule_id: str | None) -> None:
+    if kind is not None and not is_kind_name(kind):
+        raise UnknownKind()
+    if schedule_id is not None:
+        from starter.schedules import check_schedule_id
+
+        check_schedule_id(schedule_id)
 
 
 class WorkspaceJobs:
@@ -652,12 +655,7 @@ class WorkspaceJobs:
         """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs;
         with ``before`` (the created_at and id of a previous page's last job), the next
         page."""
-        if kind is not None and not is_kind_name(kind):
-            raise UnknownKind()
-        if schedule_id is not None:
-            from starter.schedules import check_schedule_id
-
-            check_schedule_id(schedule_id)
+        _check_filter(kind, schedule_id)
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
 
@@ -819,12 +817,7 @@ class WorkspaceJobs:
         """``cancel_many`` over the workspace's unfinished jobs with the status, kind and
         schedule given (newest first, ``MAX_BULK_CANCEL`` at most); and whether more
         remained (call again for them)."""
-        if kind is not None and not is_kind_name(kind):
-            raise UnknownKind()
-        if schedule_id is not None:
-            from starter.schedules import check_schedule_id
-
-            check_schedule_id(schedule_id)
+        _check_filter(kind, schedule_id)
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
 
@@ -844,10 +837,9 @@ class WorkspaceJobs:
         return outcomes, len(ids) > MAX_BULK_CANCEL
 
     async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
-        async def read(conn: Connection) -> Sequence[JobView]:
-            return await reads.jobs_of_workspaces(conn, [self.workspace_id], job_ids)
-
-        return await self.client.read(read) if job_ids else []
+        if not job_ids:
+            return []
+        return await self.client._jobs_of_workspaces([self.workspace_id], job_ids)
 
     async def _signal_cancel(self, job: JobView, reason: str | None) -> None:
         """Signals the cancellation recorded on ``job`` (unfinished when read) to its
