@@ -182,11 +182,6 @@ class TokenVerifier:
             self._verified[token] = (actor, expires)
 
 
-def actor_of(authorization: str | None, settings: Settings) -> uuid.UUID:
-    """``TokenVerifier(settings).actor_of(authorization)``, for one-off checks."""
-    return TokenVerifier(settings).actor_of(authorization)
-
-
 def mint(actor_id: uuid.UUID, settings: Settings, *, ttl_seconds: int = 3600) -> str:
     """A token for ``actor_id`` signed with the configured secret (for tools and tests),
     with the configured audience and issuer (``hubjobs`` for each unset); one good for
