@@ -10,10 +10,7 @@ from fastapi import Depends, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from hubjobs.schedules.definition import (
-    SCHEDULE_ID_MAX_LENGTH,
-    SCHEDULE_ID_PATTERN,
-)
+from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient, WorkspaceJobs
 from starter.schedules import WorkspaceSchedules

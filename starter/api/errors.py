@@ -16,10 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hubjobs.domain.text import (
-    invalid_correlation_id,
-    invalid_idempotency_key,
-)
+from hubjobs.domain.text import invalid_correlation_id, invalid_idempotency_key
 from hubjobs.errors import (
     INTERNAL_ERROR,
     ConfigurationError,

@@ -8,10 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hubjobs.errors import (
-    INTERNAL_ERROR,
-    Unavailable,
-)
+from hubjobs.errors import INTERNAL_ERROR, Unavailable
 from hubjobs.observability.logs import log_failure
 from starter.api.errors import INTERNAL_MESSAGE, MAX_BODY_BYTES, error
 

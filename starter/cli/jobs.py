@@ -18,13 +18,7 @@ import typer
 from hubjobs.domain.text import printable
 from hubjobs.errors import HubJobsError
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import (
-    ActorOpt,
-    JsonOpt,
-    WorkspaceOpt,
-    api,
-    command,
-)
+from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
 from starter.cli.output import (
     Job,
     err,

@@ -9,14 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from starter.cli.common import (
-    ActorOpt,
-    JsonOpt,
-    actor_of,
-    command,
-    run,
-    settings_now,
-)
+from starter.cli.common import ActorOpt, JsonOpt, actor_of, command, run, settings_now
 from starter.cli.output import out, print_json
 from starter.startup import imports_uncollected
 

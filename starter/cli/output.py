@@ -11,10 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-from hubjobs.errors import (
-    IdempotencyKeyReused,
-    UnknownKind,
-)
+from hubjobs.errors import IdempotencyKeyReused, UnknownKind
 from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus, status_label
 
 if TYPE_CHECKING:
@@ -158,13 +155,7 @@ def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
         for _ in api.events(job["id"]):
             pass
         return api.get(job["id"])
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
         TextColumn("{task.description}", markup=False),

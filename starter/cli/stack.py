@@ -25,13 +25,7 @@ from hubjobs.home import (
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import (
-    JsonOpt,
-    R,
-    command,
-    run,
-    settings_now,
-)
+from starter.cli.common import JsonOpt, R, command, run, settings_now
 from starter.cli.output import Job, err, follow, out, print_job, print_json
 
 if TYPE_CHECKING:
