@@ -456,9 +456,7 @@ class WorkspaceJobs:
     @property
     def schedules(self) -> WorkspaceSchedules:
         """The same workspace's job schedules, as the same actor sees them."""
-        from starter.schedules import WorkspaceSchedules
-
-        return WorkspaceSchedules(self.client, self.workspace_id, self.actor_id)
+        return self.client.schedules(self.workspace_id, self.actor_id)
 
     # --- starting ---------------------------------------------------------------
 

@@ -4,12 +4,11 @@ API the job commands call."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -150,10 +149,6 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             raise typer.Exit(1) from None
 
     return wrapper
-
-
-def run(coro: Coroutine[Any, Any, R]) -> R:
-    return asyncio.run(coro)
 
 
 def actor_of(actor: uuid.UUID | None) -> uuid.UUID:

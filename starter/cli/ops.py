@@ -3,13 +3,14 @@ check, restore."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from starter.cli.common import ActorOpt, JsonOpt, actor_of, command, run, settings_now
+from starter.cli.common import ActorOpt, JsonOpt, actor_of, command, settings_now
 from starter.cli.output import out, print_json
 from starter.startup import imports_uncollected
 
@@ -153,7 +154,7 @@ def health(as_json: JsonOpt = False) -> None:
         async with client:
             return await check_health(client)
 
-    report = run(go())
+    report = asyncio.run(go())
     if as_json:
         print_json(report.model_dump())
     else:

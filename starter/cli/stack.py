@@ -3,6 +3,7 @@ the demo job."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
@@ -25,7 +26,7 @@ from hubjobs.home import (
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import JsonOpt, R, command, run, settings_now
+from starter.cli.common import JsonOpt, R, command, settings_now
 from starter.cli.output import Job, err, follow, out, print_job, print_json
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def worker() -> None:
     settings.resolved_database_url()
     settings.resolved_temporal_address()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    run(worker_module.run(settings))
+    asyncio.run(worker_module.run(settings))
 
 
 async def _seed(pages: int) -> dict[str, Any]:
@@ -268,7 +269,7 @@ def seed_demo(
 ) -> None:
     """Create a workspace, an administrator and a course of N pages; they become the
     CLI's defaults (HUBJOBS_HOME/profile.json)."""
-    ids = run(_seed(pages))
+    ids = asyncio.run(_seed(pages))
     update_profile(settings_now().home, ids)
     if as_json:
         print_json(ids)
@@ -384,7 +385,7 @@ def demo(
     # Refused before anything is seeded.
     COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
     settings = settings_now()
-    ids = run(_seed(pages))
+    ids = asyncio.run(_seed(pages))
     update_profile(settings.home, ids)
     pid = start_worker(settings.home, settings.metrics_port)
 
