@@ -27,7 +27,7 @@ from starter.api.codec import CodecCors, codec_router
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
 from starter.api.kind_schemas import install_kind_schemas
-from starter.api.operator_page import install_page
+from starter.api.operator_page import page_router
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient
 
@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         codec, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
-    install_page(app, settings)
+    app.include_router(page_router(settings))
     install_kind_schemas(app)
     app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)

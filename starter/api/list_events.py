@@ -29,8 +29,12 @@ def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:
     ]
 
 
-async def list_events(changes: AsyncIterator[WorkspaceChange]) -> AsyncIterator[ServerSentEvent]:
+async def list_events(
+    first: WorkspaceChange, changes: AsyncIterator[WorkspaceChange]
+) -> AsyncIterator[ServerSentEvent]:
     try:
+        for event in change_events(first):
+            yield event
         async for change in changes:
             for event in change_events(change):
                 yield event
@@ -59,15 +63,8 @@ async def job_list_events(request: Request, jobs: Jobs) -> Response:
     # The authorisation (a list's), before the answer starts: a refusal is its status.
     first = await anext(changes)
     settings: Settings = request.app.state.settings
-
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        for event in change_events(first):
-            yield event
-        async for event in list_events(changes):
-            yield event
-
     return EventSourceResponse(
-        events(),
+        list_events(first, changes),
         ping=settings.api_events_heartbeat_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

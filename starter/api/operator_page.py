@@ -15,7 +15,7 @@ import uuid
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 
@@ -131,7 +131,3 @@ def page_router(settings: Settings) -> APIRouter:
             )
 
     return router
-
-
-def install_page(app: FastAPI, settings: Settings) -> None:
-    app.include_router(page_router(settings))

@@ -56,10 +56,6 @@ for audience in (stack, jobs, ops):
 app.add_typer(schedules.schedule_app)
 
 
-def _group() -> None:
-    """Durable background jobs for the knowledge hub, on Temporal."""
-
-
 def app_for(args: Sequence[str]) -> typer.Typer:
     """The app that runs ``args``: one holding only the command named first, as a subcommand
     (typer builds every command's options before it runs any), else the whole app. A name
@@ -97,17 +93,17 @@ def _group_names() -> set[str]:
 def _single(info: typer.models.CommandInfo) -> typer.Typer:
     single = typer.Typer(name="hubjobs", add_completion=False, pretty_exceptions_enable=False)
     single.registered_commands = [info]
-    single.callback()(_group)
+    single.callback()(_main)
     return single
 
 
 def _served_commands() -> list[typer.models.CommandInfo]:
     """The start command of each kind the API serves (``unavailable`` when it does not
     answer)."""
-    from starter.cli.kinds import kind_commands
+    from starter.cli.kinds import command_of
     from starter.cli.remote import api_url, served_kinds
 
-    return kind_commands(served_kinds(api_url()))
+    return [command_of(kind) for kind in served_kinds(api_url())]
 
 
 def _kinds_if_served() -> list[typer.models.CommandInfo]:

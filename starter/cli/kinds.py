@@ -150,7 +150,3 @@ def _json_value(text: str, field: str) -> Any:
         return json.loads(text)
     except ValueError:
         raise InvalidInput(f"{field} must be JSON", code="invalid_argument") from None
-
-
-def kind_commands(kinds: list[dict[str, Any]]) -> list[CommandInfo]:
-    return [command_of(kind) for kind in kinds]
