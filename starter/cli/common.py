@@ -38,24 +38,13 @@ R = TypeVar("R")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-WorkspaceOpt = Annotated[
-    uuid.UUID | None,
-    typer.Option(
-        "--workspace",
-        help="Workspace id (default: HUBJOBS_WORKSPACE, else the demo's profile).",
-        show_default=False,
-    ),
-]
+def _scope_option(what: str, label: str) -> Any:
+    help_text = f"{label} (default: HUBJOBS_{what.upper()}, else the demo's profile)."
+    return typer.Option(f"--{what}", help=help_text, show_default=False)
 
 
-ActorOpt = Annotated[
-    uuid.UUID | None,
-    typer.Option(
-        "--actor",
-        help="Acting user's id (default: HUBJOBS_ACTOR, else the demo's profile).",
-        show_default=False,
-    ),
-]
+WorkspaceOpt = Annotated[uuid.UUID | None, _scope_option("workspace", "Workspace id")]
+ActorOpt = Annotated[uuid.UUID | None, _scope_option("actor", "Acting user's id")]
 
 
 LOG_FILE = "hubjobs.log"
