@@ -1,32 +1,13 @@
-"""The client other services import: start jobs, read them, cancel them, wait for them,
-and schedule recurring ones (``jobs.schedules``, starter/schedules.py).
+"""The client other services import: start, read, cancel, wait for and schedule jobs
+(``jobs.schedules``), each call scoped to a workspace and an actor (``client.scope``) and
+refused as a ``HubJobsError`` with a stable code.
 
-Every call is scoped to a workspace and an actor (``client.scope(workspace, actor)``):
-an actor sees the jobs of workspaces it is an enabled member of, starts and cancels
-them as an administrator, and one workspace never sees another's jobs. Errors are
-``hubjobs.errors.HubJobsError`` with a stable ``code`` and a plain message.
-
-Nothing connects before a call needs it, and nothing is imported before then either:
-reading a job (``get``, ``list``, ``watch``, ``wait``) is one statement on a plain
-psycopg connection (``hubjobs.readmodel.reads``); Temporal, SQLAlchemy and the kinds
-come in with the first start or cancel, so a process that only reads pays for none of them.
-
-Every call has a deadline (hubjobs.db.limits, hubjobs.temporal.deadlines): a server that
-does not answer in time is ``unavailable`` at once. A start whose workflow Temporal did
-not take in time leaves nothing to run: without an idempotency key its row is withdrawn
-(failed ``unavailable``: a workflow that starts late finds it final and ends); with one,
-the same key starts it again.
-
-A burst of calls from one process waits in line in it (hubjobs.db.turns), in order,
-for at most HUBJOBS_DB_QUEUE_TIMEOUT_SECONDS, then is ``unavailable`` having done
-nothing: at most HUBJOBS_STARTS_IN_FLIGHT starts at once (Temporal is sent no more),
-each taking one of the engine's connections while it writes. A withdrawal goes ahead of
-everything waiting: a start that wrote its row and could not start its workflow always
-takes it back, and it does so even when its caller gave up meanwhile (cancelled).
-
-Ids are ``uuid.UUID``: a ``str`` in their place is a ``TypeError`` that says so, not a
-look-up that finds nothing.
-"""
+Nothing connects or is imported before a call needs it: a read is one statement on a plain
+psycopg connection; Temporal, SQLAlchemy and the kinds come with the first start or cancel.
+Every call has a deadline and waits in line in its process (hubjobs.db.turns), past either
+``unavailable``. A start Temporal did not take is withdrawn (failed ``unavailable``), or with
+an idempotency key left for the same key to start; a withdrawal jumps the line and finishes
+even when its caller gave up."""
 
 from __future__ import annotations
 
@@ -260,18 +241,12 @@ class HubJobsClient:
         return self._workspace_feeds
 
     async def _job_by_id(self, job_id: uuid.UUID) -> JobView | None:
-        async def read(conn: Connection) -> JobView | None:
-            return await reads.job_by_id(conn, job_id)
-
-        return await self.read(read)
+        return await self.read(lambda conn: reads.job_by_id(conn, job_id))
 
     async def _jobs_of_workspaces(
         self, workspace_ids: Sequence[uuid.UUID], job_ids: Sequence[uuid.UUID]
     ) -> list[JobView]:
-        async def read(conn: Connection) -> list[JobView]:
-            return await reads.jobs_of_workspaces(conn, workspace_ids, job_ids)
-
-        return await self.read(read)
+        return await self.read(lambda conn: reads.jobs_of_workspaces(conn, workspace_ids, job_ids))
 
     async def temporal_client(self) -> Client:
         """The Temporal client, connected on first use (``unavailable`` when the server
@@ -461,6 +436,15 @@ def _item_state(state: ItemState | str | None) -> ItemState | None:
         raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
 
 
+def _check_filter(kind: str | None, schedule_id: str | None) -> None:
+    if kind is not None and not is_kind_name(kind):
+        raise UnknownKind()
+    if schedule_id is not None:
+        from starter.schedules import check_schedule_id
+
+        check_schedule_id(schedule_id)
+
+
 class WorkspaceJobs:
     """The jobs of one workspace, as one actor sees them."""
 
@@ -472,9 +456,7 @@ class WorkspaceJobs:
     @property
     def schedules(self) -> WorkspaceSchedules:
         """The same workspace's job schedules, as the same actor sees them."""
-        from starter.schedules import WorkspaceSchedules
-
-        return WorkspaceSchedules(self.client, self.workspace_id, self.actor_id)
+        return self.client.schedules(self.workspace_id, self.actor_id)
 
     # --- starting ---------------------------------------------------------------
 
@@ -537,11 +519,8 @@ class WorkspaceJobs:
     async def _create_and_launch(
         self, create: Callable[[AsyncConnection], Awaitable[CreatedJob]], *, keyed: bool
     ) -> JobView:
-        """Records the job (or finds the one its idempotency key names), then starts its
-        workflow unless it has started already. Temporal is connected first: a server
-        that does not answer records nothing. All as one of the process's starts in
-        flight (``HubJobsClient.start_turn``): one that waited too long in line wrote
-        nothing."""
+        """Records the job (or finds the one its key names) and starts its workflow unless
+        started; Temporal is connected first, so a server that does not answer records nothing."""
         await self.client.temporal_client()
         # A database that refuses writes would take the row, perhaps, and run nothing.
         await self.client.require_writes()
@@ -614,10 +593,8 @@ class WorkspaceJobs:
             return await self._create_and_launch(create, keyed=True)
 
     async def _start_workflow(self, job: JobView, *, withdraw: bool) -> JobView:
-        """Starts the job's workflow and returns the job. When Temporal does not take it
-        (in time), a job its caller can name again (an idempotency key) stays queued for
-        the same key to start it; one it cannot is withdrawn, unless its workflow did
-        start after all (its row moved on: the start went through)."""
+        """Starts the job's workflow. One Temporal did not take stays queued for its key, or
+        without one is withdrawn, unless its row moved on (the start went through after all)."""
         from temporalio.service import RPCError
 
         from hubjobs import job_rows
@@ -676,12 +653,7 @@ class WorkspaceJobs:
         """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs;
         with ``before`` (the created_at and id of a previous page's last job), the next
         page."""
-        if kind is not None and not is_kind_name(kind):
-            raise UnknownKind()
-        if schedule_id is not None:
-            from starter.schedules import check_schedule_id
-
-            check_schedule_id(schedule_id)
+        _check_filter(kind, schedule_id)
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
 
@@ -843,12 +815,7 @@ class WorkspaceJobs:
         """``cancel_many`` over the workspace's unfinished jobs with the status, kind and
         schedule given (newest first, ``MAX_BULK_CANCEL`` at most); and whether more
         remained (call again for them)."""
-        if kind is not None and not is_kind_name(kind):
-            raise UnknownKind()
-        if schedule_id is not None:
-            from starter.schedules import check_schedule_id
-
-            check_schedule_id(schedule_id)
+        _check_filter(kind, schedule_id)
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
 
@@ -868,10 +835,9 @@ class WorkspaceJobs:
         return outcomes, len(ids) > MAX_BULK_CANCEL
 
     async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
-        async def read(conn: Connection) -> Sequence[JobView]:
-            return await reads.jobs_of_workspaces(conn, [self.workspace_id], job_ids)
-
-        return await self.client.read(read) if job_ids else []
+        if not job_ids:
+            return []
+        return await self.client._jobs_of_workspaces([self.workspace_id], job_ids)
 
     async def _signal_cancel(self, job: JobView, reason: str | None) -> None:
         """Signals the cancellation recorded on ``job`` (unfinished when read) to its

@@ -1,14 +1,7 @@
-"""Job schedules through the client: ``client.schedules(workspace, actor)`` (or
-``jobs.schedules``) creates, lists, shows, pauses, unpauses, triggers and deletes the
-recurring jobs of one workspace (see hubjobs.schedules.definition for what a
-schedule is in Temporal and how each firing becomes a job).
-
-Authorised like jobs: an enabled administrator of the workspace creates, pauses,
-unpauses, triggers and deletes; an enabled member lists and shows; a workspace the
-actor is not an enabled member of is ``workspace_not_found``, and a schedule of
-another workspace is ``schedule_not_found``, as one that does not exist. Errors are
-``HubJobsError`` with a stable code; a message never repeats what the caller sent.
-"""
+"""A workspace's job schedules through the client (``client.schedules(workspace, actor)``),
+each a Temporal Schedule whose every firing is a job (hubjobs.schedules.definition).
+Authorised as jobs are: an administrator changes them, a member reads them, and another
+workspace's schedule is ``schedule_not_found``, as one that does not exist."""
 
 from __future__ import annotations
 
@@ -47,8 +40,7 @@ T = TypeVar("T")
 
 
 class Connections(Protocol):
-    """What a workspace's schedules need of the client that made them (HubJobsClient
-    is one): its settings, a transaction on the database, and Temporal. A protocol, so
+    """What schedules need of the client that made them (HubJobsClient): a protocol, so
     that this module needs nothing of starter.client, which builds it."""
 
     settings: Settings

@@ -1,7 +1,6 @@
-"""A command line's imports, without the cyclic garbage collector: nearly every object
-an import makes (modules, classes, functions) lives as long as the process, and the
-collector would walk them again and again as they pile up. Stdlib only: the ``hubjobs``
-entry point uses it before anything heavy is loaded."""
+"""A command's heavy imports (restore's) without the cyclic garbage collector: nearly every
+object an import makes lives as long as the process, and the collector would walk them
+again and again as they pile up."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
@@ -23,11 +24,10 @@ from starter.api import (
     schedules,
 )
 from starter.api.codec import CodecCors, codec_router
-from starter.api.docs_pages import install_docs
 from starter.api.errors import CODEC_ERRORS, install_error_handlers
 from starter.api.guard import RequestGuard
 from starter.api.kind_schemas import install_kind_schemas
-from starter.api.operator_page import install_page
+from starter.api.operator_page import page_router
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient
 
@@ -54,14 +54,14 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         finally:
             await app.state.client.close()
 
-    app = FastAPI(
+    # /docs and /redoc with their scripts served here, not from a CDN: they render offline.
+    app = FastAPIOffline(
         title="hubjobs",
         version="1",
         summary="Durable background jobs for the knowledge hub (FHIR bulk-data style).",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
-        docs_url=None,  # served offline instead (install_docs)
-        redoc_url=None,
+        static_url="/docs-static",
     )
     app.state.settings = settings
     app.state.verifier = TokenVerifier(settings)
@@ -86,8 +86,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         codec, origins = codec_router(settings, app.state.verifier, CODEC_ERRORS)
         app.include_router(codec)
         app.add_middleware(CodecCors, origins=origins)
-    install_docs(app)
-    install_page(app, settings)
+    app.include_router(page_router(settings))
     install_kind_schemas(app)
     app.add_middleware(RequestGuard, budget=settings.api_request_timeout_seconds)
     install_error_handlers(app)

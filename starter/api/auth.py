@@ -10,10 +10,7 @@ from fastapi import Depends, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from hubjobs.schedules.definition import (
-    SCHEDULE_ID_MAX_LENGTH,
-    SCHEDULE_ID_PATTERN,
-)
+from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient, WorkspaceJobs
 from starter.schedules import WorkspaceSchedules
@@ -30,9 +27,8 @@ async def bearer_header(
     request: Request,
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
 ) -> str | None:
-    """The Authorization header as sent (the verifier reads its scheme and token).
-    Async, as every dependency here: FastAPI runs a plain function in a thread, a hop
-    that cost a third of the API's CPU per GET (bench/bench_api.py)."""
+    """The Authorization header as sent. Async, as every dependency here: FastAPI runs a
+    plain function in a thread, a costly hop on every request."""
     return request.headers.get("authorization")
 
 
@@ -44,11 +40,9 @@ async def jobs_for(
     workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
 ) -> WorkspaceJobs:
-    """The workspace's jobs as the token's actor sees them. A token checked against a
-    configured key is checked here, on the loop (microseconds of CPU); one that may need
-    an identity provider's keys fetched (JWKS) is checked in a thread, where the fetch
-    may block. The header is read here rather than through ``bearer_header``: each
-    level of dependencies is FastAPI's work on every request."""
+    """The workspace's jobs as the token's actor sees them. A token is checked on the loop,
+    unless its keys may need fetching (JWKS), which may block: then in a thread. The header
+    is read here, not through ``bearer_header``: each level of dependencies costs a request."""
     authorization = request.headers.get("authorization")
     hub: HubJobsClient = request.app.state.client
     verifier: TokenVerifier = request.app.state.verifier

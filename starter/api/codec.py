@@ -1,16 +1,9 @@
-"""Temporal's remote codec protocol on the HTTP API, for the Temporal UI and the
-``temporal`` CLI (``--codec-endpoint``): ``POST /codec/encode`` and ``POST
-/codec/decode`` take and answer ``{"payloads": [{"metadata": {k: base64}, "data":
-base64}]}`` (the protobuf JSON of ``Payloads``). Served only with the codec on.
-
-Who may call: the bearer tokens of the API (and, when ``HUBJOBS_CODEC_ACTORS`` is set,
-only those actors). A browser calls from the UI's page, so the endpoint answers CORS for
-the UI's origins: ``HUBJOBS_CODEC_CORS_ORIGINS`` and the embedded stack's own UI. The
-embedded dev server's UI can send no token; ``HUBJOBS_CODEC_TRUST_UI_ORIGIN`` lets a
-call from an allowed origin through without one, and is refused unless the API listens
-on loopback only (where whoever reaches it reaches the dev server, which has no
-authentication at all).
-"""
+"""Temporal's remote codec protocol (``POST /codec/encode``, ``/codec/decode``: the protobuf
+JSON of ``Payloads``) for the Temporal UI and ``temporal --codec-endpoint``; served only
+with the codec on. Callers send the API's bearer tokens (of HUBJOBS_CODEC_ACTORS, when
+set); CORS answers the UI's origins. HUBJOBS_CODEC_TRUST_UI_ORIGIN lets the embedded UI,
+which sends no token, in from an allowed origin, and only on loopback, where whoever
+reaches the API reaches the unauthenticated dev server anyway."""
 
 from __future__ import annotations
 

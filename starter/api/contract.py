@@ -1,8 +1,6 @@
-"""``GET /contract`` and ``GET /contract/{name}``: the Temporal contract (the JSON Schemas
-of a job workflow's input, each kind's payload and result, the cancel signal and the
-progress query, and their index), as hubjobs.temporal.contract builds it from the
-models: the same bytes as docs/contract/. Public, like the OpenAPI document: it says
-how to call, nothing about any job."""
+"""``GET /contract`` and ``GET /contract/{name}``: the Temporal contract as
+hubjobs.temporal.contract builds it, the same bytes as docs/contract/. Public, like the
+OpenAPI document: it says how to call, nothing about any job."""
 
 from __future__ import annotations
 

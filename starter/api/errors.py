@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,10 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hubjobs.domain.text import (
-    invalid_correlation_id,
-    invalid_idempotency_key,
-)
+from hubjobs.domain.text import invalid_correlation_id, invalid_idempotency_key
 from hubjobs.errors import (
     INTERNAL_ERROR,
     ConfigurationError,
@@ -213,16 +211,13 @@ CODEC_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-FIELD_REFUSALS = {
+# A field whose refusal has a code of its own, rather than invalid_request.
+FIELD_REFUSALS: dict[tuple[str, str], Callable[[], HubJobsError]] = {
     ("header", "idempotency-key"): invalid_idempotency_key,
     ("header", "x-correlation-id"): invalid_correlation_id,
-}
-
-
-FIELD_CODES = {
-    ("path", "kind"): (UnknownKind.code, UnknownKind().message),
-    ("path", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
-    ("query", "schedule_id"): (invalid_schedule_id().code, invalid_schedule_id().message),
+    ("path", "kind"): UnknownKind,
+    ("path", "schedule_id"): invalid_schedule_id,
+    ("query", "schedule_id"): invalid_schedule_id,
 }
 
 
@@ -245,8 +240,6 @@ def install_error_handlers(app: FastAPI) -> None:
             if loc in FIELD_REFUSALS:
                 refusal = FIELD_REFUSALS[loc]()
                 return error(422, refusal.code, refusal.message)
-            if loc in FIELD_CODES:
-                return error(422, *FIELD_CODES[loc])
         # From each error's place and message only, never the input (describe_…).
         where = describe_validation_errors(errors, default_loc="request")
         return error(422, "invalid_request", f"invalid request: {where}")

@@ -1,14 +1,7 @@
-"""A job's progress as Server-Sent Events: an event each time its status, counters or
-message change (coalesced: the newest, a few a second at most), one ``final`` event,
-then the stream ends. Fed by the read model's change notifications through the
-process's job feeds (one listening connection, one read per change of a job, however
-many streams follow it); authorised as a GET of the job, when the stream opens.
-
-Each event's id names the row's state (a digest of it): a client that
-reconnects with ``Last-Event-ID`` gets the job's state at once if it has changed since
-(every event is the whole job, so nothing between is needed), and a 204 (an
-EventSource's signal to stop reconnecting) if that id was the final event's.
-"""
+"""A job's progress as Server-Sent Events from the process's job feeds: the newest state a
+few times a second at most, one ``final`` event, then the end. Each event's id is a digest
+of the job's state: a client reconnecting with ``Last-Event-ID`` gets the job at once if
+it changed (each event is the whole job), or 204 (stop reconnecting) after the final one."""
 
 from __future__ import annotations
 

@@ -8,10 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hubjobs.errors import (
-    INTERNAL_ERROR,
-    Unavailable,
-)
+from hubjobs.errors import INTERNAL_ERROR, Unavailable
 from hubjobs.observability.logs import log_failure
 from starter.api.errors import INTERNAL_MESSAGE, MAX_BODY_BYTES, error
 
@@ -20,16 +17,10 @@ access_log = logging.getLogger("hubjobs.api.access")
 
 
 class RequestGuard:
-    """The outermost layer of every request, below Starlette's own error middleware:
-
-    - a body over ``MAX_BODY_BYTES`` is refused (413) before anything reads it;
-    - a request that has not started its answer within ``budget`` seconds is answered
-      503 ``unavailable`` at once, and what it waited on is cancelled (0: no budget);
-    - an exception nothing else handled becomes 500 ``internal_error`` here, logged
-      with ``describe_failure`` (type and frames, no message): it never goes further
-      up, where the server would log it with its message;
-    - one access line a request: method, the route's template, status, duration.
-    """
+    """Below Starlette's error middleware: a body over MAX_BODY_BYTES is 413 unread; an answer
+    not started within ``budget`` seconds is 503 at once (0: no budget); an exception nothing
+    handled is a 500 logged without its message (the server would log it with it); one
+    access line a request, with the route's template."""
 
     def __init__(self, app: ASGIApp, budget: float = 0.0) -> None:
         self.app = app

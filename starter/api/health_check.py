@@ -25,9 +25,8 @@ REFUSES_WRITES = "refuses_writes"
 
 
 async def check_health(hub: HubJobsClient) -> Health:
-    """Both servers, asked at once, each within its deadline (the database's read budget,
-    Temporal's connect and call timeouts): a server that hangs is ``unavailable``. A
-    database that answers but refuses writes is ``full`` or ``read_only``, and the
+    """Both servers, asked at once, each within its deadline: one that hangs is
+    ``unavailable``; a database that refuses writes is ``full`` or ``read_only``, the
     status ``refuses_writes``."""
 
     async def database() -> str:

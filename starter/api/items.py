@@ -12,9 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
-from hubjobs.errors import (
-    JobNotFound,
-)
+from hubjobs.errors import JobNotFound
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import ItemState
 from hubjobs.readmodel.views import ItemPage

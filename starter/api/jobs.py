@@ -10,22 +10,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from hubjobs.domain.text import (
-    KEY_MAX_LENGTH,
-    KEY_PATTERN,
-    KIND_PATTERN,
-    REASON_MAX_LENGTH,
-)
-from hubjobs.errors import (
-    JobFailed,
-)
+from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN, KIND_PATTERN, REASON_MAX_LENGTH
+from hubjobs.errors import JobFailed
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
-from hubjobs.schedules.definition import (
-    SCHEDULE_ID_MAX_LENGTH,
-    SCHEDULE_ID_PATTERN,
-)
+from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
 from starter.api.auth import Jobs
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, KEY_REUSED, error

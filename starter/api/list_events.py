@@ -1,14 +1,7 @@
-"""A workspace's jobs as they change, as Server-Sent Events: one stream for a whole list
-(the operator page's, ``hubjobs list --watch``), not a stream or a read per row.
-
-First a ``reset`` (read the list now: changes from then on are streamed), then a
-``job`` event (the job, as a list shows it) each time one of the workspace's jobs
-changes, the newest state of each a few times a second at most, a ``reset`` again
-whenever changes may have been missed (the listening connection was lost). No
-``Last-Event-ID``: a client that reconnects gets a ``reset``. Fed by the process's
-workspace feeds (``hubjobs.readmodel.workspace_feeds``: one read per batch of changes,
-whatever the number of streams); authorised as a GET of the list, when it opens.
-"""
+"""A workspace's jobs as they change, as Server-Sent Events: one stream for a whole list,
+from the process's workspace feeds. A ``reset`` (read the list now) first and whenever
+changes may have been missed, then a ``job`` event per change, the newest a few times a
+second at most. No ``Last-Event-ID``: a client that reconnects gets a ``reset``."""
 
 from __future__ import annotations
 
@@ -36,8 +29,12 @@ def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:
     ]
 
 
-async def list_events(changes: AsyncIterator[WorkspaceChange]) -> AsyncIterator[ServerSentEvent]:
+async def list_events(
+    first: WorkspaceChange, changes: AsyncIterator[WorkspaceChange]
+) -> AsyncIterator[ServerSentEvent]:
     try:
+        for event in change_events(first):
+            yield event
         async for change in changes:
             for event in change_events(change):
                 yield event
@@ -66,15 +63,8 @@ async def job_list_events(request: Request, jobs: Jobs) -> Response:
     # The authorisation (a list's), before the answer starts: a refusal is its status.
     first = await anext(changes)
     settings: Settings = request.app.state.settings
-
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        for event in change_events(first):
-            yield event
-        async for event in list_events(changes):
-            yield event
-
     return EventSourceResponse(
-        events(),
+        list_events(first, changes),
         ping=settings.api_events_heartbeat_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

@@ -1,21 +1,11 @@
-"""The operator page: one static HTML page, one script and one style sheet (package data
-in ``starter/api/page/``), served by the API at ``/operator/``, calling the JSON API
-with the bearer token the page holds (in the tab's sessionStorage: never a cookie, never
-a URL). What a token cannot see, the page cannot show: every call is the API's, with
-its answers.
+"""The operator page (``starter/api/page/``) at ``/operator/``: static files under a strict
+Content-Security-Policy, calling the JSON API with the bearer token it keeps in the tab's
+sessionStorage, so it shows only what that token may see.
 
-Each file is sent with a Content-Security-Policy that runs only this origin's script
-and style (no inline script, no ``eval``), lets the page call only this origin, and
-forbids framing, forms and ``<base>``; the script builds every node with ``textContent``.
-
-``POST /operator/login`` takes the code of a sign-in link (``hubjobs up`` and ``hubjobs
-demo`` print one: hubjobs/devstack/login_codes.py) and gives a token for the embedded
-stack's demo actor (the profile's, ``hubjobs demo``), once per code: only while the
-API checks tokens with the stack's development secret and nothing else (the route does
-not exist otherwise), only for a caller on loopback, addressed by a loopback name (no
-DNS rebinding), from this origin (a browser's Origin header, when sent, must be the
-page's own). No route gives a token to a caller without a code.
-"""
+``POST /operator/login`` trades a sign-in link's code (``hubjobs up`` prints one) for a
+token of the stack's demo actor, once per code, and exists only while the API checks
+tokens with the stack's development secret alone: only from loopback, to a loopback name
+(no DNS rebinding), from the page's own origin. Nothing gives a token without a code."""
 
 from __future__ import annotations
 
@@ -25,7 +15,7 @@ import uuid
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 
@@ -141,7 +131,3 @@ def page_router(settings: Settings) -> APIRouter:
             )
 
     return router
-
-
-def install_page(app: FastAPI, settings: Settings) -> None:
-    app.include_router(page_router(settings))

@@ -1,10 +1,8 @@
-"""A deadline on receiving each request: uvicorn's HTTP/1.1 protocol (h11), closing a
-connection whose request's headers and body have not all arrived within
-HUBJOBS_API_RECEIVE_TIMEOUT_SECONDS of its first byte (of the connection being made,
-for its first request). uvicorn has no such bound: a client sending its headers a byte
-a second held its connection, and a socket of the process, for as long as it liked.
-Between requests uvicorn's own keep-alive timeout (5 s) closes an idle connection;
-once a request has arrived whole, the bound is off (the answer may stream for long)."""
+"""A deadline on receiving each request, which uvicorn lacks (a client sending its headers
+a byte a second held a socket for as long as it liked): uvicorn's h11 protocol, closing a
+connection whose request has not arrived whole within HUBJOBS_API_RECEIVE_TIMEOUT_SECONDS
+of its first byte (of the connection, for its first request). Between requests uvicorn's
+keep-alive timeout applies; once a request is in, the bound is off (an answer may stream)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,12 @@
-"""Bearer tokens for the HTTP API: a JWT whose subject is the acting user's id.
-
-Where the keys come from, first configured first:
-
-- ``HUBJOBS_API_JWKS_URL``: an identity provider's key set (JWKS), for providers that
-  rotate their keys. The set is cached (5 minutes); a token whose ``kid`` the cached
-  set does not hold re-reads it once, at most every ``HUBJOBS_API_JWKS_REFRESH_SECONDS``
-  (so made-up key ids cannot turn into a flood of fetches). Only asymmetric keys count
-  (RSA, EC, OKP): a symmetric key published in a set is never used. When the set cannot
-  be fetched or read the answer is ``unavailable`` (503), not a refusal of the token.
-- ``HUBJOBS_API_JWT_PUBLIC_KEY``: one PEM public key (RS256 / ES256).
-- ``HUBJOBS_API_JWT_SECRET``: a shared secret (HS256); ``hubjobs token`` mints these.
-
-A token must carry an ``aud`` and an ``iss``: ``HUBJOBS_API_JWT_AUDIENCE`` and
-``HUBJOBS_API_JWT_ISSUER``, or ``hubjobs`` for each unset (what ``mint`` puts in), so
-that a token meant for another service, or from another issuer, is refused wherever
-the API runs; ``HUBJOBS_API_JWT_ALLOW_UNSCOPED`` leaves an unset one unchecked. A
-token good for longer than ``HUBJOBS_API_JWT_MAX_LIFETIME_SECONDS`` (24 h: ``exp`` less
-``iat``, or less now without ``iat``) is refused. Its ``iat``, ``nbf`` and ``exp`` are
-the issuer's clock: they are read with ``HUBJOBS_API_JWT_LEEWAY_SECONDS`` (60) of
-leeway either way.
-
-With a configured key (PEM or secret), a token that verified is remembered until its
-``exp`` (at most ``VERIFIED_TOKENS`` of them): the key cannot change while the process
-runs, so checking it again could only give the same answer, and PyJWT re-parses the
-key on every check (tens of microseconds a request). Tokens checked against a JWKS are
-checked every time: a key the provider withdraws must stop verifying.
-"""
+"""Bearer tokens for the HTTP API: a JWT whose subject is the acting user's id, checked
+against the first key configured: an identity provider's key set (HUBJOBS_API_JWKS_URL;
+asymmetric keys only, cached, an unknown ``kid`` re-read at most every
+HUBJOBS_API_JWKS_REFRESH_SECONDS so that made-up ids cannot flood the provider; unreadable,
+503), a PEM public key, or a shared secret (HS256, what ``mint`` signs with). A token
+names an ``aud`` and ``iss`` (``hubjobs`` each unless configured), lives at most
+HUBJOBS_API_JWT_MAX_LIFETIME_SECONDS, and its times are read with a leeway. A token checked
+against a configured key is remembered until its ``exp`` (that key cannot change, and
+PyJWT re-parses it every time); against a JWKS, never: a withdrawn key must stop working."""
 
 from __future__ import annotations
 
@@ -199,11 +180,6 @@ class TokenVerifier:
             while len(self._verified) >= VERIFIED_TOKENS:
                 del self._verified[next(iter(self._verified))]
             self._verified[token] = (actor, expires)
-
-
-def actor_of(authorization: str | None, settings: Settings) -> uuid.UUID:
-    """``TokenVerifier(settings).actor_of(authorization)``, for one-off checks."""
-    return TokenVerifier(settings).actor_of(authorization)
 
 
 def mint(actor_id: uuid.UUID, settings: Settings, *, ttl_seconds: int = 3600) -> str:

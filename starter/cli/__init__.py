@@ -1,25 +1,9 @@
-"""``hubjobs``: the command line over the starter client, plus the embedded stack.
-
-Every command takes ``--json``. Errors are one plain line on stderr,
-``error: <message> [<code>]``, and a non-zero exit: 2 for what the caller got wrong
-(codes ``invalid_…``, ``unknown_kind``; a usage error is ``invalid_argument``), 1
-otherwise. The detail goes to ``<HUBJOBS_HOME>/hubjobs.log``: codes, ids and error
-types, never the text a caller passed; outside a stack (none found, no HUBJOBS_HOME
-folder) nothing is written, and a command that needs one says where it looked
-(``no_stack``). Text that is not valid UTF-8 (argv bytes Python
-decodes with surrogateescape) is refused as ``invalid_encoding`` before anything runs.
-
-The job commands (each kind's start, status, list, items, retry, cancel, watch,
-schedules) are clients of the HTTP API (remote.py), as any other service is: they
-import neither the Temporal SDK, SQLAlchemy nor psycopg, and start in about the time
-of importing httpx and typer. The stack and operator commands (up, down, worker, api,
-migrate, restore, seed-demo, demo) talk to the servers themselves, importing what
-they use when they run.
-
-The commands live by audience: jobs (starter/cli/jobs.py; each kind's start, built from
-the API's description of its kinds, kinds.py), schedules (schedules.py),
-the embedded stack and the demo (stack.py), operators' (ops.py); what they print and
-how they fail in output.py and common.py."""
+"""``hubjobs``: the command line. Every command takes ``--json``; an error is one line on
+stderr, ``error: <message> [<code>]``, exit 2 for what the caller got wrong (``invalid_…``,
+``unknown_kind``) and 1 otherwise, its detail (codes, ids, types: never the caller's text)
+in ``<HUBJOBS_HOME>/hubjobs.log`` when there is a stack. The job commands are clients of
+the HTTP API (remote.py) and load no SDK, ORM or driver; the stack and operator commands
+talk to the servers, importing what they use when they run."""
 
 from __future__ import annotations
 
@@ -72,17 +56,10 @@ for audience in (stack, jobs, ops):
 app.add_typer(schedules.schedule_app)
 
 
-def _group() -> None:
-    """Durable background jobs for the knowledge hub, on Temporal."""
-
-
 def app_for(args: Sequence[str]) -> typer.Typer:
-    """The app that runs ``args``: one holding only the command named first, when one
-    is (typer builds the options of every command an app holds, before it runs any),
-    else the whole app (help, an unknown command, a group such
-    as ``schedule``). The one command stays a subcommand, so its usage, help and errors
-    read the same. A name no command of hubjobs' own has is a kind's start command,
-    as the API describes its kinds (starter/cli/kinds.py)."""
+    """The app that runs ``args``: one holding only the command named first, as a subcommand
+    (typer builds every command's options before it runs any), else the whole app. A name
+    no command of hubjobs' own has is a kind's start command, as the API serves it."""
     named = args[0] if args and not args[0].startswith("-") else None
     for info in app.registered_commands if named else ():
         if info.callback is not None and _name_of(info) == named:
@@ -116,17 +93,17 @@ def _group_names() -> set[str]:
 def _single(info: typer.models.CommandInfo) -> typer.Typer:
     single = typer.Typer(name="hubjobs", add_completion=False, pretty_exceptions_enable=False)
     single.registered_commands = [info]
-    single.callback()(_group)
+    single.callback()(_main)
     return single
 
 
 def _served_commands() -> list[typer.models.CommandInfo]:
     """The start command of each kind the API serves (``unavailable`` when it does not
     answer)."""
-    from starter.cli.kinds import kind_commands
+    from starter.cli.kinds import command_of
     from starter.cli.remote import api_url, served_kinds
 
-    return kind_commands(served_kinds(api_url()))
+    return [command_of(kind) for kind in served_kinds(api_url())]
 
 
 def _kinds_if_served() -> list[typer.models.CommandInfo]:

@@ -4,12 +4,11 @@ API the job commands call."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -39,34 +38,21 @@ R = TypeVar("R")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-WorkspaceOpt = Annotated[
-    uuid.UUID | None,
-    typer.Option(
-        "--workspace",
-        help="Workspace id (default: HUBJOBS_WORKSPACE, else the demo's profile).",
-        show_default=False,
-    ),
-]
+def _scope_option(what: str, label: str) -> Any:
+    help_text = f"{label} (default: HUBJOBS_{what.upper()}, else the demo's profile)."
+    return typer.Option(f"--{what}", help=help_text, show_default=False)
 
 
-ActorOpt = Annotated[
-    uuid.UUID | None,
-    typer.Option(
-        "--actor",
-        help="Acting user's id (default: HUBJOBS_ACTOR, else the demo's profile).",
-        show_default=False,
-    ),
-]
+WorkspaceOpt = Annotated[uuid.UUID | None, _scope_option("workspace", "Workspace id")]
+ActorOpt = Annotated[uuid.UUID | None, _scope_option("actor", "Acting user's id")]
 
 
 LOG_FILE = "hubjobs.log"
 
 
 class StackLog(logging.FileHandler):
-    """The command's log file in its state folder, written only once that folder is
-    there to write in: one that HUBJOBS_HOME names, or a stack's (found up the tree, or
-    made by this command: ``up``). A command run outside a stack writes nothing, not
-    even a folder."""
+    """The command's log file in its state folder, written only once that folder is there
+    (named by HUBJOBS_HOME, or a stack's, perhaps made by ``up``): outside a stack, nothing."""
 
     def __init__(self, home: Path, *, named: bool) -> None:
         self.home = home
@@ -108,8 +94,8 @@ _settings: Settings | None = None
 
 
 def settings_now() -> Settings:
-    """The settings of a command that talks to the servers itself (read once: reading
-    them costs a tenth of a second; the job commands read only what remote.py names)."""
+    """The settings of a command that talks to the servers itself, read once (they are
+    slow to read; the job commands read only what remote.py names)."""
     global _settings
     if _settings is None:
         from pydantic import ValidationError
@@ -152,10 +138,6 @@ def command(fn: Callable[..., R]) -> Callable[..., R]:
             raise typer.Exit(1) from None
 
     return wrapper
-
-
-def run(coro: Coroutine[Any, Any, R]) -> R:
-    return asyncio.run(coro)
 
 
 def actor_of(actor: uuid.UUID | None) -> uuid.UUID:

@@ -15,21 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hubjobs.domain.text import check_correlation_id, check_idempotency_key, printable
+from hubjobs.domain.text import printable
 from hubjobs.errors import HubJobsError
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import (
-    ActorOpt,
-    JsonOpt,
-    WorkspaceOpt,
-    api,
-    command,
-)
+from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
 from starter.cli.output import (
     Job,
     err,
     follow,
-    job_json,
     json_text,
     out,
     print_job,
@@ -76,30 +69,6 @@ def start_job(
         raise typer.Exit(1)
 
 
-def start_kind(
-    kind: str,
-    payload: Mapping[str, Any],
-    *,
-    idempotency_key: str | None = None,
-    correlation_id: str | None = None,
-    notify_url: str | None = None,
-) -> Callable[[Api], Job]:
-    # Checked here as the API would: a header cannot carry what a key may not hold.
-    check_idempotency_key(idempotency_key)
-    check_correlation_id(correlation_id)
-
-    def start(jobs: Api) -> Job:
-        return jobs.start(
-            kind,
-            payload,
-            idempotency_key=idempotency_key,
-            correlation_id=correlation_id,
-            notify_url=notify_url,
-        )
-
-    return start
-
-
 @commands.command()
 @command
 def retry(
@@ -125,11 +94,6 @@ def status(
     """Show one job."""
     with api(workspace, actor) as jobs:
         print_job(jobs.get(job_id), as_json)
-
-
-def jobs_shown(found: list[Job], as_json: bool) -> str | JobsTable:
-    """A list of jobs as ``list`` shows it: a JSON array, or a table."""
-    return json_text([job_json(job) for job in found]) if as_json else jobs_table(found)
 
 
 def list_filters(
@@ -204,10 +168,6 @@ class JobsTable:
         yield self.table(options.max_width)
 
 
-def jobs_table(found: list[Job]) -> JobsTable:
-    return JobsTable(found)
-
-
 def followed(
     jobs: Api, read: Callable[[], list[Job]], filters: Mapping[str, Any], first_page: bool
 ) -> Iterator[list[Job]]:
@@ -257,10 +217,10 @@ def watch_list(updates: Iterator[list[Job]], interval: float, as_json: bool) -> 
     if not as_json and out().is_terminal:
         from rich.live import Live
 
-        with Live(jobs_table(newest()), console=out(), auto_refresh=False) as live:
+        with Live(JobsTable(newest()), console=out(), auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(jobs_table(newest()), refresh=True)
+                live.update(JobsTable(newest()), refresh=True)
     last: list[Job] | None = None
     while True:
         found = newest()
@@ -268,7 +228,7 @@ def watch_list(updates: Iterator[list[Job]], interval: float, as_json: bool) -> 
             if as_json:
                 sys.stdout.write(json.dumps(found) + "\n")
             else:
-                out().print(jobs_table(found))
+                out().print(JobsTable(found))
             sys.stdout.flush()
             last = found
             time.sleep(interval)
@@ -311,7 +271,7 @@ def list_jobs(
             except KeyboardInterrupt:  # the end of --watch
                 return
         page = jobs.list(**filters, before=before)
-    show(jobs_shown(page["jobs"], as_json))
+    show(json_text(page["jobs"]) if as_json else JobsTable(page["jobs"]))
     if page["next"] is not None and not as_json:
         err().print(f"more: --before {page['next']}", markup=False, highlight=False)
 

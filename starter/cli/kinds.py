@@ -14,10 +14,11 @@ from typing import Annotated, Any
 import typer
 from typer.models import CommandInfo
 
+from hubjobs.domain.text import check_correlation_id, check_idempotency_key
 from hubjobs.errors import InvalidInput
 from hubjobs.home import PROFILE_FILE, home_now, recorded
 from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, command
-from starter.cli.jobs import NotifyUrlOpt, start_job, start_kind
+from starter.cli.jobs import NotifyUrlOpt, start_job
 
 # The options every start takes, as (parameter, annotation, default).
 COMMON: list[tuple[str, Any, Any]] = [
@@ -114,15 +115,16 @@ def command_of(kind: dict[str, Any]) -> CommandInfo:
             if value is None:
                 continue
             payload[field] = _json_value(value, field) if is_json else _plain(value)
-        begin = start_kind(
-            kind["name"],
-            payload,
-            idempotency_key=given["idempotency_key"],
-            correlation_id=given["correlation_id"],
-            notify_url=given["notify_url"],
-        )
+        keys = {name: given[name] for name in ("idempotency_key", "correlation_id", "notify_url")}
+        # Checked here as the API would: a header cannot carry what a key may not hold.
+        check_idempotency_key(keys["idempotency_key"])
+        check_correlation_id(keys["correlation_id"])
         start_job(
-            given["workspace"], given["actor"], begin, wait=given["wait"], as_json=given["as_json"]
+            given["workspace"],
+            given["actor"],
+            lambda jobs: jobs.start(kind["name"], payload, **keys),
+            wait=given["wait"],
+            as_json=given["as_json"],
         )
 
     start.__name__ = kind["command"].replace("-", "_")
@@ -148,7 +150,3 @@ def _json_value(text: str, field: str) -> Any:
         return json.loads(text)
     except ValueError:
         raise InvalidInput(f"{field} must be JSON", code="invalid_argument") from None
-
-
-def kind_commands(kinds: list[dict[str, Any]]) -> list[CommandInfo]:
-    return [command_of(kind) for kind in kinds]

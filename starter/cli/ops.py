@@ -3,22 +3,14 @@ check, restore."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    pass
-from starter.cli.common import (
-    ActorOpt,
-    JsonOpt,
-    actor_of,
-    command,
-    run,
-    settings_now,
-)
+from starter.cli.common import ActorOpt, JsonOpt, actor_of, command, settings_now
 from starter.cli.output import out, print_json
 from starter.startup import imports_uncollected
 
@@ -99,9 +91,7 @@ def api(
     )
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # interrupted: stopped, as asked
-        pass
-    except SystemExit:  # uvicorn's own exit, when its startup failed (logged above)
+    except (KeyboardInterrupt, SystemExit):  # stopped as asked, or uvicorn's start failed
         pass
     finally:
         sock.close()
@@ -164,7 +154,7 @@ def health(as_json: JsonOpt = False) -> None:
         async with client:
             return await check_health(client)
 
-    report = run(go())
+    report = asyncio.run(go())
     if as_json:
         print_json(report.model_dump())
     else:

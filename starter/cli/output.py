@@ -11,10 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-from hubjobs.errors import (
-    IdempotencyKeyReused,
-    UnknownKind,
-)
+from hubjobs.errors import IdempotencyKeyReused, UnknownKind
 from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus, status_label
 
 if TYPE_CHECKING:
@@ -104,11 +101,6 @@ def exit_code_of(code: str) -> int:
     return 2 if code.startswith("invalid") or code in CALLER_CODES else 1
 
 
-def job_json(job: Job) -> Job:
-    """A job as the CLI prints it: the API's record, as it answered."""
-    return job
-
-
 def json_text(value: Any) -> str:
     return json.dumps(value, indent=2) + "\n"
 
@@ -134,11 +126,11 @@ def job_shown(job: Job, as_json: bool) -> str | Table:
     """A job as a command shows it: JSON, or a table of its fields (its status with its
     failed items)."""
     if as_json:
-        return json_text(job_json(job))
+        return json_text(job)
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
-    for key, value in job_json(job).items():
+    for key, value in job.items():
         if key == "status":
             value = status_shown(job)
         if value is not None:
@@ -163,13 +155,7 @@ def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
         for _ in api.events(job["id"]):
             pass
         return api.get(job["id"])
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
         TextColumn("{task.description}", markup=False),

@@ -1,18 +1,10 @@
 """The job commands' one way to the jobs: the HTTP API, called as any other service calls
-it (the CLI is to the API what ``temporal`` is to its frontend).
-
-Where it calls and as whom, first found first:
-
-- the address: HUBJOBS_API_URL, the profile's ``api_url`` (``hubjobs login``), the API
-  the embedded stack runs (``hubjobs up`` records it), else http://127.0.0.1:8080 for
-  a stack's folder, and for none one line saying where no stack was found;
-- the token: HUBJOBS_API_TOKEN, the profile's ``api_token`` (``hubjobs login``), else
-  one signed here for ``--actor`` (or HUBJOBS_ACTOR, or the profile's actor) with the
-  token secret (HUBJOBS_API_JWT_SECRET, or the one ``hubjobs up`` writes);
-- the workspace: ``--workspace``, HUBJOBS_WORKSPACE, else the profile's.
-
-A token acts as its subject: ``--actor`` naming someone else is refused, never sent.
-Plain Python, httpx and PyJWT (when it signs): no SDK, ORM or driver is loaded."""
+it. Each of these is the first found: the address (HUBJOBS_API_URL, the profile's
+``api_url``, the API ``hubjobs up`` recorded, the default for a stack's folder); the token
+(HUBJOBS_API_TOKEN, the profile's, else one signed here for the actor with
+HUBJOBS_API_JWT_SECRET or the stack's secret); the workspace and actor (the flag,
+HUBJOBS_WORKSPACE / HUBJOBS_ACTOR, the profile's). A token acts as its subject: an
+``--actor`` naming someone else is refused, never sent."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -270,29 +262,41 @@ class Api:
         return job
 
     def get(self, job_id: uuid.UUID | str) -> Job:
-        job: Job = self.call("GET", f"/jobs/{job_id}/record")
-        return job
+        return cast(Job, self.call("GET", f"/jobs/{job_id}/record"))
 
     def list(self, **filters: Any) -> dict[str, Any]:
-        page: dict[str, Any] = self.call("GET", "/jobs", params=filters)
-        return page
+        return cast(dict[str, Any], self.call("GET", "/jobs", params=filters))
 
     def items(self, job_id: uuid.UUID, **filters: Any) -> dict[str, Any]:
-        page: dict[str, Any] = self.call("GET", f"/jobs/{job_id}/items", params=filters)
-        return page
+        return cast(dict[str, Any], self.call("GET", f"/jobs/{job_id}/items", params=filters))
 
     def cancel(self, job_id: uuid.UUID, reason: str | None) -> Job:
-        job: Job = self.call("DELETE", f"/jobs/{job_id}", params={"reason": reason})
-        return job
+        return cast(Job, self.call("DELETE", f"/jobs/{job_id}", params={"reason": reason}))
 
     def retry(self, job_id: uuid.UUID) -> Job:
-        job: Job = self.call("POST", f"/jobs/{job_id}/retry")
-        return job
+        return cast(Job, self.call("POST", f"/jobs/{job_id}/retry"))
 
     def events(self, job_id: uuid.UUID | str) -> Iterator[Job]:
-        """The job as it changes (its event stream), to its final state; a stream the
-        API cuts is opened again where it left off, for STREAM_RECONNECT_SECONDS. An API
-        that never answered is unavailable at once, as for any other command."""
+        """The job as it changes (its event stream), to its final state."""
+        for event, data in self._stream(f"/jobs/{job_id}/events"):
+            yield json.loads(data)
+            if event == "final":
+                return
+
+    def list_events(self) -> Iterator[tuple[str, Job | None]]:
+        """The workspace's jobs as they change (its list's event stream): ``("reset",
+        None)`` first and whenever changes may have been missed (read the list then),
+        ``("job", job)`` for each change; until interrupted."""
+        for event, data in self._stream("/jobs/events"):
+            if event == "reset":
+                yield "reset", None
+            elif event == "job":
+                yield "job", json.loads(data)
+
+    def _stream(self, path: str) -> Iterator[tuple[str, str]]:
+        """An event stream's (event, data); one the API cuts is opened again where it left
+        off (``Last-Event-ID``) for STREAM_RECONNECT_SECONDS, but an API that never
+        answered is unavailable at once, as for any other command."""
         last_id: str | None = None
         cut_at: float | None = None
         answered = False
@@ -300,10 +304,7 @@ class Api:
             headers = {} if last_id is None else {"Last-Event-ID": last_id}
             try:
                 with self.http.stream(
-                    "GET",
-                    f"{self.base}/jobs/{job_id}/events",
-                    headers=headers,
-                    timeout=STREAM_TIMEOUT,
+                    "GET", self.base + path, headers=headers, timeout=STREAM_TIMEOUT
                 ) as response:
                     if response.status_code == 204:
                         return  # its final event was the last one seen
@@ -317,44 +318,7 @@ class Api:
                         if event == "error":
                             detail = json.loads(data)["error"]
                             raise HubJobsError(detail["message"], code=detail["code"])
-                        job: Job = json.loads(data)
-                        yield job
-                        if event == "final":
-                            return
-            except httpx.TransportError:
-                if not answered:
-                    raise self._unreachable() from None
-            now = time.monotonic()
-            cut_at = cut_at or now
-            if now - cut_at > STREAM_RECONNECT_SECONDS:
-                raise self._unreachable()
-            time.sleep(0.5)
-
-    def list_events(self) -> Iterator[tuple[str, Job | None]]:
-        """The workspace's jobs as they change (its list's event stream): ``("reset",
-        None)`` first and whenever changes may have been missed (read the list then),
-        ``("job", job)`` for each change. A stream the API cuts is opened again (with a
-        reset) for STREAM_RECONNECT_SECONDS; until interrupted."""
-        cut_at: float | None = None
-        answered = False
-        while True:
-            try:
-                with self.http.stream(
-                    "GET", f"{self.base}/jobs/events", timeout=STREAM_TIMEOUT
-                ) as response:
-                    if response.status_code >= 400:
-                        response.read()
-                        raise error_of(response)
-                    answered = True
-                    for event, data, _ in _sse(response.iter_lines()):
-                        cut_at = None
-                        if event == "error":
-                            detail = json.loads(data)["error"]
-                            raise HubJobsError(detail["message"], code=detail["code"])
-                        if event == "reset":
-                            yield "reset", None
-                        elif event == "job":
-                            yield "job", json.loads(data)
+                        yield event, data
             except httpx.TransportError:
                 if not answered:
                     raise self._unreachable() from None

@@ -10,16 +10,8 @@ from urllib.parse import quote
 
 import typer
 
-from hubjobs.errors import (
-    InvalidPayload,
-)
-from starter.cli.common import (
-    ActorOpt,
-    JsonOpt,
-    WorkspaceOpt,
-    api,
-    command,
-)
+from hubjobs.errors import InvalidPayload
+from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
 from starter.cli.output import out, print_json
 
 Schedule = dict[str, Any]

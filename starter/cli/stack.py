@@ -3,6 +3,7 @@ the demo job."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
@@ -25,14 +26,8 @@ from hubjobs.home import (
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import (
-    JsonOpt,
-    R,
-    command,
-    run,
-    settings_now,
-)
-from starter.cli.output import Job, err, follow, job_json, out, print_job, print_json
+from starter.cli.common import JsonOpt, R, command, settings_now
+from starter.cli.output import Job, err, follow, out, print_job, print_json
 
 if TYPE_CHECKING:
     from hubjobs.settings import Settings
@@ -169,9 +164,8 @@ def page_line(login: str | None, page: str) -> str:
 
 
 def temporal_cli_hint(address: str) -> str:
-    """How the Temporal CLI (and the SDKs' environment configuration) reaches this stack:
-    the variable it reads. Unset, it tries localhost:7233, where another server (another
-    stack's) may answer, silently."""
+    """How the Temporal CLI reaches this stack; unset, it tries localhost:7233, where
+    another stack's server may answer, silently."""
     return f"the temporal CLI: export TEMPORAL_ADDRESS={address}"
 
 
@@ -183,26 +177,25 @@ def write_dev_secret(settings: Settings) -> None:
         return
     from pydantic import SecretStr
 
-    path = settings.home / DEV_SECRET_FILE
-    secret = secrets.token_urlsafe(32)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(secret + "\n")
+    secret = _new_secret(settings.home / DEV_SECRET_FILE)
     # As the settings read it from now on (they were read before it was written).
     settings.api_jwt_secret = SecretStr(secret)
 
 
 def write_dev_webhook_secret(settings: Settings) -> None:
-    """A completion-webhook signing secret for the embedded stack
-    (HUBJOBS_HOME/dev-webhook-secret, its owner's only), so that a start with a
-    notify_url works as it is; never written, nor read, while HUBJOBS_WEBHOOK_SECRET is
-    set."""
-    if settings.webhook_secret is not None:
-        return
-    path = settings.home / DEV_WEBHOOK_SECRET_FILE
+    """A completion-webhook signing secret for the embedded stack, so that a start with a
+    notify_url works as it is; never written, nor read, while HUBJOBS_WEBHOOK_SECRET is set."""
+    if settings.webhook_secret is None:
+        _new_secret(settings.home / DEV_WEBHOOK_SECRET_FILE)
+
+
+def _new_secret(path: Path) -> str:
+    """A new secret in a new file, readable by its owner only."""
+    secret = secrets.token_urlsafe(32)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
-        out.write(secrets.token_urlsafe(32) + "\n")
+        out.write(secret + "\n")
+    return secret
 
 
 def codec_endpoint(settings: Settings, port: int) -> str:
@@ -247,13 +240,7 @@ def worker() -> None:
     settings.resolved_database_url()
     settings.resolved_temporal_address()
     setup_logging(json_lines=settings.log_json, level=settings.log_level)
-    run(worker_module.run(settings))
-
-
-def write_profile(settings: Settings, ids: dict[str, Any]) -> Path:
-    """Records the demo's workspace, actor and course in HUBJOBS_HOME: the CLI's defaults
-    from then on (flags and HUBJOBS_WORKSPACE / HUBJOBS_ACTOR override them)."""
-    return update_profile(settings.home, ids)
+    asyncio.run(worker_module.run(settings))
 
 
 async def _seed(pages: int) -> dict[str, Any]:
@@ -282,8 +269,8 @@ def seed_demo(
 ) -> None:
     """Create a workspace, an administrator and a course of N pages; they become the
     CLI's defaults (HUBJOBS_HOME/profile.json)."""
-    ids = run(_seed(pages))
-    write_profile(settings_now(), ids)
+    ids = asyncio.run(_seed(pages))
+    update_profile(settings_now().home, ids)
     if as_json:
         print_json(ids)
     else:
@@ -398,8 +385,8 @@ def demo(
     # Refused before anything is seeded.
     COURSE_TAGGING.validate({"root_page_id": str(uuid.UUID(int=0)), "tag": tag})
     settings = settings_now()
-    ids = run(_seed(pages))
-    write_profile(settings, ids)
+    ids = asyncio.run(_seed(pages))
+    update_profile(settings.home, ids)
     pid = start_worker(settings.home, settings.metrics_port)
 
     from hubjobs.devstack.background_api import api_port, start_api
@@ -417,7 +404,7 @@ def demo(
         )
     steps = next_steps(settings, ids, job)
     if as_json:
-        print_json(job_json(job) | {"demo": steps, "ui_url": steps["ui_url"]})
+        print_json(job | {"demo": steps, "ui_url": steps["ui_url"]})
     else:
         print_job(job, False)
         print_next_steps(steps)
