@@ -138,12 +138,12 @@ async def test_attempts_that_die_without_progress_end_the_job_as_abandoned(
 
     async def attempts_waiting_on_the_lock() -> set[int]:
         """Backends of attempts blocked on the lock (a killed worker's stays blocked), by
-        the batch read's first words (pg_stat_activity keeps only a query's first 1 KiB)."""
+        the batch read's items (within the 1 KiB of a query pg_stat_activity keeps)."""
         async with engine.connect() as conn:
             waiting = await conn.execute(
                 text(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%SELECT j.cancel_requested_at IS NOT NULL AS cancel_req%'"
+                    "AND query LIKE '%FROM job_pending_items(%'"
                 )
             )
             return set(waiting.scalars())
