@@ -293,6 +293,8 @@ class HubJobsClient:
         """The workspace's job schedules, as the actor sees them (starter/schedules.py)."""
         from starter.schedules import WorkspaceSchedules
 
+        require_uuid("workspace_id", workspace_id)
+        require_uuid("actor_id", actor_id)
         return WorkspaceSchedules(self, workspace_id, actor_id)
 
     async def db(

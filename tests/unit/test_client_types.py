@@ -28,6 +28,8 @@ def client() -> HubJobsClient:
 def test_a_scope_takes_uuids(workspace: Any, actor: Any, name: str) -> None:
     with pytest.raises(TypeError, match=rf"{name} must be a uuid\.UUID, not "):
         client().scope(workspace, actor)
+    with pytest.raises(TypeError, match=rf"{name} must be a uuid\.UUID, not "):
+        client().schedules(workspace, actor)
 
 
 async def test_a_start_takes_a_kind_and_a_json_object() -> None:
