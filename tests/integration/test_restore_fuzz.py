@@ -167,7 +167,7 @@ class Sandbox:
         intact: bytes | None = None,
     ) -> str | None:
         """Restores ``archive``; returns the refusal's code (None for a restore) after
-        checking everything the module's docstring promises. A damaged archive that
+        checking everything the backup guide promises of a refusal. A damaged archive that
         restores must restore exactly ``intact`` (the archive before the damage)."""
         assert set(expect) <= set(RESTORE_ERROR_CODES)
         self.tries += 1
