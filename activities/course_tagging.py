@@ -13,7 +13,6 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
@@ -78,13 +77,6 @@ class Landed(NamedTuple):
     after: int
     recorded: Recorded
     finished: Finished | None = None
-
-
-@dataclass(frozen=True)
-class Batch:
-    actor_ok: bool
-    cancel_requested: bool
-    items: list[Item]
 
 
 # The next pending items with their pages' facts, by key (LATERAL … LIMIT 1 stops a
@@ -229,14 +221,17 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         a refused write is retried page by page, else BatchWriteFailed. The last batch
         finishes the job in its transaction, unless a cancel was asked for."""
         job = ctx.job
-        batch = await self.read_batch(conn, ctx, after, upto)
-        if not batch.actor_ok:
+        gate = await job_rows.gate(conn, job.id)
+        if gate is None:
+            raise job_not_found()
+        if not gate.actor_ok:
             raise ActorUnavailable()
-        if batch.cancel_requested:
+        if gate.cancel_requested:
             return Landed(after, Recorded(ctx.counters, 0, cancel_requested=True))
-        if not batch.items:
+        items = await self.read_items(conn, ctx, after, upto) if gate.running else []
+        if not items:
             return None
-        outcomes = await self._tag(conn, ctx, batch.items, careful=careful)
+        outcomes = await self._tag(conn, ctx, items, careful=careful)
         result = await job_items.record_outcomes(
             conn,
             job.id,
@@ -252,20 +247,15 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
         finished = None
         if counters.processed >= counters.total and not result.cancel_requested:
             finished = await ctx.finish_in(conn, counters, self.done(ctx).output)
-        return Landed(batch.items[-1].ordinal, result, finished)
+        return Landed(items[-1].ordinal, result, finished)
 
-    async def read_batch(
+    async def read_items(
         self,
         conn: AsyncConnection,
         ctx: WorkContext[CourseTaggingPayload],
         after: int,
         upto: int | None,
-    ) -> Batch:
-        gate = await job_rows.gate(conn, ctx.job.id)
-        if gate is None:
-            raise job_not_found()
-        if not (gate.running and gate.actor_ok) or gate.cancel_requested:
-            return Batch(gate.actor_ok, gate.cancel_requested, [])
+    ) -> list[Item]:
         rows, _ = await direct.rows(
             conn,
             READ_BATCH,
@@ -279,11 +269,10 @@ class CourseTaggingActivities(KindActivities[CourseTaggingPayload]):
             },
         )
         # By position (by name costs CPU); a change to READ_BATCH's columns fails here.
-        items = [
+        return [
             Item(ordinal, ref, done, PageFacts(available, has_tag, tag_count, version))
             for ordinal, ref, done, available, has_tag, tag_count, version in rows
         ]
-        return Batch(True, False, items)
 
     async def _tag(
         self,
