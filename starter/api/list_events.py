@@ -18,7 +18,7 @@ from starter.api.errors import ERRORS
 from starter.api.events import error_event
 from starter.api.resources import WORKSPACE_ROUTES, JobResource
 
-router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"], responses=ERRORS)
 
 
 def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:
@@ -53,7 +53,6 @@ async def list_events(
             "message}}`) if the stream cannot go on",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **ERRORS,
     },
     response_class=Response,
     summary="The workspace's jobs as they change (Server-Sent Events): one stream a list",
