@@ -12,6 +12,7 @@ import binascii
 import ipaddress
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -78,6 +79,16 @@ def from_payloads(payloads: list[Payload]) -> CodecPayloads:
             for p in payloads
         ]
     )
+
+
+def payloads_route(
+    name: str, run: Callable[[list[Payload]], Awaitable[list[Payload]]]
+) -> Callable[[CodecPayloads], Awaitable[CodecPayloads]]:
+    async def route(body: CodecPayloads) -> CodecPayloads:
+        return from_payloads(await run(to_payloads(body)))
+
+    route.__name__ = name  # the operation's id in the OpenAPI document
+    return route
 
 
 def allowed_origins(settings: Settings) -> list[str]:
@@ -162,22 +173,10 @@ def codec_router(
 
     router = APIRouter(prefix=PREFIX, tags=["codec"], dependencies=[Depends(caller)])
 
-    @router.post(
-        "/encode",
-        response_model=CodecPayloads,
-        responses={**responses},
-        summary="Encrypt payloads with the current key (Temporal's remote codec)",
-    )
-    async def encode(body: CodecPayloads) -> CodecPayloads:
-        return from_payloads(await codec.encode(to_payloads(body)))
-
-    @router.post(
-        "/decode",
-        response_model=CodecPayloads,
-        responses={**responses},
-        summary="Decrypt payloads by their key id; others come back as they are",
-    )
-    async def decode(body: CodecPayloads) -> CodecPayloads:
-        return from_payloads(await codec.decode(to_payloads(body)))
+    for name, run, summary in (
+        ("encode", codec.encode, "Encrypt payloads with the current key (Temporal's remote codec)"),
+        ("decode", codec.decode, "Decrypt payloads by their key id; others come back as they are"),
+    ):
+        router.post(f"/{name}", responses={**responses}, summary=summary)(payloads_route(name, run))
 
     return router, origins
