@@ -214,9 +214,6 @@ class Api:
     def __exit__(self, *_: object) -> None:
         self.http.close()
 
-    def _unreachable(self) -> Unavailable:
-        return unreachable(self.target.url)
-
     def call(
         self,
         method: str,
@@ -236,7 +233,7 @@ class Api:
                 headers={k: v for k, v in (headers or {}).items() if v is not None},
             )
         except httpx.TransportError:
-            raise self._unreachable() from None
+            raise unreachable(self.target.url) from None
         if response.status_code >= 400:
             raise error_of(response)
         return None if response.status_code == 204 else response.json()
@@ -321,11 +318,11 @@ class Api:
                         yield event, data
             except httpx.TransportError:
                 if not answered:
-                    raise self._unreachable() from None
+                    raise unreachable(self.target.url) from None
             now = time.monotonic()
             cut_at = cut_at or now
             if now - cut_at > STREAM_RECONNECT_SECONDS:
-                raise self._unreachable()
+                raise unreachable(self.target.url)
             time.sleep(0.5)
 
     # Schedules.
