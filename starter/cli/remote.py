@@ -182,8 +182,7 @@ def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Path) -> s
 
 
 def error_of(response: httpx.Response) -> HubJobsError:
-    """The API's error answer as the error it names: its code and plain message, and
-    the job it names, if any (``idempotency_key_reused``)."""
+    """The API's error answer as the error it names: its code, message and job if any."""
     try:
         detail = response.json()["error"]
         job_id = detail.get("job_id")
@@ -237,8 +236,6 @@ class Api:
         if response.status_code >= 400:
             raise error_of(response)
         return None if response.status_code == 204 else response.json()
-
-    # Jobs.
 
     def start(
         self,
@@ -324,8 +321,6 @@ class Api:
             if now - cut_at > STREAM_RECONNECT_SECONDS:
                 raise unreachable(self.target.url)
             time.sleep(0.5)
-
-    # Schedules.
 
     def schedules(self, method: str, path: str = "", body: Any = None) -> Any:
         return self.call(method, f"/schedules{path}", body=body)
