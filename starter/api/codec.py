@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,6 +24,7 @@ from hubjobs.errors import ConfigurationError, Forbidden, InvalidInput
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
 from starter.api.auth import BearerHeader
+from starter.api.operator_page import is_loopback
 from starter.api.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
@@ -102,12 +102,7 @@ def allowed_origins(settings: Settings) -> list[str]:
 
 
 def listens_on_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return host == "localhost" or is_loopback(host)
 
 
 class CodecCors:
