@@ -96,8 +96,6 @@ class WorkspaceSchedules:
         self.workspace_id = workspace_id
         self.actor_id = actor_id
 
-    # --- creating -------------------------------------------------------------------
-
     async def create(
         self,
         kind_name: str,
@@ -156,8 +154,6 @@ class WorkspaceSchedules:
         log.info("schedule %s created (%s)", definition.id, kind.name)
         return await self._describe(definition.id)
 
-    # --- reading ----------------------------------------------------------------------
-
     async def list(self) -> list[ScheduleView]:
         """The workspace's schedules, newest first. From Temporal's visibility store:
         a change shows here a moment after it was made (``get`` is exact)."""
@@ -180,8 +176,6 @@ class WorkspaceSchedules:
         check_schedule_id(schedule_id)
         await self.client.db(self._require_member)
         return await self._describe(schedule_id)
-
-    # --- changing -------------------------------------------------------------------------
 
     async def pause(self, schedule_id: str) -> ScheduleView:
         """No firing until unpaused (a run under way goes on); its note says what it does
@@ -217,8 +211,6 @@ class WorkspaceSchedules:
         await self._call(handle, "deleting", lambda: handle.delete())
         log.info("schedule %s deleted", schedule_id)
 
-    # --- helpers ---------------------------------------------------------------------------
-
     async def _require_member(self, conn: AsyncConnection) -> None:
         await require_member(conn, self.workspace_id, self.actor_id)
 
@@ -226,8 +218,7 @@ class WorkspaceSchedules:
         await require_administrator(conn, self.workspace_id, self.actor_id)
 
     async def _administered(self, schedule_id: str) -> tuple[ScheduleHandle, Described]:
-        """The handle of one of this workspace's schedules, for an administrator, with
-        the schedule as it stands (one describe call)."""
+        """The schedule's handle, for an administrator, and the schedule (one describe)."""
         check_schedule_id(schedule_id)
         await self.client.db(self._require_administrator)
         handle = (await self.client.temporal_client()).get_schedule_handle(schedule_id)

@@ -45,7 +45,6 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if client is not None:
-            app.state.client = client
             yield
             return
         app.state.client = await HubJobsClient.connect(settings)

@@ -21,7 +21,7 @@ from starter.api.errors import ERRORS, ErrorDetail
 from starter.api.resources import WORKSPACE_ROUTES, JobResource, JobResourceFields
 from starter.client import MAX_BULK_CANCEL, CancelOutcome
 
-router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"], responses=ERRORS)
 
 
 class JobFilter(BaseModel):
@@ -86,7 +86,6 @@ def result_of(outcome: CancelOutcome) -> CancelResult:
     "/jobs/cancel",
     status_code=202,
     response_model=BulkCancelAnswer,
-    responses={**ERRORS},
     summary="Cancel many jobs: those named, or every unfinished one a filter matches",
     dependencies=[Depends(no_duplicate_keys)],
 )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -24,6 +24,7 @@ from hubjobs.errors import ConfigurationError, Forbidden, InvalidInput
 from hubjobs.settings import Settings
 from hubjobs.temporal.codec import AesGcmCodec, CodecKeys
 from starter.api.auth import BearerHeader
+from starter.api.operator_page import is_loopback
 from starter.api.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,16 @@ def from_payloads(payloads: list[Payload]) -> CodecPayloads:
     )
 
 
+def payloads_route(
+    name: str, run: Callable[[list[Payload]], Awaitable[list[Payload]]]
+) -> Callable[[CodecPayloads], Awaitable[CodecPayloads]]:
+    async def route(body: CodecPayloads) -> CodecPayloads:
+        return from_payloads(await run(to_payloads(body)))
+
+    route.__name__ = name  # the operation's id in the OpenAPI document
+    return route
+
+
 def allowed_origins(settings: Settings) -> list[str]:
     """The configured origins, and the embedded stack's UI as a browser names it (by
     address and as localhost)."""
@@ -91,12 +102,7 @@ def allowed_origins(settings: Settings) -> list[str]:
 
 
 def listens_on_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return host == "localhost" or is_loopback(host)
 
 
 class CodecCors:
@@ -162,22 +168,10 @@ def codec_router(
 
     router = APIRouter(prefix=PREFIX, tags=["codec"], dependencies=[Depends(caller)])
 
-    @router.post(
-        "/encode",
-        response_model=CodecPayloads,
-        responses={**responses},
-        summary="Encrypt payloads with the current key (Temporal's remote codec)",
-    )
-    async def encode(body: CodecPayloads) -> CodecPayloads:
-        return from_payloads(await codec.encode(to_payloads(body)))
-
-    @router.post(
-        "/decode",
-        response_model=CodecPayloads,
-        responses={**responses},
-        summary="Decrypt payloads by their key id; others come back as they are",
-    )
-    async def decode(body: CodecPayloads) -> CodecPayloads:
-        return from_payloads(await codec.decode(to_payloads(body)))
+    for name, run, summary in (
+        ("encode", codec.encode, "Encrypt payloads with the current key (Temporal's remote codec)"),
+        ("decode", codec.decode, "Decrypt payloads by their key id; others come back as they are"),
+    ):
+        router.post(f"/{name}", responses={**responses}, summary=summary)(payloads_route(name, run))
 
     return router, origins

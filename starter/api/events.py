@@ -51,6 +51,16 @@ def error_event(err: Exception) -> ServerSentEvent:
     )
 
 
+def event_stream(request: Request, events: AsyncIterator[ServerSentEvent]) -> Response:
+    """Events as the API streams them: pinged while quiet, never cached or buffered."""
+    settings: Settings = request.app.state.settings
+    return EventSourceResponse(
+        events,
+        ping=settings.api_events_heartbeat_seconds,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
 async def job_events(
     hub: HubJobsClient, first: JobView, last_seen: str | None
 ) -> AsyncIterator[ServerSentEvent]:
@@ -97,9 +107,4 @@ async def job_events_stream(
     first = await jobs.get(job_id)
     if first.is_final and event_id(first) == last_event_id:
         return Response(status_code=204)
-    settings: Settings = request.app.state.settings
-    return EventSourceResponse(
-        job_events(request.app.state.client, first, last_event_id),
-        ping=settings.api_events_heartbeat_seconds,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return event_stream(request, job_events(request.app.state.client, first, last_event_id))

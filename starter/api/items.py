@@ -22,13 +22,12 @@ from starter.api.resources import WORKSPACE_ROUTES
 from starter.client import MAX_ITEMS_PAGE, MAX_ORDINAL
 
 FILE_CHUNK_BYTES = 256 * 1024
-router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["items and files"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["items and files"], responses=ERRORS)
 
 
 @router.get(
     "/jobs/{job_id}/items",
     response_model=ItemPage,
-    responses={**ERRORS},
     summary="The job's items in order (each page's id, title, state, code and "
     "message), keyset-paged: pass `next` as `after` for the following page",
 )
@@ -58,7 +57,6 @@ async def job_items(
                 if kind.file_of is not None
             },
         },
-        **ERRORS,
     },
     summary="Download a file a job's result lists (an export's manifest)",
 )

@@ -46,13 +46,9 @@ CorrelationId = Annotated[
 ]
 
 
-def accepted(job: JobView) -> JSONResponse:
-    """202 with the job, and where to follow it."""
-    return JSONResponse(
-        JobResource.of(job).model_dump(mode="json"),
-        status_code=202,
-        headers={"Content-Location": status_url(job)},
-    )
+def accepted(job: JobView, headers: dict[str, str]) -> JSONResponse:
+    """202 with the job, and ``headers``."""
+    return JSONResponse(JobResource.of(job).model_dump(mode="json"), 202, headers)
 
 
 @router.post(
@@ -98,7 +94,7 @@ async def start_job(
         idempotency_key=idempotency_key,
         notify_url=notify_url,
     )
-    return accepted(job)
+    return accepted(job, {"Content-Location": status_url(job)})
 
 
 @router.get(
@@ -167,11 +163,7 @@ async def job_status(request: Request, jobs: Jobs, job_id: uuid.UUID) -> Respons
         progress = f"{job.processed}/{job.total}"
         if job.progress_message:
             progress += f" {job.progress_message}"
-        return JSONResponse(
-            JobResource.of(job).model_dump(mode="json"),
-            status_code=202,
-            headers={"X-Progress": progress, "Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return accepted(job, {"X-Progress": progress, "Retry-After": str(RETRY_AFTER_SECONDS)})
     if job.status == JobStatus.cancelled:
         return error(404, "job_cancelled", "the job was cancelled")
     if job.status == JobStatus.failed:
@@ -243,4 +235,4 @@ async def retry_job(
     x_correlation_id: CorrelationId = None,
 ) -> JSONResponse:
     job = await jobs.retry(job_id, correlation_id=x_correlation_id)
-    return accepted(job)
+    return accepted(job, {"Content-Location": status_url(job)})

@@ -9,16 +9,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from hubjobs.readmodel.workspace_feeds import WorkspaceChange
-from hubjobs.settings import Settings
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS
-from starter.api.events import error_event
+from starter.api.events import error_event, event_stream
 from starter.api.resources import WORKSPACE_ROUTES, JobResource
 
-router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"], responses=ERRORS)
 
 
 def change_events(change: WorkspaceChange) -> list[ServerSentEvent]:
@@ -53,7 +52,6 @@ async def list_events(
             "message}}`) if the stream cannot go on",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **ERRORS,
     },
     response_class=Response,
     summary="The workspace's jobs as they change (Server-Sent Events): one stream a list",
@@ -62,9 +60,4 @@ async def job_list_events(request: Request, jobs: Jobs) -> Response:
     changes = jobs.changes()
     # The authorisation (a list's), before the answer starts: a refusal is its status.
     first = await anext(changes)
-    settings: Settings = request.app.state.settings
-    return EventSourceResponse(
-        list_events(first, changes),
-        ping=settings.api_events_heartbeat_seconds,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return event_stream(request, list_events(first, changes))

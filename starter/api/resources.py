@@ -35,9 +35,8 @@ class JobResourceFields(BaseModel):
         )
 
 
-# A job as the API shows it: the fields API_JOB_FIELDS names, typed as JobView types
-# them (the one declaration), whether some item failed, and the URL its status is read
-# at.
+# A job as the API shows it: the fields API_JOB_FIELDS names, typed as JobView types them
+# (the one declaration), whether some item failed, and the URL its status is read at.
 JobResource = create_model(
     "JobResource",
     __base__=JobResourceFields,

@@ -16,14 +16,13 @@ from starter.schedules import WorkspaceSchedules
 
 ScheduleAction = Callable[[WorkspaceSchedules, str], Awaitable[ScheduleView]]
 
-router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["schedules"])
+router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["schedules"], responses=ERRORS)
 
 
 @router.post(
     "/schedules",
     status_code=201,
     response_model=ScheduleResource,
-    responses={**ERRORS},
     summary="Create a schedule of jobs of a kind (cron or interval)",
     dependencies=[Depends(no_duplicate_keys)],
 )
@@ -46,7 +45,6 @@ async def create_schedule(schedules: Schedules, body: ScheduleRequest) -> JSONRe
 @router.get(
     "/schedules",
     response_model=list[ScheduleResource],
-    responses={**ERRORS},
     summary="The workspace's schedules, newest first",
 )
 async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
@@ -56,7 +54,6 @@ async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
 @router.get(
     "/schedules/{schedule_id}",
     response_model=ScheduleResource,
-    responses={**ERRORS},
     summary="One schedule: its definition, next firings and recent runs",
 )
 async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
@@ -85,7 +82,6 @@ def _route_action(verb: str, action: ScheduleAction, status: int, summary: str) 
         f"/schedules/{{schedule_id}}/{verb}",
         status_code=status,
         response_model=ScheduleResource,
-        responses={**ERRORS},
         summary=summary,
     )(on_schedule)
 
@@ -98,7 +94,6 @@ for _verb, _action, _status, _summary in SCHEDULE_ACTIONS:
     "/schedules/{schedule_id}",
     status_code=204,
     response_class=Response,
-    responses={**ERRORS},
     summary="Delete the schedule from Temporal (its jobs stay)",
 )
 async def delete_schedule(schedules: Schedules, schedule_id: ScheduleId) -> Response:

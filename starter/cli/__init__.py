@@ -98,8 +98,7 @@ def _single(info: typer.models.CommandInfo) -> typer.Typer:
 
 
 def _served_commands() -> list[typer.models.CommandInfo]:
-    """The start command of each kind the API serves (``unavailable`` when it does not
-    answer)."""
+    """Each served kind's start command (``unavailable`` when the API does not answer)."""
     from starter.cli.kinds import command_of
     from starter.cli.remote import api_url, served_kinds
 

@@ -99,8 +99,7 @@ def status(
 def list_filters(
     status: str | None, kind: str | None, schedule: str | None, limit: int
 ) -> dict[str, Any]:
-    """The query of the API's job list for ``list``'s options (an unknown status
-    refused)."""
+    """The API's job list query for ``list``'s options; an unknown status refused."""
     statuses = [s.value for s in JobStatus]
     if status is not None and status not in statuses:
         raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")

@@ -123,8 +123,7 @@ def status_shown(job: Job) -> str:
 
 
 def job_shown(job: Job, as_json: bool) -> str | Table:
-    """A job as a command shows it: JSON, or a table of its fields (its status with its
-    failed items)."""
+    """A job as a command shows it: JSON, or a table of its fields."""
     if as_json:
         return json_text(job)
     from rich.table import Table
@@ -147,8 +146,7 @@ def is_final(job: Job) -> bool:
 
 
 def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
-    """Follows the job's event stream to its end (a progress bar on a terminal) and
-    returns its record."""
+    """Follows the job's events to its end (a progress bar on a terminal): its record."""
     if is_final(job):
         return api.get(job["id"])
     if not show_bar:

@@ -182,8 +182,7 @@ def _token(profile: Mapping[str, Any], actor: uuid.UUID | None, home: Path) -> s
 
 
 def error_of(response: httpx.Response) -> HubJobsError:
-    """The API's error answer as the error it names: its code and plain message, and
-    the job it names, if any (``idempotency_key_reused``)."""
+    """The API's error answer as the error it names: its code, message and job if any."""
     try:
         detail = response.json()["error"]
         job_id = detail.get("job_id")
@@ -214,9 +213,6 @@ class Api:
     def __exit__(self, *_: object) -> None:
         self.http.close()
 
-    def _unreachable(self) -> Unavailable:
-        return unreachable(self.target.url)
-
     def call(
         self,
         method: str,
@@ -236,12 +232,10 @@ class Api:
                 headers={k: v for k, v in (headers or {}).items() if v is not None},
             )
         except httpx.TransportError:
-            raise self._unreachable() from None
+            raise unreachable(self.target.url) from None
         if response.status_code >= 400:
             raise error_of(response)
         return None if response.status_code == 204 else response.json()
-
-    # Jobs.
 
     def start(
         self,
@@ -321,14 +315,12 @@ class Api:
                         yield event, data
             except httpx.TransportError:
                 if not answered:
-                    raise self._unreachable() from None
+                    raise unreachable(self.target.url) from None
             now = time.monotonic()
             cut_at = cut_at or now
             if now - cut_at > STREAM_RECONNECT_SECONDS:
-                raise self._unreachable()
+                raise unreachable(self.target.url)
             time.sleep(0.5)
-
-    # Schedules.
 
     def schedules(self, method: str, path: str = "", body: Any = None) -> Any:
         return self.call(method, f"/schedules{path}", body=body)

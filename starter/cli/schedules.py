@@ -130,7 +130,7 @@ def schedule_list(
 
 def _on_one(name: str, method: str, suffix: str, doc: str) -> None:
     """Registers ``hubjobs schedule <name> SCHEDULE``: one call on the schedule, and the
-    schedule as it is after it."""
+    schedule as it is after it (after a delete, its id)."""
 
     def on_one(
         schedule: ScheduleArg,
@@ -139,9 +139,15 @@ def _on_one(name: str, method: str, suffix: str, doc: str) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         found = on_schedules(workspace, actor, method, f"/{quote(schedule, safe='')}{suffix}")
-        print_schedule(found, as_json)
+        if method != "DELETE":
+            print_schedule(found, as_json)
+        elif as_json:
+            print_json({"deleted": schedule})
+        else:
+            out().print(f"deleted {schedule}")
 
     on_one.__doc__ = doc
+    on_one.__name__ = f"schedule_{name}"  # as its failures are logged
     schedule_app.command(name)(command(on_one))
 
 
@@ -155,21 +161,6 @@ for _name, _method, _suffix, _doc in (
         "/trigger",
         "Fire now (refused with schedule_running while a run of it is still going).",
     ),
+    ("delete", "DELETE", "", "Remove the schedule from Temporal; its jobs stay."),
 ):
     _on_one(_name, _method, _suffix, _doc)
-
-
-@schedule_app.command("delete")
-@command
-def schedule_delete(
-    schedule: ScheduleArg,
-    workspace: WorkspaceOpt = None,
-    actor: ActorOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Remove the schedule from Temporal; its jobs stay."""
-    on_schedules(workspace, actor, "DELETE", f"/{quote(schedule, safe='')}")
-    if as_json:
-        print_json({"deleted": schedule})
-    else:
-        out().print(f"deleted {schedule}")

@@ -26,7 +26,7 @@ from hubjobs.home import (
     update_profile,
 )
 from hubjobs.readmodel.status import JobStatus
-from starter.cli.common import JsonOpt, R, command, settings_now
+from starter.cli.common import JsonOpt, R, api, command, settings_now
 from starter.cli.output import Job, err, follow, out, print_job, print_json
 
 if TYPE_CHECKING:
@@ -390,11 +390,9 @@ def demo(
     pid = start_worker(settings.home, settings.metrics_port)
 
     from hubjobs.devstack.background_api import api_port, start_api
-    from starter.cli.remote import Api, Target
 
     start_api(settings.home, settings.api_host, api_port(settings.home, settings.api_port))
-    target = Target.find(uuid.UUID(ids["workspace_id"]), uuid.UUID(ids["actor_id"]))
-    with Api(target) as jobs:
+    with api(uuid.UUID(ids["workspace_id"]), uuid.UUID(ids["actor_id"])) as jobs:
         payload = {"root_page_id": ids["root_page_id"], "tag": tag}
         job = jobs.start("course_tagging", payload)
         if not as_json:
