@@ -30,7 +30,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
 from hubjobs.db.engine import plain_url, sync_engine
-from hubjobs.db.errors import is_outage, refused_writes
+from hubjobs.db.errors import driver_error, is_outage, refused_writes, sqlstate_of
 from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
@@ -533,10 +533,9 @@ def _set_sequences(conn: Connection, schema: str) -> None:
 
 
 def _database_error(err: BaseException) -> HubJobsError:
-    orig = err.orig if isinstance(err, sa_exc.DBAPIError) else err
+    orig, state = driver_error(err), sqlstate_of(err)
     refusal = refused_writes(err)
     if refusal is not None:
-        state = getattr(orig, "sqlstate", None)
         log.warning("restore: the database refuses writes: %s", orig)
         return Unavailable(
             f"the database refused to write (SQLSTATE {state}: it is full or read-only); "
@@ -550,13 +549,11 @@ def _database_error(err: BaseException) -> HubJobsError:
             code="database_unavailable",
         )
     if isinstance(orig, psycopg.DataError | psycopg.IntegrityError):
-        state = getattr(orig, "sqlstate", None)
         log.info("restore: the database refused the archive's rows: %s", orig)
         return ArchiveError(
             f"the database refused the archive's rows (SQLSTATE {state})", code="archive_corrupt"
         )
     log.warning("restore: the database refused the restore: %s", orig)
-    state = getattr(orig, "sqlstate", None)
     return RestoreRefused(
         f"the database refused the restore (SQLSTATE {state}); nothing was committed",
         code="database_failed",
