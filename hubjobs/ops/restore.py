@@ -344,7 +344,7 @@ class _Restore:
         with conn.begin():
             staging_schema.drop_leftovers(conn)
             staging_schema.create(conn, self.schema)
-            conn.exec_driver_sql(_SET, ("search_path", _quoted(self.schema), "search_path"))
+            conn.exec_driver_sql(_SET, ("search_path", replace.quoted(self.schema), "search_path"))
             upgrade_on(conn, self.source.manifest.schema_version)
             return keys.set_aside(conn, self.schema)
 
@@ -466,7 +466,7 @@ class _Restore:
         proxy = self.engine.raw_connection()
         self._opened.append(proxy)
         raw = self._driver(proxy)
-        for name, value in {**self.session, "search_path": _quoted(self.schema)}.items():
+        for name, value in {**self.session, "search_path": replace.quoted(self.schema)}.items():
             raw.execute(_SET, (name, value, name))
         raw.commit()
         return raw
@@ -505,7 +505,7 @@ class _Restore:
         _lap("attachments (beyond the rest)")
 
     def _qualified(self, table: str) -> str:
-        return f"{_quoted(self.schema)}.{table}"
+        return f"{replace.quoted(self.schema)}.{table}"
 
     def _bytes_of(self, table: str) -> int:
         entry = self.source.tables.get(table)
@@ -515,14 +515,10 @@ class _Restore:
         return lambda: reached(phase, self.pause_at)
 
 
-def _quoted(name: str) -> str:
-    return f'"{name}"'
-
-
 def _set_sequences(conn: Connection, schema: str) -> None:
     """Each serial column's sequence past the restored rows."""
     for table, column in SEQUENCES:
-        qualified = f"{_quoted(schema)}.{table}"
+        qualified = f"{replace.quoted(schema)}.{table}"
         conn.execute(
             text(
                 f"SELECT setval(pg_get_serial_sequence(:table, '{column}'), "
@@ -639,7 +635,7 @@ def _check_index(conn: Connection, source: Archive, schema: str) -> None:
         rows = conn.execute(
             text(
                 "SELECT id::text, storage_path, size_bytes, sha256 "
-                f"FROM {_quoted(schema)}.attachments"
+                f"FROM {replace.quoted(schema)}.attachments"
             )
         ).all()
     in_table = {row[0]: (row[1], row[2], row[3]) for row in rows}
