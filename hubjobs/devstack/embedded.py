@@ -266,6 +266,56 @@ def is_zombie(pid: int) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Daemon:
+    """A background process of the stack: started detached, its pid and log in the state
+    folder, found again by that pid (a reused pid without its marker is not it)."""
+
+    pid_file: str
+    log_file: str
+    # A word of its command line, which a process reusing its pid would not have.
+    marker: str
+
+    def running(self, home: Path) -> int | None:
+        """Its pid, if it runs."""
+        path = home / self.pid_file
+        if not path.exists():
+            return None
+        pid = int(path.read_text().strip() or 0)
+        if not pid or not pid_alive(pid):
+            return None
+        command = command_line(pid, limit=1000) or ""
+        return pid if self.marker in command else None
+
+    def start(
+        self, home: Path, command: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> int:
+        """Starts ``command`` unless it runs already; returns its pid. It inherits this
+        process's environment (and ``env``), so it reads the same settings."""
+        pid = self.running(home)
+        if pid is not None:
+            return pid
+        home.mkdir(parents=True, exist_ok=True)
+        with open(home / self.log_file, "ab") as out:
+            process = subprocess.Popen(
+                list(command),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=None if env is None else {**os.environ, **env},
+                start_new_session=True,  # outlives the command that started it
+            )
+        (home / self.pid_file).write_text(str(process.pid))
+        return process.pid
+
+    def stop(self, home: Path, timeout: float = 30) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        pid = self.running(home)
+        if pid is not None:
+            terminate(pid, timeout)
+        (home / self.pid_file).unlink(missing_ok=True)
+
+
 def processes_in(folder: Path) -> list[int]:
     """Live processes working in ``folder`` (PostgreSQL's all work in their data
     directory); those we may not look into are not seen."""
@@ -629,6 +679,9 @@ def dynamic_config_args(config: dict[str, str]) -> list[str]:
     ]
 
 
+TEMPORAL = Daemon("temporal.pid", "temporal.log", marker="start-dev")
+
+
 # The dev server's SQLite in WAL mode, synchronous=NORMAL (DEV_STORE_PRAGMAS): the
 # defaults fsync twice a commit; a power loss may lose the last transactions, a right
 # trade for a dev stack (docs/benchmarks.md).
@@ -646,8 +699,8 @@ class EmbeddedTemporal:
     ) -> None:
         self.home = home.resolve()
         self.sqlite_pragmas = list(DEV_STORE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas)
-        self.pidfile = self.home / "temporal.pid"
-        self.logfile = self.home / "temporal.log"
+        self.pidfile = self.home / TEMPORAL.pid_file
+        self.logfile = self.home / TEMPORAL.log_file
         # The command it was last started with, and its ports: a restart runs it again.
         self.command_file = self.home / "temporal.command.json"
         self.persistent = persistent
@@ -658,13 +711,7 @@ class EmbeddedTemporal:
     def running_pid(self) -> int | None:
         """The dev server's pid, if it runs: a pid reused since by a process that is not a
         dev server is not ours (``up`` restarts the server, ``down`` leaves that one)."""
-        if not self.pidfile.exists():
-            return None
-        pid = int(self.pidfile.read_text().strip() or 0)
-        if not pid or not pid_alive(pid):
-            return None
-        command = command_line(pid, limit=1000)
-        return pid if command is None or "start-dev" in command else None
+        return TEMPORAL.running(self.home)
 
     def ui_codec_endpoint(self) -> str | None:
         """The codec endpoint the running dev server's UI was started with."""
@@ -747,11 +794,7 @@ class EmbeddedTemporal:
                 raise
 
     def stop(self) -> None:
-        pid = self.running_pid()
-        if pid is None:
-            return
-        terminate(pid, 15)
-        self.pidfile.unlink(missing_ok=True)
+        TEMPORAL.stop(self.home, 15)
 
 
 def _sa_type(key: SearchAttributeKey[Any]) -> str:
