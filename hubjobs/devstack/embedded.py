@@ -33,6 +33,7 @@ from temporalio.common import SearchAttributeKey
 
 from hubjobs.errors import PortTaken, Unavailable
 from hubjobs.extras import require
+from hubjobs.home import write_private
 from hubjobs.settings import DEV_STORE_PRAGMAS, STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -353,15 +354,6 @@ def _pg_bin_path() -> Path:
 # a socket alike (pg_hba.conf), against the password in PASSWORD_FILE.
 AUTH_METHOD = "scram-sha-256"
 PASSWORD_FILE = "postgres-password"
-
-
-def write_private(path: Path, text: str) -> None:
-    """``text`` into ``path``, readable by this user only, replacing it in one step."""
-    partial = path.with_name(f".{path.name}.partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(text)
-    os.replace(partial, path)
 
 
 def _hba_rules(text: str) -> list[list[str]]:
