@@ -166,15 +166,20 @@ def _process_with_socket(inodes: Collection[int]) -> int | None:
     if not inodes:
         return None
     wanted = {f"socket:[{inode}]" for inode in inodes}
+    return next(
+        _pids_where(lambda p: any(os.readlink(fd) in wanted for fd in (p / "fd").iterdir())), None
+    )
+
+
+def _pids_where(test: Callable[[Path], bool]) -> Iterator[int]:
+    """Each process whose /proc folder passes ``test``; one gone meanwhile, a zombie, or
+    not ours to look into, does not."""
     for process in Path("/proc").iterdir():
-        if not process.name.isdigit():
-            continue
         try:
-            if any(os.readlink(fd) in wanted for fd in (process / "fd").iterdir()):
-                return int(process.name)
-        except OSError:  # gone meanwhile, or not ours to look into
+            if process.name.isdigit() and test(process):
+                yield int(process.name)
+        except OSError:
             continue
-    return None
 
 
 def command_line(pid: int, limit: int = 200) -> str | None:
@@ -320,16 +325,7 @@ class Daemon:
 def processes_in(folder: Path) -> list[int]:
     """Live processes working in ``folder`` (PostgreSQL's all work in their data
     directory); those we may not look into are not seen."""
-    found = []
-    for process in Path("/proc").iterdir():
-        if not process.name.isdigit():
-            continue
-        try:
-            if Path(os.readlink(process / "cwd")) == folder:
-                found.append(int(process.name))
-        except OSError:  # gone meanwhile, a zombie, or not ours to look into
-            continue
-    return found
+    return list(_pids_where(lambda p: Path(os.readlink(p / "cwd")) == folder))
 
 
 # --- PostgreSQL ---------------------------------------------------------------
@@ -356,16 +352,10 @@ AUTH_METHOD = "scram-sha-256"
 PASSWORD_FILE = "postgres-password"
 
 
-def _hba_rules(text: str) -> list[list[str]]:
-    return [
-        line.split()
-        for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-
-
 def _trusting_lines(text: str) -> bool:
-    return any("trust" in rule for rule in _hba_rules(text))
+    return any(
+        "trust" in line.split() for line in text.splitlines() if not line.lstrip().startswith("#")
+    )
 
 
 def _without_trust(text: str) -> str:
