@@ -33,7 +33,7 @@ from temporalio.common import SearchAttributeKey
 
 from hubjobs.errors import PortTaken, Unavailable
 from hubjobs.extras import require
-from hubjobs.home import write_private
+from hubjobs.home import recorded, write_private
 from hubjobs.settings import DEV_STORE_PRAGMAS, STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -798,10 +798,8 @@ def _sa_type(key: SearchAttributeKey[Any]) -> str:
 
 
 def read_stack(home: Path) -> StackInfo | None:
-    path = home / STACK_FILE
-    if not path.exists():
-        return None
-    return StackInfo(**json.loads(path.read_text()))
+    data = recorded(home, STACK_FILE)
+    return StackInfo(**data) if data else None
 
 
 def write_stack(home: Path, info: StackInfo) -> None:
