@@ -93,9 +93,14 @@ def update_profile(home: Path, values: dict[str, Any]) -> Path:
     only (it may hold an API token), written whole or not at all."""
     home.mkdir(parents=True, exist_ok=True)
     profile = recorded(home, PROFILE_FILE) | values
-    partial = home / f"{PROFILE_FILE}.partial"
+    write_private(home / PROFILE_FILE, json.dumps(profile, indent=2) + "\n")
+    return home / PROFILE_FILE
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by this user only, replacing it in one step."""
+    partial = path.with_name(f".{path.name}.partial")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as out:
-        out.write(json.dumps(profile, indent=2) + "\n")
-    os.replace(partial, home / PROFILE_FILE)
-    return home / PROFILE_FILE
+        out.write(text)
+    os.replace(partial, path)

@@ -23,6 +23,7 @@ from hubjobs.home import (
     STACK_FILE,
     nearest_home,
     no_stack,
+    recorded,
 )
 
 __all__ = [
@@ -306,11 +307,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def _stack(self) -> dict[str, str]:
-        path = self.home / STACK_FILE
-        if not path.exists():
-            return {}
-        data: dict[str, str] = json.loads(path.read_text())
-        return data
+        return recorded(self.home, STACK_FILE)
 
     def resolved_database_url(self) -> str:
         url = self.database_url or self._stack.get("database_url")

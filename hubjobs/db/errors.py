@@ -104,17 +104,18 @@ def is_timeout(err: BaseException) -> bool:
     """The outage is a deadline that passed (the client's or the server's), not a
     connection that failed: trying again at once on another connection would wait
     the whole budget once more."""
-    if isinstance(err, DeadlineExceeded):
-        return True
+    return isinstance(err, DeadlineExceeded) or sqlstate_of(err) in _TIMEOUT_STATES
+
+
+def driver_error(err: BaseException) -> BaseException:
+    """psycopg's error under SQLAlchemy's wrapping one; any other error itself."""
     sa = _sqlalchemy_exc()
-    orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
-    return isinstance(orig, psycopg.Error) and orig.sqlstate in _TIMEOUT_STATES
+    return err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
 
 
 def sqlstate_of(err: BaseException) -> str | None:
     """The SQLSTATE of a database error (psycopg's, or SQLAlchemy's wrapping one)."""
-    sa = _sqlalchemy_exc()
-    orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
+    orig = driver_error(err)
     return orig.sqlstate if isinstance(orig, psycopg.Error) else None
 
 
@@ -153,6 +154,4 @@ def is_data_error(err: BaseException) -> bool:
     """The input itself was refused by the database (an invalid character, a value out
     of range), or could not even be sent to it (text that is not valid Unicode, which
     psycopg cannot encode): the caller's fault, never worth a retry."""
-    sa = _sqlalchemy_exc()
-    orig = err.orig if sa is not None and isinstance(err, sa.DBAPIError) else err
-    return isinstance(orig, (psycopg.DataError, UnicodeEncodeError))
+    return isinstance(driver_error(err), (psycopg.DataError, UnicodeEncodeError))

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hubjobs.devstack.daemons import Daemon
 from hubjobs.devstack.embedded import (
     PORT_TRIES,
+    Daemon,
     choose_port,
     describe_holder,
     port_holder,

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hubjobs.devstack.daemons import Daemon
 from hubjobs.devstack.embedded import (
+    Daemon,
     choose_port,
     describe_holder,
     port_holder,

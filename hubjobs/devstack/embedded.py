@@ -33,6 +33,7 @@ from temporalio.common import SearchAttributeKey
 
 from hubjobs.errors import PortTaken, Unavailable
 from hubjobs.extras import require
+from hubjobs.home import recorded, write_private
 from hubjobs.settings import DEV_STORE_PRAGMAS, STACK_FILE
 from hubjobs.temporal.search_attributes import REGISTERED
 
@@ -165,15 +166,20 @@ def _process_with_socket(inodes: Collection[int]) -> int | None:
     if not inodes:
         return None
     wanted = {f"socket:[{inode}]" for inode in inodes}
+    return next(
+        _pids_where(lambda p: any(os.readlink(fd) in wanted for fd in (p / "fd").iterdir())), None
+    )
+
+
+def _pids_where(test: Callable[[Path], bool]) -> Iterator[int]:
+    """Each process whose /proc folder passes ``test``; one gone meanwhile, a zombie, or
+    not ours to look into, does not."""
     for process in Path("/proc").iterdir():
-        if not process.name.isdigit():
-            continue
         try:
-            if any(os.readlink(fd) in wanted for fd in (process / "fd").iterdir()):
-                return int(process.name)
-        except OSError:  # gone meanwhile, or not ours to look into
+            if process.name.isdigit() and test(process):
+                yield int(process.name)
+        except OSError:
             continue
-    return None
 
 
 def command_line(pid: int, limit: int = 200) -> str | None:
@@ -266,19 +272,60 @@ def is_zombie(pid: int) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Daemon:
+    """A background process of the stack: started detached, its pid and log in the state
+    folder, found again by that pid (a reused pid without its marker is not it)."""
+
+    pid_file: str
+    log_file: str
+    # A word of its command line, which a process reusing its pid would not have.
+    marker: str
+
+    def running(self, home: Path) -> int | None:
+        """Its pid, if it runs."""
+        path = home / self.pid_file
+        if not path.exists():
+            return None
+        pid = int(path.read_text().strip() or 0)
+        if not pid or not pid_alive(pid):
+            return None
+        command = command_line(pid, limit=1000) or ""
+        return pid if self.marker in command else None
+
+    def start(
+        self, home: Path, command: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> int:
+        """Starts ``command`` unless it runs already; returns its pid. It inherits this
+        process's environment (and ``env``), so it reads the same settings."""
+        pid = self.running(home)
+        if pid is not None:
+            return pid
+        home.mkdir(parents=True, exist_ok=True)
+        with open(home / self.log_file, "ab") as out:
+            process = subprocess.Popen(
+                list(command),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=None if env is None else {**os.environ, **env},
+                start_new_session=True,  # outlives the command that started it
+            )
+        (home / self.pid_file).write_text(str(process.pid))
+        return process.pid
+
+    def stop(self, home: Path, timeout: float = 30) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        pid = self.running(home)
+        if pid is not None:
+            terminate(pid, timeout)
+        (home / self.pid_file).unlink(missing_ok=True)
+
+
 def processes_in(folder: Path) -> list[int]:
     """Live processes working in ``folder`` (PostgreSQL's all work in their data
     directory); those we may not look into are not seen."""
-    found = []
-    for process in Path("/proc").iterdir():
-        if not process.name.isdigit():
-            continue
-        try:
-            if Path(os.readlink(process / "cwd")) == folder:
-                found.append(int(process.name))
-        except OSError:  # gone meanwhile, a zombie, or not ours to look into
-            continue
-    return found
+    return list(_pids_where(lambda p: Path(os.readlink(p / "cwd")) == folder))
 
 
 # --- PostgreSQL ---------------------------------------------------------------
@@ -305,25 +352,10 @@ AUTH_METHOD = "scram-sha-256"
 PASSWORD_FILE = "postgres-password"
 
 
-def write_private(path: Path, text: str) -> None:
-    """``text`` into ``path``, readable by this user only, replacing it in one step."""
-    partial = path.with_name(f".{path.name}.partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(text)
-    os.replace(partial, path)
-
-
-def _hba_rules(text: str) -> list[list[str]]:
-    return [
-        line.split()
-        for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-
-
 def _trusting_lines(text: str) -> bool:
-    return any("trust" in rule for rule in _hba_rules(text))
+    return any(
+        "trust" in line.split() for line in text.splitlines() if not line.lstrip().startswith("#")
+    )
 
 
 def _without_trust(text: str) -> str:
@@ -629,6 +661,9 @@ def dynamic_config_args(config: dict[str, str]) -> list[str]:
     ]
 
 
+TEMPORAL = Daemon("temporal.pid", "temporal.log", marker="start-dev")
+
+
 # The dev server's SQLite in WAL mode, synchronous=NORMAL (DEV_STORE_PRAGMAS): the
 # defaults fsync twice a commit; a power loss may lose the last transactions, a right
 # trade for a dev stack (docs/benchmarks.md).
@@ -646,8 +681,8 @@ class EmbeddedTemporal:
     ) -> None:
         self.home = home.resolve()
         self.sqlite_pragmas = list(DEV_STORE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas)
-        self.pidfile = self.home / "temporal.pid"
-        self.logfile = self.home / "temporal.log"
+        self.pidfile = self.home / TEMPORAL.pid_file
+        self.logfile = self.home / TEMPORAL.log_file
         # The command it was last started with, and its ports: a restart runs it again.
         self.command_file = self.home / "temporal.command.json"
         self.persistent = persistent
@@ -658,13 +693,7 @@ class EmbeddedTemporal:
     def running_pid(self) -> int | None:
         """The dev server's pid, if it runs: a pid reused since by a process that is not a
         dev server is not ours (``up`` restarts the server, ``down`` leaves that one)."""
-        if not self.pidfile.exists():
-            return None
-        pid = int(self.pidfile.read_text().strip() or 0)
-        if not pid or not pid_alive(pid):
-            return None
-        command = command_line(pid, limit=1000)
-        return pid if command is None or "start-dev" in command else None
+        return TEMPORAL.running(self.home)
 
     def ui_codec_endpoint(self) -> str | None:
         """The codec endpoint the running dev server's UI was started with."""
@@ -747,11 +776,7 @@ class EmbeddedTemporal:
                 raise
 
     def stop(self) -> None:
-        pid = self.running_pid()
-        if pid is None:
-            return
-        terminate(pid, 15)
-        self.pidfile.unlink(missing_ok=True)
+        TEMPORAL.stop(self.home, 15)
 
 
 def _sa_type(key: SearchAttributeKey[Any]) -> str:
@@ -773,10 +798,8 @@ def _sa_type(key: SearchAttributeKey[Any]) -> str:
 
 
 def read_stack(home: Path) -> StackInfo | None:
-    path = home / STACK_FILE
-    if not path.exists():
-        return None
-    return StackInfo(**json.loads(path.read_text()))
+    data = recorded(home, STACK_FILE)
+    return StackInfo(**data) if data else None
 
 
 def write_stack(home: Path, info: StackInfo) -> None:

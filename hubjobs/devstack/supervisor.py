@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hubjobs.devstack.background_api import API, recorded_api, restart_api
-from hubjobs.devstack.daemons import Daemon
-from hubjobs.devstack.embedded import EmbeddedPostgres, EmbeddedTemporal, read_stack, stack_lock
+from hubjobs.devstack.embedded import (
+    Daemon,
+    EmbeddedPostgres,
+    EmbeddedTemporal,
+    read_stack,
+    stack_lock,
+)
 from hubjobs.observability.logs import setup_logging
 from hubjobs.settings import Settings
 

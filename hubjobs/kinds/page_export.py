@@ -258,7 +258,7 @@ PAGE_EXPORT = JobKind(
     help="Export a course, or the whole workspace, as NDJSON files of pages; the result "
     "is a FHIR bulk-data manifest whose files the API serves.",
     show=absolute_manifest,
-    file_of=lambda settings, job, name: export_file(settings, job, name),
+    file_of=export_file,
     file_content_type=CONTENT_TYPE,
     settings=PageExportSettings,
 )

@@ -28,7 +28,7 @@ class ReplaceRefused(HubJobsError):
     code = "archive_conflict"
 
 
-def _q(name: str) -> str:
+def quoted(name: str) -> str:
     return f'"{name}"'
 
 
@@ -51,7 +51,7 @@ def _scalar(conn: Connection, sql: str) -> object:
 
 def check_scope(conn: Connection, staging: str, workspace: uuid.UUID) -> None:
     """Raises ArchiveError (archive_corrupt) unless every staged row is the workspace's."""
-    s, w = _q(staging), scope.literal(workspace)
+    s, w = quoted(staging), scope.literal(workspace)
     checks = {
         "a workspace other than its own": (
             f"SELECT count(*) <> 1 OR bool_or(id <> {w}) FROM {s}.workspaces"
@@ -91,7 +91,7 @@ def require_idle(conn: Connection, workspace: uuid.UUID) -> None:
 def find_conflicts(conn: Connection, staging: str, workspace: uuid.UUID) -> None:
     """Raises ReplaceRefused (archive_conflict) when restoring would touch a row or a file
     of another workspace; the ids go to the log only."""
-    s, w, live = _q(staging), scope.literal(workspace), LIVE
+    s, w, live = quoted(staging), scope.literal(workspace), LIVE
     other = f"p.workspace_id <> {w}"
     checks = {
         "pages that another workspace holds now": (
@@ -141,7 +141,7 @@ def advance_sequences(conn: Connection, staging: str) -> None:
         conn.execute(
             text(
                 f"SELECT setval({seq}, m) FROM (SELECT max({column}) AS m "
-                f"FROM {_q(staging)}.{table}) x "
+                f"FROM {quoted(staging)}.{table}) x "
                 f"WHERE m > coalesce(pg_sequence_last_value({seq}), 0)"
             )
         )
@@ -153,13 +153,13 @@ def _upsert(table: str, cols: Sequence[str], staging: str, key: str, update: str
 
 def _insert(table: str, cols: Sequence[str], staging: str) -> str:
     names = ", ".join(cols)
-    return f"INSERT INTO {LIVE}.{table} ({names}) SELECT {names} FROM {_q(staging)}.{table}"
+    return f"INSERT INTO {LIVE}.{table} ({names}) SELECT {names} FROM {quoted(staging)}.{table}"
 
 
 def replace(conn: Connection, staging: str, workspace: uuid.UUID) -> list[str]:
     """Replaces the workspace's rows by the staged ones, accounts the hub has kept as
     they are; returns the storage paths of removed attachments that no row names now."""
-    w, s = scope.literal(workspace), _q(staging)
+    w, s = scope.literal(workspace), quoted(staging)
     cols = {table: columns(conn, table) for table, _ in HUB_TABLES}
     for table, names in cols.items():
         if columns(conn, table, staging) != names:
@@ -225,7 +225,7 @@ def _require_counts(conn: Connection, staging: str, workspace: uuid.UUID) -> Non
     for table, _ in HUB_TABLES:
         mine = scope.condition(table, workspace, LIVE)
         live = _scalar(conn, f"SELECT count(*) FROM {LIVE}.{table} t WHERE {mine}")
-        staged = _scalar(conn, f"SELECT count(*) FROM {_q(staging)}.{table}")
+        staged = _scalar(conn, f"SELECT count(*) FROM {quoted(staging)}.{table}")
         if live != staged:
             log.warning(
                 "restore: %s holds %s rows of the workspace, the archive %s", table, live, staged

@@ -30,7 +30,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES, Manifest
 from hubjobs.archive.reader import ARCHIVE_ERROR_CODES, Archive, ArchiveError, open_archive
 from hubjobs.db.engine import plain_url, sync_engine
-from hubjobs.db.errors import is_outage, refused_writes
+from hubjobs.db.errors import driver_error, is_outage, refused_writes, sqlstate_of
 from hubjobs.db.limits import ConnectOptions
 from hubjobs.db.migrate import head_revision, known_revisions, upgrade_on
 from hubjobs.errors import HubJobsError, InvalidInput, Unavailable
@@ -344,7 +344,7 @@ class _Restore:
         with conn.begin():
             staging_schema.drop_leftovers(conn)
             staging_schema.create(conn, self.schema)
-            conn.exec_driver_sql(_SET, ("search_path", _quoted(self.schema), "search_path"))
+            conn.exec_driver_sql(_SET, ("search_path", replace.quoted(self.schema), "search_path"))
             upgrade_on(conn, self.source.manifest.schema_version)
             return keys.set_aside(conn, self.schema)
 
@@ -466,7 +466,7 @@ class _Restore:
         proxy = self.engine.raw_connection()
         self._opened.append(proxy)
         raw = self._driver(proxy)
-        for name, value in {**self.session, "search_path": _quoted(self.schema)}.items():
+        for name, value in {**self.session, "search_path": replace.quoted(self.schema)}.items():
             raw.execute(_SET, (name, value, name))
         raw.commit()
         return raw
@@ -505,7 +505,7 @@ class _Restore:
         _lap("attachments (beyond the rest)")
 
     def _qualified(self, table: str) -> str:
-        return f"{_quoted(self.schema)}.{table}"
+        return f"{replace.quoted(self.schema)}.{table}"
 
     def _bytes_of(self, table: str) -> int:
         entry = self.source.tables.get(table)
@@ -515,14 +515,10 @@ class _Restore:
         return lambda: reached(phase, self.pause_at)
 
 
-def _quoted(name: str) -> str:
-    return f'"{name}"'
-
-
 def _set_sequences(conn: Connection, schema: str) -> None:
     """Each serial column's sequence past the restored rows."""
     for table, column in SEQUENCES:
-        qualified = f"{_quoted(schema)}.{table}"
+        qualified = f"{replace.quoted(schema)}.{table}"
         conn.execute(
             text(
                 f"SELECT setval(pg_get_serial_sequence(:table, '{column}'), "
@@ -533,10 +529,9 @@ def _set_sequences(conn: Connection, schema: str) -> None:
 
 
 def _database_error(err: BaseException) -> HubJobsError:
-    orig = err.orig if isinstance(err, sa_exc.DBAPIError) else err
+    orig, state = driver_error(err), sqlstate_of(err)
     refusal = refused_writes(err)
     if refusal is not None:
-        state = getattr(orig, "sqlstate", None)
         log.warning("restore: the database refuses writes: %s", orig)
         return Unavailable(
             f"the database refused to write (SQLSTATE {state}: it is full or read-only); "
@@ -550,13 +545,11 @@ def _database_error(err: BaseException) -> HubJobsError:
             code="database_unavailable",
         )
     if isinstance(orig, psycopg.DataError | psycopg.IntegrityError):
-        state = getattr(orig, "sqlstate", None)
         log.info("restore: the database refused the archive's rows: %s", orig)
         return ArchiveError(
             f"the database refused the archive's rows (SQLSTATE {state})", code="archive_corrupt"
         )
     log.warning("restore: the database refused the restore: %s", orig)
-    state = getattr(orig, "sqlstate", None)
     return RestoreRefused(
         f"the database refused the restore (SQLSTATE {state}); nothing was committed",
         code="database_failed",
@@ -642,7 +635,7 @@ def _check_index(conn: Connection, source: Archive, schema: str) -> None:
         rows = conn.execute(
             text(
                 "SELECT id::text, storage_path, size_bytes, sha256 "
-                f"FROM {_quoted(schema)}.attachments"
+                f"FROM {replace.quoted(schema)}.attachments"
             )
         ).all()
     in_table = {row[0]: (row[1], row[2], row[3]) for row in rows}

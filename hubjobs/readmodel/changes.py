@@ -65,11 +65,10 @@ class JobChanges:
         try:
             yield event
         finally:
-            waiting = self._waiters.get(job_id)
-            if waiting is not None:
-                waiting.discard(event)
-                if not waiting:
-                    del self._waiters[job_id]
+            waiting = self._waiters.get(job_id, set())
+            waiting.discard(event)
+            if not waiting:
+                self._waiters.pop(job_id, None)
 
     def watch_all(self) -> ChangeLog:
         """A log of every change from now on, until ``unwatch_all``."""

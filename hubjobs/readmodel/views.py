@@ -24,12 +24,8 @@ class Counters(BaseModel):
         return cls.model_validate(source, from_attributes=True)
 
     def __add__(self, other: Counters) -> Counters:
-        return Counters(
-            total=self.total + other.total,
-            processed=self.processed + other.processed,
-            succeeded=self.succeeded + other.succeeded,
-            skipped=self.skipped + other.skipped,
-            failed=self.failed + other.failed,
+        return Counters.model_validate(
+            {name: getattr(self, name) + getattr(other, name) for name in Counters.model_fields}
         )
 
     def describe(self) -> str:

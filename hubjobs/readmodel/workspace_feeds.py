@@ -85,11 +85,10 @@ class WorkspaceFeeds:
             while True:
                 yield await inbox.take()
         finally:
-            following = self._followers.get(workspace_id)
-            if following is not None:
-                following.discard(inbox)
-                if not following:
-                    del self._followers[workspace_id]
+            following = self._followers.get(workspace_id, set())
+            following.discard(inbox)
+            if not following:
+                self._followers.pop(workspace_id, None)
             if not self._followers:
                 self._stop()
 

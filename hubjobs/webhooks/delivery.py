@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
@@ -47,18 +47,12 @@ class Completion:
     error_code: str | None = None
 
     def body(self) -> bytes:
-        return json.dumps(
-            {
-                "job_id": str(self.job_id),
-                "kind": self.kind,
-                "workspace_id": str(self.workspace_id),
-                "status": self.status,
-                "result": self.result,
-                "error_code": self.error_code,
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        ).encode()
+        fields = {
+            **asdict(self),
+            "job_id": str(self.job_id),
+            "workspace_id": str(self.workspace_id),
+        }
+        return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
 
 
 def idempotency_key(job_id: uuid.UUID) -> str:
