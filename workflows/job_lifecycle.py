@@ -14,6 +14,7 @@ Deterministic: no I/O here; activity modules are passed through the sandbox.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -96,12 +97,8 @@ HANDED_OVER_RETRY = RetryPolicy(
 # attempts in a row an idle cut-off worker may get back after it handed one over.
 WORKER_POLLS = 5
 # A local step whose worker found it cannot reach the database is handed over at once.
-LOCAL_LIFECYCLE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-    non_retryable_error_types=[OUT_OF_REACH],
+LOCAL_LIFECYCLE_RETRY = dataclasses.replace(
+    LIFECYCLE_RETRY, non_retryable_error_types=[OUT_OF_REACH]
 )
 # One attempt per activity: the workflow, not Temporal's retry policy, decides what a
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.

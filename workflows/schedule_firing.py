@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduledJob,
     )
 
+from workflows.job_lifecycle import LIFECYCLE_RETRY, LOCAL_TIMEOUT
 from workflows.versioning import declare_workflow
 
 # Outages are ridden out inside; anything else fails the firing after a few tries
@@ -51,14 +52,6 @@ OPEN_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 OPEN_TIMEOUT = timedelta(minutes=10)
-# The keep step is a lifecycle write: it retries until it lands.
-KEEP_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-)
-KEEP_TIMEOUT = timedelta(seconds=60)
 
 
 # Auto-upgrade: a firing only opens its job and waits for it (the job's own workflow is
@@ -118,8 +111,9 @@ class ScheduledStartWorkflow:
             expired = await workflow.execute_local_activity_method(
                 ScheduleActivities.keep_newest,
                 KeepNewest(schedule_id=firing.schedule_id, keep=firing.keep),
-                start_to_close_timeout=KEEP_TIMEOUT,
-                retry_policy=KEEP_RETRY,
+                # A lifecycle write: it retries until it lands.
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
                 summary=f"Keep the newest {firing.keep} successful runs",
             )
         return FiringOutcome(job_id=opened.job_id, status=outcome.status, expired=expired)
