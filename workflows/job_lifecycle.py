@@ -140,10 +140,17 @@ def kind_workflow(
     kind: JobKind[Any], *, versioning: VersioningBehavior
 ) -> Callable[[type[W]], type[W]]:
     """Declares a kind's workflow: its Temporal type from the kind's name, its versioning
-    behaviour stated here (workflows/versioning.py)."""
+    behaviour stated here (workflows/versioning.py), and its run."""
     declare_versioned = declare_workflow(kind.workflow_type, versioning)
 
     def declare(cls: type[W]) -> type[W]:
+        # The SDK wants the run method on the class itself, in the class's module.
+        async def run(self: JobWorkflow, *job: Any) -> JobOutcome:
+            return await self.run_job(job)
+
+        run.__module__ = cls.__module__
+        run.__qualname__ = f"{cls.__qualname__}.{run.__name__}"
+        setattr(cls, run.__name__, workflow.run(run))
         cls.kind = kind
         return declare_versioned(cls)
 
@@ -159,7 +166,7 @@ class FailJob(Exception):
 
 class JobWorkflow:
     """Base of every kind's workflow: subclasses set ``work`` (the kind's work activity,
-    by reference) and a ``@workflow.run`` that calls ``run_job``."""
+    by reference); ``kind_workflow`` gives them their run."""
 
     kind: ClassVar[JobKind[Any]]
     work: ClassVar[Callable[..., Any]]
