@@ -37,6 +37,7 @@ from hubjobs.temporal.failures import (
     TIMED_OUT,
     message_for,
 )
+from hubjobs.temporal.handler_args import uuid_or_none
 from hubjobs.temporal.launch import launch
 from hubjobs.temporal.messages import (
     JobOutcome,
@@ -62,13 +63,6 @@ STUCK_ATTEMPTS = 3
 OPEN_JOB_RUNS = f'ExecutionStatus = "Running" AND {sa.JOB_ID.name} IS NOT NULL'
 
 Verdict = tuple[JobStatus, str | None, str | None]
-
-
-def _uuid_or_none(value: str | None) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value) if value is not None else None
-    except ValueError:
-        return None  # set by a direct start, not by hubjobs
 
 
 def task_attempt(description: WorkflowExecutionDescription) -> int:
@@ -171,7 +165,8 @@ class MaintenanceActivities:
         open_runs: dict[uuid.UUID, str] = {}
         ended = 0
         async for run in self.client.list_workflows(OPEN_JOB_RUNS, limit=request.limit):
-            job_id = _uuid_or_none(run.typed_search_attributes.get(sa.JOB_ID))
+            # None where a direct start, not hubjobs, set the job id.
+            job_id = uuid_or_none(run.typed_search_attributes.get(sa.JOB_ID))
             if job_id is not None:
                 open_runs[job_id] = run.id
             if len(open_runs) == RECONCILE_BATCH:

@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         judge,
         message_for,
     )
-    from hubjobs.temporal.handler_args import Refused, read_argument
+    from hubjobs.temporal.handler_args import Refused, read_argument, uuid_or_none
     from hubjobs.temporal.messages import (
         CANCEL_SIGNAL,
         COMPLETION_DELIVERY_WORKFLOW,
@@ -747,17 +747,17 @@ def _refused_start(
 ) -> RefusedStart | None:
     """What a refused input says of its job; None without a readable workspace."""
     raw = args[0] if len(args) == 1 and isinstance(args[0], dict) else {}
-    workspace = _uuid_or_none(raw.get("workspace_id"))
+    workspace = uuid_or_none(raw.get("workspace_id"))
     if workspace is None:
         return None
-    job_id = _uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
+    job_id = uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
     correlation = raw.get("correlation_id")
     payload = raw.get("payload")
     return RefusedStart(
         job_id=job_id,
         kind=kind,
         workspace_id=workspace,
-        actor_id=_uuid_or_none(raw.get("actor_id")),
+        actor_id=uuid_or_none(raw.get("actor_id")),
         correlation_id=correlation
         if isinstance(correlation, str) and is_key(correlation)
         else _default_correlation_id(workflow_id, job_id),
@@ -766,12 +766,3 @@ def _refused_start(
         error_code=INVALID_PAYLOAD,
         error_message=message,
     )
-
-
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            return None
-    return None
