@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.schedule_firing import ScheduleActivities
     from hubjobs.readmodel.status import JobStatus
     from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
-    from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
+    from hubjobs.temporal.failures import PROCESSING_FAILED, invalid_input, message_for
     from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.launch import priority_of, search_attributes_of, task_timeout_of
     from hubjobs.temporal.messages import (
@@ -63,11 +63,7 @@ class ScheduledStartWorkflow:
         # Read here: a bad input by hand fails the firing, not its workflow tasks.
         read = read_argument(ScheduledJob, args)
         if isinstance(read, Refused):
-            raise ApplicationError(
-                f"The firing's input is not valid: {read.reason}.",
-                type=INVALID_PAYLOAD,
-                non_retryable=True,
-            )
+            raise invalid_input("firing's", read.reason)
         firing = read.value
         opened: FiringStart = await workflow.execute_activity_method(
             ScheduleActivities.open_firing,
