@@ -29,12 +29,8 @@ class JobStepActivities:
     @activity.defn
     async def finish_job(self, request: FinishJob) -> JobOutcome:
         """Writes the final status; a finished row stays as it is and is returned."""
-
-        async def read(conn: AsyncConnection) -> JobView | None:
-            return await job_rows.get_job(conn, request.job_id)
-
         with handing_over(self.deps.reach):
-            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+            job = await self._job(request.job_id)
             if job is None:
                 raise job_not_found()
             bind_job(job)
@@ -50,12 +46,8 @@ class JobStepActivities:
     @activity.defn
     async def durable_progress(self, job_id: uuid.UUID) -> int:
         """How far the job durably got, as its row shows it."""
-
-        async def read(conn: AsyncConnection) -> JobView | None:
-            return await job_rows.get_job(conn, job_id)
-
         with handing_over(self.deps.reach):
-            job = await with_outage_retry(self.deps.engine, self.deps.settings, read)
+            job = await self._job(job_id)
         if job is None:
             raise job_not_found()
         kind = REGISTRY.find(job.kind)
@@ -99,3 +91,8 @@ class JobStepActivities:
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+
+    async def _job(self, job_id: uuid.UUID) -> JobView | None:
+        return await with_outage_retry(
+            self.deps.engine, self.deps.settings, lambda conn: job_rows.get_job(conn, job_id)
+        )

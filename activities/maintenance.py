@@ -7,7 +7,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from temporalio import activity
@@ -37,6 +37,7 @@ from hubjobs.temporal.failures import (
     TIMED_OUT,
     message_for,
 )
+from hubjobs.temporal.handler_args import uuid_or_none
 from hubjobs.temporal.launch import launch
 from hubjobs.temporal.messages import (
     JobOutcome,
@@ -62,13 +63,7 @@ STUCK_ATTEMPTS = 3
 OPEN_JOB_RUNS = f'ExecutionStatus = "Running" AND {sa.JOB_ID.name} IS NOT NULL'
 
 Verdict = tuple[JobStatus, str | None, str | None]
-
-
-def _uuid_or_none(value: str | None) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value) if value is not None else None
-    except ValueError:
-        return None  # set by a direct start, not by hubjobs
+T = TypeVar("T")
 
 
 def task_attempt(description: WorkflowExecutionDescription) -> int:
@@ -171,7 +166,8 @@ class MaintenanceActivities:
         open_runs: dict[uuid.UUID, str] = {}
         ended = 0
         async for run in self.client.list_workflows(OPEN_JOB_RUNS, limit=request.limit):
-            job_id = _uuid_or_none(run.typed_search_attributes.get(sa.JOB_ID))
+            # None where a direct start, not hubjobs, set the job id.
+            job_id = uuid_or_none(run.typed_search_attributes.get(sa.JOB_ID))
             if job_id is not None:
                 open_runs[job_id] = run.id
             if len(open_runs) == RECONCILE_BATCH:
@@ -185,12 +181,11 @@ class MaintenanceActivities:
         if not open_runs:
             return 0
         grace = timedelta(seconds=request.grace_seconds)
-
-        async def settled(conn: AsyncConnection) -> list[job_rows.SettledJob]:
-            return await job_rows.settled_among(conn, list(open_runs), older_than=grace)
-
+        settled = await self._db(
+            lambda conn: job_rows.settled_among(conn, list(open_runs), older_than=grace)
+        )
         ended = 0
-        for job in await with_outage_retry(self.deps.engine, self.deps.settings, settled):
+        for job in settled:
             activity.heartbeat()
             handle = self.client.get_workflow_handle(open_runs[job.id])
             description = await handle.describe()
@@ -215,16 +210,14 @@ class MaintenanceActivities:
         self, request: ReconcileRequest, after: job_rows.UnfinishedJob | None, checked: int
     ) -> list[job_rows.UnfinishedJob]:
         """The next page of the selection."""
-
-        async def select(conn: AsyncConnection) -> list[job_rows.UnfinishedJob]:
-            return await job_rows.unfinished_jobs(
+        return await self._db(
+            lambda conn: job_rows.unfinished_jobs(
                 conn,
                 older_than=timedelta(seconds=request.grace_seconds),
                 limit=min(RECONCILE_BATCH, request.limit - checked),
                 after=after,
             )
-
-        return await with_outage_retry(self.deps.engine, self.deps.settings, select)
+        )
 
     async def _reconcile(
         self, row: job_rows.UnfinishedJob
@@ -268,14 +261,14 @@ class MaintenanceActivities:
         attempt = task_attempt(description)
         if attempt < STUCK_ATTEMPTS:
             if row.stuck:
-                await self._write(lambda conn: job_rows.clear_stuck(conn, row.id))
+                await self._db(lambda conn: job_rows.clear_stuck(conn, row.id))
                 log.info("job %s runs again: no longer stuck", row.id)
             return
         if row.stuck:
             return
         failure = await self._last_task_failure(row.workflow_id, description.run_id)
         reason = f"workflow task failing ({failure}), attempt {attempt}"
-        if await self._write(lambda conn: job_rows.mark_stuck(conn, row.id, reason)):
+        if await self._db(lambda conn: job_rows.mark_stuck(conn, row.id, reason)):
             log.error(
                 "job %s is stuck: its workflow task keeps failing (%s, attempt %d)",
                 row.id,
@@ -304,16 +297,12 @@ class MaintenanceActivities:
                 return "timed out"
         return "unknown"
 
-    async def _write(self, write: Callable[[AsyncConnection], Awaitable[bool]]) -> bool:
-        return await with_outage_retry(self.deps.engine, self.deps.settings, write)
+    async def _db(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        return await with_outage_retry(self.deps.engine, self.deps.settings, work)
 
     async def _job(self, job_id: uuid.UUID) -> JobView | None:
         """The whole row, for the few the reconciler changes."""
-
-        async def read(conn: AsyncConnection) -> JobView | None:
-            return await job_rows.get_job(conn, job_id)
-
-        return await with_outage_retry(self.deps.engine, self.deps.settings, read)
+        return await self._db(lambda conn: job_rows.get_job(conn, job_id))
 
     async def _closed_status(
         self, workflow_id: str, status: WorkflowExecutionStatus | None

@@ -3,14 +3,11 @@ a cancellation stops it within a second and leaves no file."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.backup import BackupActivities
     from hubjobs.kinds.backup import BACKUP
-    from hubjobs.temporal.messages import JobOutcome
 
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
@@ -18,7 +15,3 @@ from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 @kind_workflow(BACKUP, versioning=JOB_VERSIONING)
 class BackupWorkflow(JobWorkflow):
     work = BackupActivities.write_backup
-
-    @workflow.run
-    async def run(self, *job: Any) -> JobOutcome:
-        return await self.run_job(job)

@@ -25,18 +25,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from hubjobs.webhooks.delivery import TIMEOUT_SECONDS, DeliveryFailed, DeliveryRefused
 
+from workflows.job_lifecycle import LIFECYCLE_RETRY, LOCAL_TIMEOUT
 from workflows.versioning import declare_workflow
 
 # One try: the POST's timeout and room for the row; it heartbeats every second.
 TRY_TIMEOUT = timedelta(seconds=TIMEOUT_SECONDS + 20)
 TRY_HEARTBEAT = timedelta(seconds=5)
-# Recording the end is a lifecycle write: retried until it lands.
-RECORD_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-)
 
 
 # Auto-upgrade: one activity and its retries; nothing a new build could replay wrong.
@@ -76,8 +70,9 @@ class CompletionDelivery:
                 error=f"{DeliveryFailed.code}: not delivered within "
                 f"{request.deadline_seconds:.0f} s",
             ),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RECORD_RETRY,
+            # A lifecycle write: retried until it lands.
+            start_to_close_timeout=LOCAL_TIMEOUT,
+            retry_policy=LIFECYCLE_RETRY,
             summary="Record the delivery failed",
         )
         return DeliveryReport(job_id=request.job_id, state=NotifyState.failed)

@@ -3,14 +3,11 @@ outcome; the pages live in PostgreSQL, never in the history."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.course_tagging import CourseTaggingActivities
     from hubjobs.kinds.course_tagging import COURSE_TAGGING
-    from hubjobs.temporal.messages import JobOutcome
 
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
@@ -18,7 +15,3 @@ from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 @kind_workflow(COURSE_TAGGING, versioning=JOB_VERSIONING)
 class CourseTaggingWorkflow(JobWorkflow):
     work = CourseTaggingActivities.tag_course
-
-    @workflow.run
-    async def run(self, *job: Any) -> JobOutcome:
-        return await self.run_job(job)

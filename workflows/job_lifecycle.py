@@ -14,6 +14,7 @@ Deterministic: no I/O here; activity modules are passed through the sandbox.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -50,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         judge,
         message_for,
     )
-    from hubjobs.temporal.handler_args import Refused, read_argument
+    from hubjobs.temporal.handler_args import Refused, read_argument, uuid_or_none
     from hubjobs.temporal.messages import (
         CANCEL_SIGNAL,
         COMPLETION_DELIVERY_WORKFLOW,
@@ -96,12 +97,8 @@ HANDED_OVER_RETRY = RetryPolicy(
 # attempts in a row an idle cut-off worker may get back after it handed one over.
 WORKER_POLLS = 5
 # A local step whose worker found it cannot reach the database is handed over at once.
-LOCAL_LIFECYCLE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-    non_retryable_error_types=[OUT_OF_REACH],
+LOCAL_LIFECYCLE_RETRY = dataclasses.replace(
+    LIFECYCLE_RETRY, non_retryable_error_types=[OUT_OF_REACH]
 )
 # One attempt per activity: the workflow, not Temporal's retry policy, decides what a
 # failure costs. Liveness is the heartbeat timeout; this only bounds a runaway attempt.
@@ -143,10 +140,17 @@ def kind_workflow(
     kind: JobKind[Any], *, versioning: VersioningBehavior
 ) -> Callable[[type[W]], type[W]]:
     """Declares a kind's workflow: its Temporal type from the kind's name, its versioning
-    behaviour stated here (workflows/versioning.py)."""
+    behaviour stated here (workflows/versioning.py), and its run."""
     declare_versioned = declare_workflow(kind.workflow_type, versioning)
 
     def declare(cls: type[W]) -> type[W]:
+        # The SDK wants the run method on the class itself, in the class's module.
+        async def run(self: JobWorkflow, *job: Any) -> JobOutcome:
+            return await self.run_job(job)
+
+        run.__module__ = cls.__module__
+        run.__qualname__ = f"{cls.__qualname__}.{run.__name__}"
+        setattr(cls, run.__name__, workflow.run(run))
         cls.kind = kind
         return declare_versioned(cls)
 
@@ -162,7 +166,7 @@ class FailJob(Exception):
 
 class JobWorkflow:
     """Base of every kind's workflow: subclasses set ``work`` (the kind's work activity,
-    by reference) and a ``@workflow.run`` that calls ``run_job``."""
+    by reference); ``kind_workflow`` gives them their run."""
 
     kind: ClassVar[JobKind[Any]]
     work: ClassVar[Callable[..., Any]]
@@ -743,17 +747,17 @@ def _refused_start(
 ) -> RefusedStart | None:
     """What a refused input says of its job; None without a readable workspace."""
     raw = args[0] if len(args) == 1 and isinstance(args[0], dict) else {}
-    workspace = _uuid_or_none(raw.get("workspace_id"))
+    workspace = uuid_or_none(raw.get("workspace_id"))
     if workspace is None:
         return None
-    job_id = _uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
+    job_id = uuid_or_none(raw.get("job_id")) or job_id_from_workflow_id(workflow_id, kind)
     correlation = raw.get("correlation_id")
     payload = raw.get("payload")
     return RefusedStart(
         job_id=job_id,
         kind=kind,
         workspace_id=workspace,
-        actor_id=_uuid_or_none(raw.get("actor_id")),
+        actor_id=uuid_or_none(raw.get("actor_id")),
         correlation_id=correlation
         if isinstance(correlation, str) and is_key(correlation)
         else _default_correlation_id(workflow_id, job_id),
@@ -762,12 +766,3 @@ def _refused_start(
         error_code=INVALID_PAYLOAD,
         error_message=message,
     )
-
-
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            return None
-    return None

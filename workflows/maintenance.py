@@ -15,11 +15,11 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.maintenance import MaintenanceActivities
-    from hubjobs.temporal.failures import INVALID_PAYLOAD
+    from hubjobs.temporal.failures import invalid_input
     from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.maintenance import (
         MAINTENANCE_PLAN_SIGNAL,
@@ -48,14 +48,6 @@ ROUNDS_PER_RUN = 500
 # Auto-upgrade: a run caught by a deploy moves to the new build at its next task, so no
 # old build waits for it. A change to its commands still needs ``workflow.patched``.
 MAINTENANCE_VERSIONING = VersioningBehavior.AUTO_UPGRADE
-
-
-def _invalid(what: str, refused: Refused) -> ApplicationError:
-    return ApplicationError(
-        f"The {what} input is not valid: {refused.reason}.",
-        type=INVALID_PAYLOAD,
-        non_retryable=True,
-    )
 
 
 async def _sweep(cutoff: datetime, limit: int) -> SweepResult:
@@ -106,7 +98,7 @@ class MaintenanceWorkflow:
     async def run(self, *args: Any) -> None:
         read = read_argument(MaintenanceState, args, optional=True)
         if isinstance(read, Refused):
-            raise _invalid("maintenance", read)
+            raise invalid_input("maintenance", read.reason)
         if not self.replanned:  # a plan signalled with the start wins over the input's
             self.state.plan = read.value.plan
         state = self.state
@@ -178,7 +170,7 @@ class RetentionSweepWorkflow:
     async def run(self, *args: Any) -> SweepResult:
         limit = args[0] if len(args) == 1 and args[0] is not None else 100_000
         if len(args) > 1 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise _invalid("sweep", Refused("expects a positive whole number, the limit"))
+            raise invalid_input("sweep", "expects a positive whole number, the limit")
         return await _sweep(workflow.now(), limit)
 
 
@@ -190,7 +182,7 @@ class ReconcilerWorkflow:
     async def run(self, *args: Any) -> ReconcileResult:
         read = read_argument(ReconcileRequest, args, optional=True)
         if isinstance(read, Refused):
-            raise _invalid("reconciler", read)
+            raise invalid_input("reconciler", read.reason)
         return await _reconcile(read.value)
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.page_export import PageExportActivities
     from hubjobs.kinds.page_export import PAGE_EXPORT
-    from hubjobs.temporal.messages import JobOutcome
 
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 
@@ -17,7 +14,3 @@ from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
 @kind_workflow(PAGE_EXPORT, versioning=JOB_VERSIONING)
 class PageExportWorkflow(JobWorkflow):
     work = PageExportActivities.export_pages
-
-    @workflow.run
-    async def run(self, *job: Any) -> JobOutcome:
-        return await self.run_job(job)

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.schedule_firing import ScheduleActivities
     from hubjobs.readmodel.status import JobStatus
     from hubjobs.schedules.definition import SCHEDULED_START_WORKFLOW
-    from hubjobs.temporal.failures import INVALID_PAYLOAD, PROCESSING_FAILED, message_for
+    from hubjobs.temporal.failures import PROCESSING_FAILED, invalid_input, message_for
     from hubjobs.temporal.handler_args import Refused, read_argument
     from hubjobs.temporal.launch import priority_of, search_attributes_of, task_timeout_of
     from hubjobs.temporal.messages import (
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduledJob,
     )
 
+from workflows.job_lifecycle import LIFECYCLE_RETRY, LOCAL_TIMEOUT
 from workflows.versioning import declare_workflow
 
 # Outages are ridden out inside; anything else fails the firing after a few tries
@@ -51,14 +52,6 @@ OPEN_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 OPEN_TIMEOUT = timedelta(minutes=10)
-# The keep step is a lifecycle write: it retries until it lands.
-KEEP_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-)
-KEEP_TIMEOUT = timedelta(seconds=60)
 
 
 # Auto-upgrade: a firing only opens its job and waits for it (the job's own workflow is
@@ -70,11 +63,7 @@ class ScheduledStartWorkflow:
         # Read here: a bad input by hand fails the firing, not its workflow tasks.
         read = read_argument(ScheduledJob, args)
         if isinstance(read, Refused):
-            raise ApplicationError(
-                f"The firing's input is not valid: {read.reason}.",
-                type=INVALID_PAYLOAD,
-                non_retryable=True,
-            )
+            raise invalid_input("firing's", read.reason)
         firing = read.value
         opened: FiringStart = await workflow.execute_activity_method(
             ScheduleActivities.open_firing,
@@ -118,8 +107,9 @@ class ScheduledStartWorkflow:
             expired = await workflow.execute_local_activity_method(
                 ScheduleActivities.keep_newest,
                 KeepNewest(schedule_id=firing.schedule_id, keep=firing.keep),
-                start_to_close_timeout=KEEP_TIMEOUT,
-                retry_policy=KEEP_RETRY,
+                # A lifecycle write: it retries until it lands.
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LIFECYCLE_RETRY,
                 summary=f"Keep the newest {firing.keep} successful runs",
             )
         return FiringOutcome(job_id=opened.job_id, status=outcome.status, expired=expired)

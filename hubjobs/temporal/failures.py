@@ -97,6 +97,13 @@ def backoff_seconds(stalls: int, options: JobOptions) -> float:
     return float(min(wait, options.retry_max_seconds))
 
 
+def invalid_input(whose: str, reason: str) -> ApplicationError:
+    """A workflow's input that did not read: it fails at once, naming what was wrong."""
+    return ApplicationError(
+        f"The {whose} input is not valid: {reason}.", type=INVALID_PAYLOAD, non_retryable=True
+    )
+
+
 # Codes whose own message says more than the plain sentence and is safe to show: an
 # invalid input's names the field (built from pydantic's place and message, never the
 # value sent), which a caller needs to mend it.

@@ -7,6 +7,7 @@ its workflow task for ever, so handlers take ``*args: Any`` (plain JSON) and rea
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -65,3 +66,13 @@ def json_type(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     return "a value that is not JSON"
+
+
+def uuid_or_none(value: object) -> uuid.UUID | None:
+    """A UUID from text sent from outside; None for anything else."""
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return None
+    return None

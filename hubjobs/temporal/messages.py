@@ -15,6 +15,7 @@ from hubjobs.domain.bounded import Code, Message, Reason
 from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import Counters
+from hubjobs.temporal.handler_args import uuid_or_none
 
 # Bounds of the ids and names a message holds (every text field is bounded, so that no
 # message nears Temporal's 2 MB payload limit).
@@ -210,12 +211,8 @@ def job_id_from_workflow_id(workflow_id: str, kind: str) -> uuid.UUID:
     derived from the whole workflow id (the same id every time: a retried start is
     one job)."""
     prefix = f"{kind}-"
-    if workflow_id.startswith(prefix):
-        try:
-            return uuid.UUID(workflow_id[len(prefix) :])
-        except ValueError:
-            pass
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"hubjobs:workflow:{workflow_id}")
+    named = uuid_or_none(workflow_id[len(prefix) :]) if workflow_id.startswith(prefix) else None
+    return named or uuid.uuid5(uuid.NAMESPACE_URL, f"hubjobs:workflow:{workflow_id}")
 
 
 class WorkRequest(BaseModel):

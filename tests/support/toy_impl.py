@@ -10,7 +10,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.attempt import KindActivities
     from activities.context import WorkContext
     from activities.endings import Done, WorkEnd
-    from hubjobs.temporal.messages import JobOutcome, WorkRequest, WorkResult
+    from hubjobs.temporal.messages import WorkRequest, WorkResult
     from tests.support.toy_kind import TOY, EchoPayload, EchoSettings
 
 from workflows.job_lifecycle import JOB_VERSIONING, JobWorkflow, kind_workflow
@@ -37,7 +37,3 @@ class EchoActivities(KindActivities[EchoPayload]):
 @kind_workflow(TOY, versioning=JOB_VERSIONING)
 class ToyEchoWorkflow(JobWorkflow):
     work = EchoActivities.echo
-
-    @workflow.run
-    async def run(self, *job: Any) -> JobOutcome:
-        return await self.run_job(job)
