@@ -41,6 +41,7 @@ FILES = {
     "": ("index.html", "text/html; charset=utf-8"),
     "app.js": ("app.js", "text/javascript; charset=utf-8"),
     "app.css": ("app.css", "text/css; charset=utf-8"),
+    "favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 # How long the token a sign-in link gives holds (a working day).
 SESSION_SECONDS = 8 * 3600

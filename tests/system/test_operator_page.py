@@ -18,6 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -36,6 +37,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
+from tests.support.accessibility import severe_violations
 from tests.support.helpers import edit, until, with_kind
 from tests.support.servers import API_SECRET, running_worker, seed
 from tests.support.sse import serving
@@ -110,9 +112,11 @@ class Tab:
         await dialog.dismiss()  # type: ignore[attr-defined]
 
 
-async def open_tab(browser: Browser, *, width: int = 1280, height: int = 900) -> Tab:
-    context = await browser.new_context(viewport={"width": width, "height": height})
-    return Tab(await context.new_page())
+async def open_tab(
+    browser: Browser, *, width: int = 1280, height: int = 900, **context: Any
+) -> Tab:
+    opened = await browser.new_context(viewport={"width": width, "height": height}, **context)
+    return Tab(await opened.new_page())
 
 
 async def sign_in(tab: Tab, base: str, course: DemoCourse, settings: Settings) -> None:
@@ -493,10 +497,14 @@ async def test_another_workspaces_token_sees_what_a_missing_job_shows(
     assert in_ours == await shown(course.workspace_id, uuid.uuid4())
     assert "no such job in this workspace" in in_ours
     await shot(tab, tmp_path, "missing-job")
-    # Their workspace's address: as a workspace that does not exist, whatever the job.
+    # Their workspace's address: as a workspace that does not exist, whatever the job
+    # (the page names the address's workspace, as it was typed).
     in_theirs = await shown(other.workspace_id, theirs.id)
     assert in_theirs == await shown(other.workspace_id, uuid.uuid4())
-    assert in_theirs == await shown(uuid.uuid4(), uuid.uuid4())
+    nowhere = uuid.uuid4()
+    assert in_theirs.replace(str(other.workspace_id), "W") == (
+        await shown(nowhere, uuid.uuid4())
+    ).replace(str(nowhere), "W")
     assert str(theirs.id) not in in_ours + in_theirs
     await page.goto(f"{base}/operator/#/w/{other.workspace_id}/jobs")
     await expect(page.get_by_role("heading", name="Jobs not shown")).to_be_visible()
@@ -727,3 +735,150 @@ VISIBILITY = """(state) => {
     Object.defineProperty(document, "visibilityState", { value: state, configurable: true });
     document.dispatchEvent(new Event("visibilitychange"));
 }"""
+
+
+# --- what an operator reads at a glance --------------------------------------------------
+
+# A fixed locale and zone: the separators and times asserted are en-US's, in UTC.
+READER: dict[str, Any] = {"locale": "en-US", "timezone_id": "UTC"}
+
+
+async def test_numbers_times_ids_titles_keys_and_dark_mode(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """Counts with separators, times relative with the exact one on hover, a duration,
+    ids whole and copied in a click, a title per view, j/k/Enter/?/ keys that only move,
+    dark mode by the system's choice and by the toggle; axe finds nothing serious."""
+    base, hub = api
+    course = await seed(engine, 1200)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    tab = await open_tab(browser, permissions=["clipboard-read", "clipboard-write"], **READER)
+    page = tab.page
+    refused: list[str] = []
+    page.on("response", lambda r: refused.append(r.url) if r.status >= 400 else None)
+    async with running_worker(temporal, page_settings):
+        course_job = await jobs.start(
+            "course_tagging", {"root_page_id": course.root_page_id, "tag": "t"}
+        )
+        backup = await jobs.start("backup", {})
+        await sign_in(tab, base, course, page_settings)
+        assert await page.title() == "Jobs · hubjobs"
+        course_row = page.locator(row(page, course_job.id))
+        await expect(course_row.locator(".num")).to_contain_text("/ 1,200", timeout=60_000)
+        created = course_row.locator("time[data-ago]")
+        await expect(created).to_have_text(re.compile(r"now|seconds? ago|minutes? ago"))
+        assert str(course_job.created_at.year) in (await created.get_attribute("title") or "")
+        assert not await severe_violations(page)
+
+        # Keys move and open, nothing else: "/" is the filter, j/k the rows, Enter opens.
+        await page.keyboard.press("/")
+        assert await page.evaluate("() => document.activeElement.id") == "kind"
+        await page.locator("#main").focus()
+        for key in ("j", "j", "k", "j"):
+            await page.keyboard.press(key)
+        focused = await page.evaluate("() => document.activeElement.closest('tr').dataset.jobId")
+        assert focused == str(course_job.id)  # newest first: the backup, then the course
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#job-title")).to_be_visible()
+        assert page.url.endswith(f"/jobs/{course_job.id}")
+        assert await page.title() == f"{await page.locator('#job-title').inner_text()} · hubjobs"
+        await page.keyboard.press("?")
+        await expect(page.locator("#help")).to_be_visible()
+        assert not await severe_violations(page)
+        await page.keyboard.press("Escape")
+        await expect(page.locator("#help")).to_be_hidden()
+
+        await expect(page.locator("#job-done")).to_contain_text("of 1,200 done", timeout=60_000)
+        await expect(page.locator("#duration")).to_have_text(re.compile(r"^\d+ (s|min)"))
+        workflow = page.locator("code.id").nth(1)
+        assert await workflow.inner_text() == course_job.workflow_id
+        await page.get_by_role("button", name="Copy the workflow id").click()
+        await expect(page.locator("#notice")).to_have_text("Copied the workflow id.")
+        assert await page.evaluate("() => navigator.clipboard.readText()") == course_job.workflow_id
+        await shot(tab, tmp_path, "glance-job")
+
+        # Dark mode by the toggle, kept for the next view; and by the system's choice.
+        await page.get_by_role("button", name="Dark mode").click()
+        assert await page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        paper = "() => getComputedStyle(document.documentElement).backgroundColor"
+        assert await page.evaluate(paper) == "rgb(20, 24, 29)"
+        assert not await severe_violations(page)
+        await shot(tab, tmp_path, "dark-job")
+        dark = await open_tab(browser, color_scheme="dark", **READER)
+        await sign_in(dark, base, course, page_settings)
+        await expect(dark.page.locator(row(dark.page, backup.id))).to_be_visible()
+        assert await dark.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        assert (
+            await dark.page.get_by_role("button", name="Dark mode").get_attribute("aria-pressed")
+            == "true"
+        )
+        assert not await severe_violations(dark.page)
+        await shot(dark, tmp_path, "dark-jobs")
+        await jobs.cancel(course_job.id, reason="the test has seen enough")
+    icon = await page.request.get(f"{base}/operator/favicon.svg")
+    assert (icon.status, icon.headers["content-type"]) == (200, "image/svg+xml")
+    assert await page.locator("link[rel=icon]").get_attribute("href") == "favicon.svg"
+    assert refused == []
+
+
+async def test_a_phone_shows_every_column_and_a_schedule_reads_in_its_zone(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """At 390 px a row's every cell is on screen, named by its column; a cron and its
+    next firing read in the schedule's own zone; an address in another workspace than
+    the tab's says so."""
+    base, hub = api
+    course, other = await seed(engine, 3), await seed(engine, 3)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    job = await jobs.start("backup", {})
+    made = await jobs.schedules.create("backup", cron="0 6 * * *", time_zone="Europe/Paris")
+    tab = await open_tab(browser, width=390, height=844, **READER)
+    page = tab.page
+    try:
+        await sign_in(tab, base, course, page_settings)
+        for table, line in (
+            ("jobs", page.locator(row(page, job.id))),
+            ("schedules", page.locator(f'tr[data-schedule-id="{made.id}"]')),
+        ):
+            if table == "schedules":
+                await page.get_by_role("link", name="Schedules").click()
+            await expect(line).to_be_visible()
+            cells = await line.locator("td").evaluate_all(
+                """(cells) => cells.map((c) => {
+                    const box = c.getBoundingClientRect();
+                    return [getComputedStyle(c, "::before").content, box.width > 0,
+                            box.left >= 0 && box.right <= window.innerWidth];
+                })"""
+            )
+            assert cells and all(shown and inside for _, shown, inside in cells), (table, cells)
+            assert all(label not in ("none", "normal", '""') for label, _, _ in cells), cells
+            assert not await severe_violations(page)
+            await shot(tab, tmp_path, f"phone-every-column-{table}")
+        schedule = page.locator(f'tr[data-schedule-id="{made.id}"]')
+        await expect(schedule).to_contain_text("0 6 * * * (Europe/Paris)")
+        await expect(schedule.locator(".next-run .hint")).to_contain_text("6:00:00 AM GMT+1")
+
+        # A link into another workspace: said so, whatever job it names.
+        await page.goto(f"{base}/operator/#/w/{other.workspace_id}/jobs/{uuid.uuid4()}")
+        note = page.locator("#other-workspace")
+        await expect(note).to_contain_text(str(other.workspace_id))
+        await expect(note).to_contain_text(str(course.workspace_id))
+        await note.get_by_role("link").click()
+        await expect(page.locator(row(page, job.id))).to_be_visible()
+        await page.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs/{uuid.uuid4()}")
+        await expect(page.get_by_role("heading", name="Job not shown")).to_be_visible()
+        await expect(page.locator("#other-workspace")).to_have_count(0)
+        # The audit finds what it is for: a button with no name is a critical violation.
+        await page.evaluate("() => document.body.append(document.createElement('button'))")
+        assert "button-name" in {v["id"] for v in await severe_violations(page)}
+    finally:
+        await jobs.schedules.delete(made.id)

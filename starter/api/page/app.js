@@ -10,8 +10,15 @@ const ITEM_STATES = ["failed", "pending", "succeeded", "skipped"];
 const JOBS_PAGE = 25;
 const ITEMS_PAGE = 50;
 
+const THEME = "hubjobs.theme";
+const NUMBER = new Intl.NumberFormat();
+const RELATIVE = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const UNITS = [["year", 31536000], ["month", 2592000], ["week", 604800], ["day", 86400],
+  ["hour", 3600], ["minute", 60], ["second", 1]];
+
 const main = document.getElementById("main");
 const notice = document.getElementById("notice");
+const help = document.getElementById("help");
 let config = { temporal_ui_url: null, namespace: "default", login_links: false };
 let kinds = null;
 // What the current view must stop when another one replaces it (its streams).
@@ -40,14 +47,65 @@ function say(message) {
   say.timer = setTimeout(() => { notice.textContent = ""; }, 6000);
 }
 
-function when(value) {
+function n(value) {
+  return NUMBER.format(value);
+}
+
+function ago(at) {
+  const seconds = Math.round((at - Date.now()) / 1000);
+  const [unit, size] = UNITS.find(([, size]) => Math.abs(seconds) >= size) || UNITS[6];
+  return RELATIVE.format(Math.trunc(seconds / size), unit);
+}
+
+// The exact time, with its zone: the reader's, or a schedule's own.
+function exact(value, timeZone) {
+  return new Date(value).toLocaleString(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "numeric", minute: "2-digit",
+    second: "2-digit", timeZoneName: "short", timeZone,
+  });
+}
+
+// Relative ("5 minutes ago"), the exact time on hover; kept current by the timer below.
+function when(value, timeZone) {
   if (!value) return "—";
-  const at = new Date(value);
-  return el("time", { datetime: value, title: value }, at.toLocaleString());
+  return el("time", { datetime: value, title: exact(value, timeZone), "data-ago": true },
+    ago(Date.parse(value)));
+}
+setInterval(() => {
+  for (const time of document.querySelectorAll("time[data-ago]")) {
+    time.textContent = ago(Date.parse(time.dateTime));
+  }
+}, 15000);
+
+function duration(from, to) {
+  if (!from) return "—";
+  const seconds = Math.max(0, Math.round(((to ? Date.parse(to) : Date.now()) - Date.parse(from)) / 1000));
+  const parts = [[Math.floor(seconds / 86400), "d"], [Math.floor(seconds / 3600) % 24, "h"],
+    [Math.floor(seconds / 60) % 60, "min"], [seconds % 60, "s"]];
+  const first = parts.findIndex(([count]) => count > 0);
+  if (first < 0) return "0 s";
+  return parts.slice(first, first + 2).filter(([count]) => count > 0)
+    .map(([count, unit]) => `${count} ${unit}`).join(" ");
+}
+
+// An id whole: it breaks only after its dashes and underscores, and copies in one click.
+function idOf(value, name) {
+  const code = el("code", { class: "id" },
+    String(value).split(/(?<=[-_])/).flatMap((part) => [part, el("wbr")]));
+  const copy = el("button", {
+    type: "button", class: "quiet copy", text: "Copy", "aria-label": `Copy the ${name}`,
+    onclick: () => navigator.clipboard.writeText(String(value))
+      .then(() => say(`Copied the ${name}.`), () => say(`Not copied: select the ${name} instead.`)),
+  });
+  return el("span", { class: "id-line" }, code, " ", copy);
+}
+
+function titled(text) {
+  document.title = `${text} · hubjobs`;
 }
 
 function statusLabel(job) {
-  return job.failed > 0 ? `${job.status} (${job.failed} failed)` : job.status;
+  return job.failed > 0 ? `${job.status} (${n(job.failed)} failed)` : job.status;
 }
 
 function statusBadge(job) {
@@ -278,11 +336,18 @@ function route(message) {
   return go(`/w/${ws}/jobs`);
 }
 
-function failure(title, error) {
+// Where the address names another workspace than the one this tab signed in for, it
+// says so: a shared link to a job of another workspace is not a mystery.
+function failure(title, error, ws) {
+  titled(title);
+  const mine = workspace();
   show(
     el("h1", { text: title }),
     el("p", { class: "error", role: "alert", text: error.message }),
     el("p", { class: "hint" }, "Code: ", el("code", { text: error.code || "" })),
+    ws && mine && ws !== mine ? el("p", { id: "other-workspace" },
+      `This address is in workspace ${ws}; this tab signed in for workspace ${mine}. `,
+      el("a", { href: `#/w/${mine}/jobs`, text: "Your workspace's jobs" })) : "",
   );
 }
 
@@ -337,6 +402,7 @@ function signIn(message) {
     error,
   );
   const nodes = [form];
+  titled("Sign in");
   if (config.login_links) {
     nodes.push(el("p", { class: "hint", id: "login-link-hint" },
       "On the embedded stack, open the sign-in link `hubjobs up` (or `make run`) printed: " +
@@ -410,7 +476,7 @@ async function jobsView(ws, params) {
     kinds = await fetch("/kinds", { credentials: "omit" })
       .then((r) => r.json()).then((b) => b.kinds.map((k) => k.name)).catch(() => []);
   }
-  const kindSelect = el("select", { id: "kind", name: "kind" },
+  const kindSelect = el("select", { id: "kind", name: "kind", "data-search": true },
     el("option", { value: "", text: "any kind" }),
     kinds.map((name) => el("option", { value: name, selected: name === filters.kind, text: name })));
   const statusSelect = el("select", { id: "status", name: "status" },
@@ -464,9 +530,13 @@ async function jobsView(ws, params) {
         cancelLabel();
       });
       const link = el("a", { href: `#/w/${ws}/jobs/${job.id}` });
-      const cells = { status: el("td"), bar: el("td"), kind: el("td", { class: "wide" }), created: el("td", { class: "wide" }) };
+      const cells = {
+        status: el("td", { "data-label": "Status" }), bar: el("td", { "data-label": "Progress" }),
+        kind: el("td", { "data-label": "Kind" }), created: el("td", { "data-label": "Created" }),
+      };
       const tr = el("tr", { "data-job-id": job.id },
-        el("td", {}, box), el("td", { class: "text" }, link), cells.kind, cells.status, cells.bar, cells.created);
+        el("td", { "data-label": "Select" }, box), el("td", { class: "text", "data-label": "Job" }, link),
+        cells.kind, cells.status, cells.bar, cells.created);
       entry = { tr, box, link, cells };
       rows.set(job.id, entry);
     }
@@ -475,7 +545,7 @@ async function jobsView(ws, params) {
     cells.kind.textContent = job.kind;
     cells.status.replaceChildren(statusBadge(job), stuckFlag(job) || "");
     cells.bar.replaceChildren(bar(job, `Progress of ${job.summary || job.kind}`), " ",
-      el("span", { class: "num", text: `${job.processed}/${job.total}` }));
+      el("span", { class: "num", text: `${n(job.processed)} / ${n(job.total)}` }));
     cells.created.replaceChildren(when(job.created_at));
     box.checked = selected.has(job.id);
     return entry.tr;
@@ -515,7 +585,7 @@ async function jobsView(ws, params) {
       draw();
     } catch (error) {
       during = null;
-      if (error.status !== 401) failure("Jobs not shown", error);
+      if (error.status !== 401) failure("Jobs not shown", error, ws);
     }
   }
 
@@ -549,8 +619,8 @@ async function jobsView(ws, params) {
       try {
         const answer = await api("POST", `${base}/cancel`, { body: request });
         const refused = answer.results.filter((r) => r.error);
-        outcome.textContent = `${answer.results.length - refused.length} cancelled` +
-          (refused.length ? `, ${refused.length} refused (${refused[0].error.message})` : "") +
+        outcome.textContent = `${n(answer.results.length - refused.length)} cancelled` +
+          (refused.length ? `, ${n(refused.length)} refused (${refused[0].error.message})` : "") +
           (answer.more ? "; more remain: cancel again" : "");
         selected.clear();
         allOnPage.checked = false;
@@ -569,6 +639,7 @@ async function jobsView(ws, params) {
     el("label", { class: "inline", for: "all-matching" }, allMatching, "every unfinished job matching this filter"),
     cancelButton);
 
+  titled("Jobs");
   show(
     el("h1", { text: "Jobs" }),
     el("form", { class: "row", "aria-label": "Filter", onsubmit: (e) => { e.preventDefault(); onFilter(); } },
@@ -577,15 +648,15 @@ async function jobsView(ws, params) {
     bulk,
     outcome,
     el("div", { class: "scroll" },
-      el("table", { id: "jobs" },
+      el("table", { id: "jobs", class: "stack" },
         el("caption", { text: "Newest first; live while this page is open." }),
         el("thead", {}, el("tr", {},
           el("th", { scope: "col" }, allOnPage),
           el("th", { scope: "col", text: "Job" }),
-          el("th", { scope: "col", class: "wide", text: "Kind" }),
+          el("th", { scope: "col", text: "Kind" }),
           el("th", { scope: "col", text: "Status" }),
           el("th", { scope: "col", text: "Progress" }),
-          el("th", { scope: "col", class: "wide", text: "Created" }))),
+          el("th", { scope: "col", text: "Created" }))),
         body)),
     empty,
     pager,
@@ -602,7 +673,7 @@ async function jobsView(ws, params) {
       if (now === null) load();
       else { listed = now; draw(); }
     }
-  }, { onRefused: (error) => failure("Jobs not shown", error) });
+  }, { onRefused: (error) => failure("Jobs not shown", error, ws) });
 }
 
 // --- one job ---------------------------------------------------------------------------
@@ -618,7 +689,7 @@ async function jobView(ws, id, params) {
   try {
     job = await api("GET", `${base}/record`);
   } catch (error) {
-    if (error.status !== 401) failure("Job not shown", error);
+    if (error.status !== 401) failure("Job not shown", error, ws);
     return;
   }
   const title = el("h1", { id: "job-title" });
@@ -635,19 +706,21 @@ async function jobView(ws, id, params) {
 
   function render() {
     title.textContent = job.summary || `${job.kind} ${job.id}`;
+    titled(title.textContent);
     status.replaceChildren(statusBadge(job), stuckFlag(job) || "",
       job.stuck_since ? el("span", { class: "hint", text: ` since ${job.stuck_since}: ${job.stuck_reason || ""}` }) : "");
     progress.replaceChildren(bar(job, "Progress"),
-      el("span", { id: "job-done", text: `${job.processed} of ${job.total} done` }));
+      el("span", { id: "job-done", text: `${n(job.processed)} of ${n(job.total)} done` }));
     message.textContent = job.progress_message || job.error_message || "";
     counters.replaceChildren(facts([
-      ["Total", job.total, "count-total"], ["Processed", job.processed, "count-processed"],
-      ["Succeeded", job.succeeded, "count-succeeded"], ["Skipped", job.skipped, "count-skipped"],
-      ["Failed", job.failed, "count-failed"],
+      ["Total", n(job.total), "count-total"], ["Processed", n(job.processed), "count-processed"],
+      ["Succeeded", n(job.succeeded), "count-succeeded"], ["Skipped", n(job.skipped), "count-skipped"],
+      ["Failed", n(job.failed), "count-failed"],
     ]));
     timings.replaceChildren(facts([
       ["Created", when(job.created_at)], ["Started", when(job.started_at)],
       ["Items taken", when(job.snapshot_at)], ["Finished", when(job.finished_at)],
+      [job.finished_at ? "Ran for" : "Running for", job.started_at ? duration(job.started_at, job.finished_at) : "—", "duration"],
     ]));
     const run = config.temporal_ui_url
       ? el("a", {
@@ -658,7 +731,7 @@ async function jobView(ws, id, params) {
     attempts.replaceChildren(facts([
       // As the Temporal UI names them: each attempt a slice, "attempt" only after failures.
       ["Slices", job.attempts, "count-slices"], ["Failed attempts", job.attempts_failed],
-      ["Workflow", el("code", { text: job.workflow_id })], ["Run", run],
+      ["Job", idOf(job.id, "job id")], ["Workflow", idOf(job.workflow_id, "workflow id")], ["Run", run],
       ["Error", job.error_code ? `${job.error_code}: ${job.error_message || ""}` : "—"],
       ["Cancel asked", job.cancel_requested_at ? el("span", {}, when(job.cancel_requested_at),
         job.cancel_reason ? el("span", { id: "cancel-reason" }, " — ", job.cancel_reason) : "") : "—"],
@@ -703,7 +776,7 @@ async function jobView(ws, id, params) {
       nodes.push(el("button", {
         type: "button",
         id: "retry-failed",
-        text: `Retry the ${job.failed} failed items`,
+        text: `Retry the ${n(job.failed)} failed items`,
         onclick: async () => {
           try {
             const retry = await api("POST", `${base}/retry`);
@@ -752,20 +825,20 @@ async function jobView(ws, id, params) {
       return;
     }
     const rows = page.items.map((item) => el("tr", { "data-state": item.state },
-      el("td", { class: "num", text: item.ordinal }),
-      el("td", { class: "text", text: item.label || item.ref || "" }),
-      el("td", { text: item.state }),
-      el("td", {}, item.error_code ? el("code", { text: item.error_code }) : ""),
-      el("td", { class: "text wide", text: item.error_message || "" })));
+      el("td", { class: "num", "data-label": "#", text: n(item.ordinal) }),
+      el("td", { class: "text", "data-label": "Title", text: item.label || item.ref || "" }),
+      el("td", { "data-label": "State", text: item.state }),
+      el("td", { "data-label": "Code" }, item.error_code ? el("code", { text: item.error_code }) : ""),
+      el("td", { class: "text", "data-label": "Message", text: item.error_message || "" })));
     items.replaceChildren(
       el("h2", { id: "items-title", text: "Items" }),
       el("div", { class: "row" }, el("div", {}, el("label", { for: "item-state", text: "State" }), stateSelect),
         el("button", { type: "button", class: "quiet", text: "Read again", onclick: () => loadItems() })),
-      el("div", { class: "scroll" }, el("table", { id: "items" },
+      el("div", { class: "scroll" }, el("table", { id: "items", class: "stack" },
         el("thead", {}, el("tr", {},
           el("th", { scope: "col", text: "#" }), el("th", { scope: "col", text: "Title" }),
           el("th", { scope: "col", text: "State" }), el("th", { scope: "col", text: "Code" }),
-          el("th", { scope: "col", class: "wide", text: "Message" }))),
+          el("th", { scope: "col", text: "Message" }))),
         el("tbody", {}, rows))),
       rows.length ? "" : el("p", { class: "hint", text: "No items in this state." }),
       el("p", { class: "row" },
@@ -810,7 +883,7 @@ async function schedulesView(ws) {
   try {
     schedules = await api("GET", base);
   } catch (error) {
-    if (error.status !== 401) failure("Schedules not shown", error);
+    if (error.status !== 401) failure("Schedules not shown", error, ws);
     return;
   }
   const body = el("tbody");
@@ -830,26 +903,72 @@ async function schedulesView(ws) {
         }
       },
     });
+    // A cron reads in its own zone: so do its next firings.
+    const zone = schedule.cron ? schedule.time_zone || "UTC" : undefined;
+    const next = schedule.next_runs[0];
     const tr = el("tr", { "data-schedule-id": schedule.id },
-      el("td", { class: "text" }, el("code", { text: schedule.id })),
-      el("td", { text: schedule.kind }),
-      el("td", { text: schedule.cron || schedule.timing }),
-      el("td", {}, schedule.paused ? "paused" : when(schedule.next_runs[0])),
-      el("td", {}, last ? el("a", { href: `#/w/${ws}/jobs/${last.job_id}` }, when(last.started_at)) : "never"),
-      el("td", { class: "text" }, schedule.paused ? `paused${schedule.note ? `: ${schedule.note}` : ""}` : "active"),
-      el("td", {}, toggle));
+      el("td", { class: "text", "data-label": "Schedule" }, idOf(schedule.id, "schedule id")),
+      el("td", { "data-label": "Kind", text: schedule.kind }),
+      el("td", { "data-label": "When", text: zone ? `${schedule.cron} (${zone})` : schedule.timing }),
+      el("td", { "data-label": "Next", class: "next-run" }, schedule.paused || !next ? "paused" : [when(next, zone),
+        el("span", { class: "hint" }, ` ${exact(next, zone)}`)]),
+      el("td", { "data-label": "Last" }, last ? el("a", { href: `#/w/${ws}/jobs/${last.job_id}` }, when(last.started_at)) : "never"),
+      el("td", { class: "text", "data-label": "State" }, schedule.paused ? `paused${schedule.note ? `: ${schedule.note}` : ""}` : "active"),
+      el("td", { "data-label": "Action" }, toggle));
     return tr;
   }
   body.append(...schedules.map(row));
+  titled("Schedules");
   show(
     el("h1", { text: "Schedules" }),
-    el("div", { class: "scroll" }, el("table", { id: "schedules" },
+    el("div", { class: "scroll" }, el("table", { id: "schedules", class: "stack" },
       el("thead", {}, el("tr", {},
         ["Schedule", "Kind", "When", "Next", "Last", "State", ""].map((name) => el("th", { scope: "col", text: name })))),
       body)),
     schedules.length ? "" : el("p", { class: "hint", text: "No schedules in this workspace." }),
   );
 }
+
+// --- theme and keys ---------------------------------------------------------------------
+
+// The reader's choice when made (kept in this browser), else the system's.
+const darkSystem = matchMedia("(prefers-color-scheme: dark)");
+const themeButton = document.getElementById("theme");
+function applyTheme() {
+  const dark = (localStorage.getItem(THEME) || (darkSystem.matches ? "dark" : "light")) === "dark";
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  themeButton.setAttribute("aria-pressed", String(dark));
+}
+themeButton.addEventListener("click", () => {
+  localStorage.setItem(THEME, document.documentElement.dataset.theme === "dark" ? "light" : "dark");
+  applyTheme();
+});
+darkSystem.addEventListener("change", applyTheme);
+applyTheme();
+
+// Keys only move and open (a link's Enter): an action always asks for its own click.
+function moveRow(step) {
+  const links = [...main.querySelectorAll("tbody tr a[href]")];
+  if (!links.length) return;
+  const at = links.indexOf(document.activeElement);
+  const to = at < 0 ? (step > 0 ? 0 : links.length - 1) : Math.min(links.length - 1, Math.max(0, at + step));
+  links[to].focus();
+}
+document.addEventListener("keydown", (event) => {
+  if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey || help.open) return;
+  if (event.target.closest("input, select, textarea, [contenteditable]")) return;
+  if (event.key === "/") {
+    const search = main.querySelector("[data-search]");
+    if (search) { event.preventDefault(); search.focus(); }
+  } else if (event.key === "j" || event.key === "k") {
+    event.preventDefault();
+    moveRow(event.key === "j" ? 1 : -1);
+  } else if (event.key === "?") {
+    event.preventDefault();
+    help.showModal();
+  }
+});
+document.getElementById("help-close").addEventListener("click", () => help.close());
 
 // --- start ------------------------------------------------------------------------------
 
