@@ -643,6 +643,16 @@ class WorkspaceJobs:
             raise JobNotFound("no such job in this workspace")
         return job
 
+    async def role(self) -> str:
+        """The actor's role in the workspace (``reader``, ``editor``, ``administrator``):
+        what a console may offer it; ``workspace_not_found`` when not an enabled member."""
+        from hubjobs.domain.access import require_member
+
+        async def read(conn: AsyncConnection) -> str:
+            return await require_member(conn, self.workspace_id, self.actor_id)
+
+        return await self.client.db(read, purpose=Purpose.READ)
+
     async def list(
         self,
         *,

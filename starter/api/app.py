@@ -21,6 +21,7 @@ from starter.api import (
     jobs,
     kinds,
     list_events,
+    members,
     schedules,
 )
 from starter.api.codec import CodecCors, codec_router
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         jobs.router,
         events.router,
         items.router,
+        members.router,
         schedules.router,
         health.router,
         contract.router,

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
-from hubjobs.devstack.demo_data import DemoCourse
+from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.login_codes import issue, login_link
 from hubjobs.home import DEV_SECRET_FILE, PROFILE_FILE
 from hubjobs.readmodel.status import JobStatus
@@ -880,5 +880,96 @@ async def test_a_phone_shows_every_column_and_a_schedule_reads_in_its_zone(
         # The audit finds what it is for: a button with no name is a critical violation.
         await page.evaluate("() => document.body.append(document.createElement('button'))")
         assert "button-name" in {v["id"] for v in await severe_violations(page)}
+    finally:
+        await jobs.schedules.delete(made.id)
+
+
+# --- who may do what, and starting a job -----------------------------------------------
+
+
+async def test_a_job_starts_from_its_kinds_form_and_a_reader_sees_no_action(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """The start form is built from the kind's payload schema (GET /kinds) and refused
+    with the API's own codes; a reader of the workspace sees every job and no button for
+    what the API would refuse it, and the API refuses it still (403)."""
+    base, hub = api
+    course = await seed(engine, 3)
+    async with engine.begin() as conn:
+        reader = await create_account(conn, course.workspace_id, role="reader", name="Rita")
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    made = await jobs.schedules.create("backup", cron="0 3 * * *")
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    try:
+        await sign_in(tab, base, course, page_settings)
+        await expect(page.locator("#who")).to_contain_text("· administrator")
+        await page.get_by_role("link", name="Start a job").click()
+        await expect(page.get_by_role("heading", name="Start a job")).to_be_visible()
+        assert await page.title() == "Start a job · hubjobs"
+        await page.get_by_label("Kind").select_option("course_tagging")
+        await expect(page.get_by_role("button", name="Start Course tagging")).to_be_visible()
+        root, tag = (
+            page.get_by_label(re.compile("^Root Page Id")),
+            page.get_by_label(re.compile("^Tag")),
+        )
+        for given, code in (
+            ("not-a-uuid", "invalid_payload"),
+            (str(uuid.uuid4()), "page_not_found"),
+        ):
+            await root.fill(given)
+            await tag.fill("from-the-form")
+            await page.get_by_role("button", name="Start Course tagging").click()
+            await expect(page.locator("#start-code")).to_have_text(code)
+        await shot(tab, tmp_path, "start-refused")
+        assert not await severe_violations(page)
+        await root.fill(str(course.root_page_id))
+        await page.get_by_role("button", name="Start Course tagging").click()
+        await expect(page.locator("#job-title")).to_be_visible()
+        started = await jobs.get(uuid.UUID(page.url.rsplit("/", 1)[-1]))
+        assert (started.kind, started.payload["tag"]) == ("course_tagging", "from-the-form")
+        assert [job.id for job in await jobs.list()] == [started.id]  # the refusals left none
+
+        # A reader: everything shown, nothing offered.
+        other = await open_tab(browser, **READER)
+        seen = other.page
+        await seen.goto(f"{base}/operator/")
+        await seen.get_by_label("API token").fill(mint(reader, page_settings))
+        await seen.get_by_label("Workspace").fill(str(course.workspace_id))
+        await seen.get_by_role("button", name="Sign in").click()
+        await expect(seen.locator(row(seen, started.id))).to_be_visible()
+        await expect(seen.locator("#who")).to_contain_text("· reader")
+        await expect(seen.locator("#cancel-selected")).to_have_count(0)
+        await expect(seen.locator("#jobs input[type=checkbox]")).to_have_count(0)
+        await expect(seen.get_by_role("link", name="Start a job")).to_be_hidden()
+        assert not await severe_violations(seen)
+        await shot(other, tmp_path, "reader-jobs")
+        await seen.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs/{started.id}")
+        await expect(seen.locator("#no-actions")).to_be_visible()
+        await expect(seen.get_by_role("button", name="Cancel the job")).to_have_count(0)
+        await shot(other, tmp_path, "reader-job")
+        await seen.goto(f"{base}/operator/#/w/{course.workspace_id}/schedules")
+        await expect(seen.locator(f'tr[data-schedule-id="{made.id}"]')).to_be_visible()
+        await expect(seen.get_by_role("button", name=re.compile("^(Pause|Resume) "))).to_have_count(
+            0
+        )
+        await seen.goto(f"{base}/operator/#/w/{course.workspace_id}/start")
+        await expect(seen.locator("#no-actions")).to_be_visible()
+        refused = await seen.request.delete(
+            f"{base}/workspaces/{course.workspace_id}/jobs/{started.id}",
+            headers={"Authorization": f"Bearer {mint(reader, page_settings)}"},
+        )
+        assert refused.status == 403
+        assert (await refused.json())["error"]["code"] == "actor_not_administrator"
+        me = await seen.request.get(
+            f"{base}/workspaces/{course.workspace_id}/me",
+            headers={"Authorization": f"Bearer {mint(reader, page_settings)}"},
+        )
+        assert (await me.json())["role"] == "reader" and not (await me.json())["may_act"]
     finally:
         await jobs.schedules.delete(made.id)

@@ -21,6 +21,8 @@ const notice = document.getElementById("notice");
 const help = document.getElementById("help");
 let config = { temporal_ui_url: null, namespace: "default", login_links: false };
 let kinds = null;
+// The caller's standing in each workspace it opened (GET …/me): what the page offers.
+const standings = new Map();
 // What the current view must stop when another one replaces it (its streams).
 let leaving = [];
 
@@ -157,6 +159,7 @@ async function errorOf(response) {
 // (signing in again comes back to it).
 function signedOut(message) {
   sessionStorage.removeItem(TOKEN);
+  standings.clear();
   route(message);
 }
 
@@ -295,6 +298,25 @@ async function download(path, name) {
   }
 }
 
+// The kinds served (GET /kinds): names, titles and payload schemas; read once.
+async function knownKinds() {
+  if (kinds === null) {
+    kinds = await fetch("/kinds", { credentials: "omit" })
+      .then((r) => r.json()).then((b) => b.kinds).catch(() => []);
+  }
+  return kinds;
+}
+
+function standingIn(ws) {
+  if (!standings.has(ws)) {
+    standings.set(ws, api("GET", `/workspaces/${ws}/me`).catch((error) => {
+      standings.delete(ws);
+      throw error;
+    }));
+  }
+  return standings.get(ws);
+}
+
 // --- routing ---------------------------------------------------------------------------
 
 function go(path) {
@@ -306,13 +328,23 @@ function header(ws) {
   const who = document.getElementById("who");
   const jobsLink = document.getElementById("nav-jobs");
   const schedulesLink = document.getElementById("nav-schedules");
+  const startLink = document.getElementById("nav-start");
   signOut.hidden = !ws;
   who.textContent = ws ? `Workspace ${ws}` : "";
   jobsLink.href = ws ? `#/w/${ws}/jobs` : "#/";
   schedulesLink.href = ws ? `#/w/${ws}/schedules` : "#/";
-  const section = location.hash.includes("/schedules") ? schedulesLink : jobsLink;
-  for (const link of [jobsLink, schedulesLink]) link.removeAttribute("aria-current");
+  startLink.href = ws ? `#/w/${ws}/start` : "#/";
+  startLink.hidden = true;
+  const hash = location.hash;
+  const section = hash.includes("/schedules") ? schedulesLink : hash.includes("/start") ? startLink : jobsLink;
+  for (const link of [jobsLink, schedulesLink, startLink]) link.removeAttribute("aria-current");
   if (ws) section.setAttribute("aria-current", "page");
+  if (!ws) return;
+  // The role beside the workspace; "Start a job" only for whoever may start one.
+  standingIn(ws).then((me) => {
+    who.textContent = `Workspace ${ws} · ${me.role}`;
+    startLink.hidden = !me.may_act;
+  }, () => {});
 }
 
 function route(message) {
@@ -333,6 +365,7 @@ function route(message) {
     return jobView(ws, parts[3].toLowerCase(), params);
   }
   if (parts[2] === "schedules" && parts.length === 3) return schedulesView(ws);
+  if (parts[2] === "start" && parts.length === 3) return startView(ws, params);
   return go(`/w/${ws}/jobs`);
 }
 
@@ -472,13 +505,17 @@ async function jobsView(ws, params) {
   const filters = { kind: params.get("kind") || "", status: params.get("status") || "" };
   const before = params.get("before") || "";
   const base = `/workspaces/${ws}/jobs`;
-  if (kinds === null) {
-    kinds = await fetch("/kinds", { credentials: "omit" })
-      .then((r) => r.json()).then((b) => b.kinds.map((k) => k.name)).catch(() => []);
+  const names = (await knownKinds()).map((kind) => kind.name);
+  let mayAct = false;
+  try {
+    mayAct = (await standingIn(ws)).may_act;
+  } catch (error) {
+    if (error.status !== 401) failure("Jobs not shown", error, ws);
+    return;
   }
   const kindSelect = el("select", { id: "kind", name: "kind", "data-search": true },
     el("option", { value: "", text: "any kind" }),
-    kinds.map((name) => el("option", { value: name, selected: name === filters.kind, text: name })));
+    names.map((name) => el("option", { value: name, selected: name === filters.kind, text: name })));
   const statusSelect = el("select", { id: "status", name: "status" },
     el("option", { value: "", text: "any status" }),
     STATUSES.map((name) => el("option", { value: name, selected: name === filters.status, text: name })));
@@ -535,7 +572,7 @@ async function jobsView(ws, params) {
         kind: el("td", { "data-label": "Kind" }), created: el("td", { "data-label": "Created" }),
       };
       const tr = el("tr", { "data-job-id": job.id },
-        el("td", { "data-label": "Select" }, box), el("td", { class: "text", "data-label": "Job" }, link),
+        mayAct ? el("td", { "data-label": "Select" }, box) : "", el("td", { class: "text", "data-label": "Job" }, link),
         cells.kind, cells.status, cells.bar, cells.created);
       entry = { tr, box, link, cells };
       rows.set(job.id, entry);
@@ -645,13 +682,13 @@ async function jobsView(ws, params) {
     el("form", { class: "row", "aria-label": "Filter", onsubmit: (e) => { e.preventDefault(); onFilter(); } },
       el("div", {}, el("label", { for: "kind", text: "Kind" }), kindSelect),
       el("div", {}, el("label", { for: "status", text: "Status" }), statusSelect)),
-    bulk,
+    mayAct ? bulk : "",
     outcome,
     el("div", { class: "scroll" },
       el("table", { id: "jobs", class: "stack" },
         el("caption", { text: "Newest first; live while this page is open." }),
         el("thead", {}, el("tr", {},
-          el("th", { scope: "col" }, allOnPage),
+          mayAct ? el("th", { scope: "col" }, allOnPage) : "",
           el("th", { scope: "col", text: "Job" }),
           el("th", { scope: "col", text: "Kind" }),
           el("th", { scope: "col", text: "Status" }),
@@ -686,8 +723,9 @@ function facts(pairs) {
 async function jobView(ws, id, params) {
   const base = `/workspaces/${ws}/jobs/${id}`;
   let job;
+  let mayAct = false;
   try {
-    job = await api("GET", `${base}/record`);
+    [job, { may_act: mayAct }] = await Promise.all([api("GET", `${base}/record`), standingIn(ws)]);
   } catch (error) {
     if (error.status !== 401) failure("Job not shown", error, ws);
     return;
@@ -752,7 +790,10 @@ async function jobView(ws, id, params) {
     actionsFor = now;
     const outcome = el("p", { role: "status", id: "action-outcome" });
     const nodes = [el("h2", { id: "actions-title", text: "Actions" })];
-    if (!isFinal(job)) {
+    if (!mayAct) {
+      nodes.push(el("p", { class: "hint", id: "no-actions",
+        text: "You read this workspace: cancelling and retrying are its administrators'." }));
+    } else if (!isFinal(job)) {
       const reason = el("input", { type: "text", id: "cancel-reason-input", maxlength: 500, autocomplete: "off" });
       nodes.push(el("form", {
         class: "row",
@@ -880,8 +921,9 @@ async function jobView(ws, id, params) {
 async function schedulesView(ws) {
   const base = `/workspaces/${ws}/schedules`;
   let schedules;
+  let mayAct = false;
   try {
-    schedules = await api("GET", base);
+    [schedules, { may_act: mayAct }] = await Promise.all([api("GET", base), standingIn(ws)]);
   } catch (error) {
     if (error.status !== 401) failure("Schedules not shown", error, ws);
     return;
@@ -914,7 +956,7 @@ async function schedulesView(ws) {
         el("span", { class: "hint" }, ` ${exact(next, zone)}`)]),
       el("td", { "data-label": "Last" }, last ? el("a", { href: `#/w/${ws}/jobs/${last.job_id}` }, when(last.started_at)) : "never"),
       el("td", { class: "text", "data-label": "State" }, schedule.paused ? `paused${schedule.note ? `: ${schedule.note}` : ""}` : "active"),
-      el("td", { "data-label": "Action" }, toggle));
+      mayAct ? el("td", { "data-label": "Action" }, toggle) : "");
     return tr;
   }
   body.append(...schedules.map(row));
@@ -923,10 +965,113 @@ async function schedulesView(ws) {
     el("h1", { text: "Schedules" }),
     el("div", { class: "scroll" }, el("table", { id: "schedules", class: "stack" },
       el("thead", {}, el("tr", {},
-        ["Schedule", "Kind", "When", "Next", "Last", "State", ""].map((name) => el("th", { scope: "col", text: name })))),
+        ["Schedule", "Kind", "When", "Next", "Last", "State", ...(mayAct ? ["Action"] : [])]
+          .map((name) => el("th", { scope: "col", text: name })))),
       body)),
     schedules.length ? "" : el("p", { class: "hint", text: "No schedules in this workspace." }),
   );
+}
+
+// --- starting a job -----------------------------------------------------------------------
+
+// A field of a kind's payload schema: a nullable one (anyOf [X, null]) is X, optional.
+function fieldOf(name, schema, required) {
+  const plain = (schema.anyOf || []).find((choice) => choice.type !== "null") || schema;
+  return { name, schema: { ...schema, ...plain }, required: required.includes(name) };
+}
+
+function control(field, id) {
+  const { schema } = field;
+  const given = schema.default ?? "";
+  if (schema.enum) {
+    return el("select", { id, name: field.name },
+      schema.enum.map((value) => el("option", { value, selected: value === given, text: value })));
+  }
+  if (schema.type === "boolean") return el("input", { id, name: field.name, type: "checkbox", checked: given === true });
+  if (schema.type === "integer" || schema.type === "number") {
+    return el("input", { id, name: field.name, type: "number", value: given, min: schema.minimum, max: schema.maximum,
+      step: schema.type === "integer" ? 1 : "any" });
+  }
+  if (schema.type === "string") {
+    return el("input", { id, name: field.name, type: "text", value: given, autocomplete: "off", spellcheck: "false",
+      placeholder: schema.format === "uuid" ? "a UUID" : null });
+  }
+  return el("textarea", { id, name: field.name, rows: 3, text: given === "" ? "" : JSON.stringify(given) });
+}
+
+// What a field holds, as the API reads it: empty optional fields are left out, and the
+// API (not the page) says what is wrong, with its code.
+function valueOf(field, input) {
+  const { type } = field.schema;
+  if (type === "boolean") return input.checked;
+  const raw = input.value.trim();
+  if (raw === "") return undefined;
+  if (type === "integer" || type === "number") return Number(raw);
+  if (input.tagName === "TEXTAREA") {
+    try { return JSON.parse(raw); } catch { return raw; }
+  }
+  return raw;
+}
+
+async function startView(ws, params) {
+  let known;
+  let mayAct = false;
+  try {
+    [known, { may_act: mayAct }] = await Promise.all([knownKinds(), standingIn(ws)]);
+  } catch (error) {
+    if (error.status !== 401) failure("Start not shown", error, ws);
+    return;
+  }
+  titled("Start a job");
+  if (!mayAct) {
+    show(el("h1", { text: "Start a job" }),
+      el("p", { class: "hint", id: "no-actions", text: "You read this workspace: starting jobs is its administrators'." }));
+    return;
+  }
+  const kind = known.find((k) => k.name === params.get("kind")) || known[0];
+  const kindSelect = el("select", { id: "start-kind" },
+    known.map((k) => el("option", { value: k.name, selected: k === kind, text: `${k.title} (${k.name})` })));
+  kindSelect.addEventListener("change", () => go(`/w/${ws}/start?kind=${encodeURIComponent(kindSelect.value)}`));
+  const schema = kind.payload || {};
+  const fields = Object.entries(schema.properties || {})
+    .map(([name, property]) => fieldOf(name, property, schema.required || []));
+  const inputs = new Map(fields.map((field) => [field.name, control(field, `field-${field.name}`)]));
+  const error = el("p", { class: "error", role: "alert", id: "start-error" });
+  const form = el("form", {
+    class: "card",
+    novalidate: true,
+    "aria-labelledby": "start-title",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const payload = {};
+      for (const field of fields) {
+        const value = valueOf(field, inputs.get(field.name));
+        if (value !== undefined) payload[field.name] = value;
+      }
+      error.textContent = "";
+      try {
+        const job = await api("POST", `/workspaces/${ws}/jobs/${encodeURIComponent(kind.name)}`, { body: payload });
+        say(`Started: job ${job.id}`);
+        go(`/w/${ws}/jobs/${job.id}`);
+      } catch (failed) {
+        error.replaceChildren(`${failed.message} `, el("code", { id: "start-code", text: failed.code }));
+      }
+    },
+  },
+    el("h1", { id: "start-title", text: "Start a job" }),
+    el("label", { for: "start-kind", text: "Kind" }), kindSelect,
+    el("p", { class: "hint", text: kind.help || "" }),
+    fields.map((field) => [
+      el("label", { for: `field-${field.name}` }, field.schema.title || field.name, field.required ? " (required)" : ""),
+      field.schema.description ? el("p", { class: "hint", id: `hint-${field.name}`, text: field.schema.description }) : "",
+      inputs.get(field.name),
+    ]),
+    el("p", {}, el("button", { type: "submit", id: "start-job", text: `Start ${kind.title}` })),
+    error);
+  for (const field of fields) {
+    if (field.schema.description) inputs.get(field.name).setAttribute("aria-describedby", `hint-${field.name}`);
+  }
+  show(form);
 }
 
 // --- theme and keys ---------------------------------------------------------------------
