@@ -643,6 +643,20 @@ class WorkspaceJobs:
             raise JobNotFound("no such job in this workspace")
         return job
 
+    async def retry_of(self, job_id: uuid.UUID) -> JobView | None:
+        """The job's retry (what ``retry`` started: one per job), None while there is none."""
+        require_uuid("job_id", job_id)
+
+        async def read(conn: Connection) -> tuple[str | None, JobView | None]:
+            return await reads.job_by_key_as_member(
+                conn, self.workspace_id, self.actor_id, retry_key(job_id)
+            )
+
+        role, retry = await self.client.read(read)
+        if role is None:
+            raise workspace_not_found()
+        return retry
+
     async def role(self) -> str:
         """The actor's role in the workspace (``reader``, ``editor``, ``administrator``):
         what a console may offer it; ``workspace_not_found`` when not an enabled member."""

@@ -31,6 +31,14 @@ GET_JOB = (
 )
 
 
+# The job holding an idempotency key (a retry's: one per source job), by its unique index.
+GET_JOB_BY_KEY = (
+    f"SELECT m.role, {_J_COLUMNS} {_MEMBER}"
+    "LEFT JOIN jobs j ON j.workspace_id = m.workspace_id AND j.idempotency_key = %(key)s "
+    f"{_AS_MEMBER}"
+)
+
+
 def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool, paged: bool) -> str:
     """Only the filters given, so each shape gets its own index's plan; keyset paging on
     (created_at, id), both descending."""
@@ -69,9 +77,24 @@ async def job_as_member(
 ) -> tuple[str | None, JobView | None]:
     """The actor's role in the workspace (None: not an enabled member, or no such
     workspace) and the job, when the workspace has it."""
-    cursor = await conn.execute(
-        GET_JOB, {"workspace": workspace_id, "actor": actor_id, "job": job_id}, binary=True
+    return await _one_as_member(
+        conn, GET_JOB, {"workspace": workspace_id, "actor": actor_id, "job": job_id}
     )
+
+
+async def job_by_key_as_member(
+    conn: AsyncConnection[Any], workspace_id: uuid.UUID, actor_id: uuid.UUID, key: str
+) -> tuple[str | None, JobView | None]:
+    """As ``job_as_member``, the job that holds the idempotency key ``key``."""
+    return await _one_as_member(
+        conn, GET_JOB_BY_KEY, {"workspace": workspace_id, "actor": actor_id, "key": key}
+    )
+
+
+async def _one_as_member(
+    conn: AsyncConnection[Any], statement: str, params: dict[str, Any]
+) -> tuple[str | None, JobView | None]:
+    cursor = await conn.execute(statement, params, binary=True)
     row = await cursor.fetchone()
     if row is None:
         return None, None

@@ -194,6 +194,10 @@ async def job_record(request: Request, jobs: Jobs, job_id: uuid.UUID) -> JobReco
     job = await jobs.get(job_id)
     record = JobRecord.model_validate(JobResource.of(job).model_dump())
     record.result = result_shown(request, job)
+    record.source_job_id = job.source_job_id
+    if job.is_final and job.has_failed_items:  # only such a job may have a retry
+        retry = await jobs.retry_of(job_id)
+        record.retried_by = None if retry is None else retry.id
     return record
 
 

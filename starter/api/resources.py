@@ -58,6 +58,12 @@ class JobRecord(JobResource):
     type)."""
 
     result: dict[str, Any] | None = None
+    source_job_id: uuid.UUID | None = Field(
+        default=None, description="The job whose failed items this one retries"
+    )
+    retried_by: uuid.UUID | None = Field(
+        default=None, description="Its retry's id (`POST …/retry` started it), once there is one"
+    )
 
 
 class JobPage(BaseModel):

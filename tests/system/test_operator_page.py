@@ -264,6 +264,13 @@ async def test_a_jobs_page_lists_its_failed_pages_and_retry_from_it_fixes_them(
     await expect(page.locator("#items tbody tr[data-state=succeeded]")).to_have_count(3)
     await expect(page.locator("#items tbody tr")).to_have_count(3)
     await shot(tab, tmp_path, "job-retried")
+    # The retry names its source; the source leads to its retry, no longer offering one.
+    await page.locator("#retry-of").click()
+    await expect(page.locator("#retried-by a")).to_have_attribute(
+        "href", f"#/w/{course.workspace_id}/jobs/{retry.id}"
+    )
+    await expect(page.get_by_role("button", name=re.compile("^Retry the"))).to_have_count(0)
+    await shot(tab, tmp_path, "job-retried-source")
 
 
 async def test_cancel_from_the_page_ends_a_running_job_within_two_seconds(

@@ -46,7 +46,7 @@ async def test_a_start_takes_a_kind_and_a_json_object() -> None:
         assert refused.value.code == "invalid_payload"
 
 
-@pytest.mark.parametrize("call", ["get", "cancel", "items", "retry"])
+@pytest.mark.parametrize("call", ["get", "cancel", "items", "retry", "retry_of"])
 async def test_job_calls_take_a_uuid_job_id(call: str) -> None:
     jobs = client().scope(WS, ACTOR)
     with pytest.raises(TypeError, match=r"job_id must be a uuid\.UUID, not str"):

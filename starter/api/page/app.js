@@ -769,7 +769,9 @@ async function jobView(ws, id, params) {
     attempts.replaceChildren(facts([
       // As the Temporal UI names them: each attempt a slice, "attempt" only after failures.
       ["Slices", job.attempts, "count-slices"], ["Failed attempts", job.attempts_failed],
-      ["Job", idOf(job.id, "job id")], ["Workflow", idOf(job.workflow_id, "workflow id")], ["Run", run],
+      ["Job", idOf(job.id, "job id")],
+      ...(job.source_job_id ? [["Retry of", el("a", { href: `#/w/${ws}/jobs/${job.source_job_id}`, id: "retry-of",
+        text: `job ${job.source_job_id}` })]] : []), ["Workflow", idOf(job.workflow_id, "workflow id")], ["Run", run],
       ["Error", job.error_code ? `${job.error_code}: ${job.error_message || ""}` : "—"],
       ["Cancel asked", job.cancel_requested_at ? el("span", {}, when(job.cancel_requested_at),
         job.cancel_reason ? el("span", { id: "cancel-reason" }, " — ", job.cancel_reason) : "") : "—"],
@@ -785,7 +787,7 @@ async function jobView(ws, id, params) {
   let actionsFor = null;
   function renderActions() {
     // Drawn again only when what can be done changes: a reason being typed stays.
-    const now = `${job.status} ${job.has_failed_items}`;
+    const now = `${job.status} ${job.has_failed_items} ${job.retried_by}`;
     if (now === actionsFor) return;
     actionsFor = now;
     const outcome = el("p", { role: "status", id: "action-outcome" });
@@ -813,6 +815,10 @@ async function jobView(ws, id, params) {
       },
         el("div", {}, el("label", { for: "cancel-reason-input", text: "Reason" }), reason),
         el("button", { type: "submit", class: "danger", id: "cancel-job", text: "Cancel the job" })));
+    } else if (job.has_failed_items && job.retried_by) {
+      // Retried already: the retry is one per job, so the way on is to it.
+      nodes.push(el("p", { id: "retried-by" }, "Its failed items were retried: ",
+        el("a", { href: `#/w/${ws}/jobs/${job.retried_by}`, text: `job ${job.retried_by}` })));
     } else if (job.has_failed_items) {
       nodes.push(el("button", {
         type: "button",
