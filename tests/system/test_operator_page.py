@@ -422,6 +422,56 @@ async def test_schedules_are_listed_paused_and_resumed(
         await schedules.delete(made.id)
 
 
+async def test_a_schedule_is_created_run_now_and_deleted_from_the_page(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """Created from the kind's form (a bad cron refused with its code), in its own zone;
+    run now, its job appearing; deleted only once the row's question is answered."""
+    base, hub = api
+    course = await seed(engine, 3)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    await sign_in(tab, base, course, page_settings)
+    await page.get_by_role("link", name="Schedules").click()
+    await page.get_by_text("New schedule").click()
+    await page.get_by_label("Kind").select_option("backup")
+    await expect(page.get_by_label("Scope")).to_have_value("workspace")
+    await page.get_by_label("Cron (five fields)").fill("0 3 * *")
+    await page.get_by_role("button", name="Create the schedule").click()
+    await expect(page.locator("#schedule-code")).to_have_text("invalid_cron")
+    await page.get_by_label("Cron (five fields)").fill("30 4 * * *")
+    await page.get_by_label("Its time zone").fill("Asia/Tokyo")
+    await page.get_by_role("button", name="Create the schedule").click()
+    line = page.locator("#schedules tbody tr").first
+    await expect(line).to_contain_text("30 4 * * * (Asia/Tokyo)")
+    await expect(page.get_by_text("No schedules in this workspace.")).to_be_hidden()
+    made = await line.get_attribute("data-schedule-id")
+    assert made is not None
+    assert [s.id for s in await jobs.schedules.list()] == [made]
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-created")
+    async with running_worker(temporal, page_settings):
+        await page.get_by_role("button", name=f"Run {made} now").click()
+        fired = await until("the schedule's job", lambda: jobs.list(schedule_id=made))
+        assert [job.kind for job in fired] == ["backup"]
+    await page.get_by_role("button", name=f"Delete {made}").click()
+    await expect(page.get_by_role("group", name=f"Delete {made}?")).to_be_visible()
+    await shot(tab, tmp_path, "schedule-delete-asked")
+    await page.get_by_role("button", name="Keep it").click()
+    assert [s.id for s in await jobs.schedules.list()] == [made]
+    await page.get_by_role("button", name=f"Delete {made}").click()
+    await page.get_by_role("button", name="Yes, delete").click()
+    await expect(page.locator(f'tr[data-schedule-id="{made}"]')).to_have_count(0)
+    assert await jobs.schedules.list() == []
+    await expect(page.get_by_text("No schedules in this workspace.")).to_be_visible()
+
+
 # --- what the page will not do --------------------------------------------------------
 
 

@@ -364,7 +364,7 @@ function route(message) {
   if (parts[2] === "jobs" && parts.length === 4 && UUID.test(parts[3])) {
     return jobView(ws, parts[3].toLowerCase(), params);
   }
-  if (parts[2] === "schedules" && parts.length === 3) return schedulesView(ws);
+  if (parts[2] === "schedules" && parts.length === 3) return schedulesView(ws, params);
   if (parts[2] === "start" && parts.length === 3) return startView(ws, params);
   return go(`/w/${ws}/jobs`);
 }
@@ -924,17 +924,19 @@ async function jobView(ws, id, params) {
 
 // --- schedules -------------------------------------------------------------------------
 
-async function schedulesView(ws) {
+async function schedulesView(ws, params) {
   const base = `/workspaces/${ws}/schedules`;
   let schedules;
+  let known;
   let mayAct = false;
   try {
-    [schedules, { may_act: mayAct }] = await Promise.all([api("GET", base), standingIn(ws)]);
+    [schedules, { may_act: mayAct }, known] = await Promise.all([api("GET", base), standingIn(ws), knownKinds()]);
   } catch (error) {
     if (error.status !== 401) failure("Schedules not shown", error, ws);
     return;
   }
   const body = el("tbody");
+  const empty = el("p", { class: "hint", hidden: schedules.length > 0, text: "No schedules in this workspace." });
   function row(schedule) {
     const last = schedule.recent_runs[0];
     const toggle = el("button", {
@@ -951,6 +953,42 @@ async function schedulesView(ws) {
         }
       },
     });
+    const trigger = el("button", {
+      type: "button", class: "quiet", text: "Run now", "aria-label": `Run ${schedule.id} now`,
+      onclick: async () => {
+        try {
+          tr.replaceWith(row(await api("POST", `${base}/${schedule.id}/trigger`)));
+          say("Fired: its job appears under Last once it starts.");
+        } catch (error) {
+          say(`Not fired: ${error.message} (${error.code})`);
+        }
+      },
+    });
+    // Deleting asks first, in the row: nothing is lost to a stray click or key.
+    const remove = el("button", {
+      type: "button", class: "quiet", text: "Delete", "aria-label": `Delete ${schedule.id}`,
+      onclick: () => {
+        const sure = el("span", { class: "confirm", role: "group", "aria-label": `Delete ${schedule.id}?` },
+          `Delete ${schedule.kind}'s schedule? `,
+          el("button", {
+            type: "button", class: "danger", text: "Yes, delete",
+            onclick: async () => {
+              try {
+                await api("DELETE", `${base}/${schedule.id}`);
+                tr.remove();
+                empty.hidden = body.children.length > 0;
+                say(`Deleted ${schedule.id}.`);
+              } catch (error) {
+                say(`Not deleted: ${error.message} (${error.code})`);
+              }
+            },
+          }),
+          " ",
+          el("button", { type: "button", class: "quiet", text: "Keep it", onclick: () => sure.replaceWith(actions()) }));
+        remove.closest(".actions").replaceWith(sure);
+      },
+    });
+    const actions = () => el("span", { class: "actions" }, toggle, " ", trigger, " ", remove);
     // A cron reads in its own zone: so do its next firings.
     const zone = schedule.cron ? schedule.time_zone || "UTC" : undefined;
     const next = schedule.next_runs[0];
@@ -962,20 +1000,69 @@ async function schedulesView(ws) {
         el("span", { class: "hint" }, ` ${exact(next, zone)}`)]),
       el("td", { "data-label": "Last" }, last ? el("a", { href: `#/w/${ws}/jobs/${last.job_id}` }, when(last.started_at)) : "never"),
       el("td", { class: "text", "data-label": "State" }, schedule.paused ? `paused${schedule.note ? `: ${schedule.note}` : ""}` : "active"),
-      mayAct ? el("td", { "data-label": "Action" }, toggle) : "");
+      mayAct ? el("td", { "data-label": "Action" }, actions()) : "");
     return tr;
   }
   body.append(...schedules.map(row));
   titled("Schedules");
   show(
     el("h1", { text: "Schedules" }),
+    mayAct ? newSchedule(ws, known, params, (made) => {
+      body.prepend(row(made));
+      empty.hidden = true;
+      say(`Schedule ${made.id} created.`);
+    }) : "",
     el("div", { class: "scroll" }, el("table", { id: "schedules", class: "stack" },
       el("thead", {}, el("tr", {},
         ["Schedule", "Kind", "When", "Next", "Last", "State", ...(mayAct ? ["Action"] : [])]
           .map((name) => el("th", { scope: "col", text: name })))),
       body)),
-    schedules.length ? "" : el("p", { class: "hint", text: "No schedules in this workspace." }),
+    empty,
   );
+}
+
+// A schedule to create: its kind's payload form, a cron in a zone or an interval. The API
+// checks all of it and says what is wrong with its code.
+function newSchedule(ws, known, params, created) {
+  const kind = known.find((k) => k.name === params.get("kind")) || known[0];
+  const kindSelect = el("select", { id: "schedule-kind" },
+    known.map((k) => el("option", { value: k.name, selected: k === kind, text: `${k.title} (${k.name})` })));
+  kindSelect.addEventListener("change", () => go(`/w/${ws}/schedules?kind=${encodeURIComponent(kindSelect.value)}`));
+  const text = (id, hint) => el("input", { id, type: "text", autocomplete: "off", spellcheck: "false", placeholder: hint });
+  const cron = text("schedule-cron", "0 3 * * *");
+  const zone = text("schedule-zone", "UTC");
+  const every = text("schedule-every", "1h30m");
+  const fields = payloadFields(kind, "schedule-field");
+  const error = el("p", { class: "error", role: "alert", id: "schedule-error" });
+  return el("details", { id: "new-schedule", open: params.has("kind") },
+    el("summary", { text: "New schedule" }),
+    el("form", {
+      class: "card",
+      novalidate: true,
+      "aria-label": "New schedule",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        error.textContent = "";
+        const body = { kind: kind.name, payload: fields.payload() };
+        for (const [name, input] of [["cron", cron], ["time_zone", zone], ["every", every]]) {
+          if (input.value.trim()) body[name] = input.value.trim();
+        }
+        try {
+          created(await api("POST", `/workspaces/${ws}/schedules`, { body }));
+          for (const input of [cron, zone, every]) input.value = "";
+        } catch (failed) {
+          error.replaceChildren(`${failed.message} `, el("code", { id: "schedule-code", text: failed.code }));
+        }
+      },
+    },
+      el("label", { for: "schedule-kind", text: "Kind" }), kindSelect,
+      el("div", { class: "row" },
+        el("div", {}, el("label", { for: "schedule-cron", text: "Cron (five fields)" }), cron),
+        el("div", {}, el("label", { for: "schedule-zone", text: "Its time zone" }), zone),
+        el("div", {}, el("label", { for: "schedule-every", text: "Or every" }), every)),
+      fields.nodes,
+      el("p", {}, el("button", { type: "submit", id: "create-schedule", text: "Create the schedule" })),
+      error));
 }
 
 // --- starting a job -----------------------------------------------------------------------
@@ -1019,6 +1106,31 @@ function valueOf(field, input) {
   return raw;
 }
 
+// A kind's payload as form fields (ids prefixed by ``prefix``), and the payload they hold.
+function payloadFields(kind, prefix) {
+  const schema = kind.payload || {};
+  const fields = Object.entries(schema.properties || {})
+    .map(([name, property]) => fieldOf(name, property, schema.required || []));
+  const inputs = new Map(fields.map((field) => [field.name, control(field, `${prefix}-${field.name}`)]));
+  for (const field of fields) {
+    if (field.schema.description) inputs.get(field.name).setAttribute("aria-describedby", `${prefix}-hint-${field.name}`);
+  }
+  const nodes = fields.map((field) => [
+    el("label", { for: `${prefix}-${field.name}` }, field.schema.title || field.name, field.required ? " (required)" : ""),
+    field.schema.description ? el("p", { class: "hint", id: `${prefix}-hint-${field.name}`, text: field.schema.description }) : "",
+    inputs.get(field.name),
+  ]);
+  function payload() {
+    const given = {};
+    for (const field of fields) {
+      const value = valueOf(field, inputs.get(field.name));
+      if (value !== undefined) given[field.name] = value;
+    }
+    return given;
+  }
+  return { nodes, payload };
+}
+
 async function startView(ws, params) {
   let known;
   let mayAct = false;
@@ -1038,10 +1150,7 @@ async function startView(ws, params) {
   const kindSelect = el("select", { id: "start-kind" },
     known.map((k) => el("option", { value: k.name, selected: k === kind, text: `${k.title} (${k.name})` })));
   kindSelect.addEventListener("change", () => go(`/w/${ws}/start?kind=${encodeURIComponent(kindSelect.value)}`));
-  const schema = kind.payload || {};
-  const fields = Object.entries(schema.properties || {})
-    .map(([name, property]) => fieldOf(name, property, schema.required || []));
-  const inputs = new Map(fields.map((field) => [field.name, control(field, `field-${field.name}`)]));
+  const fields = payloadFields(kind, "field");
   const error = el("p", { class: "error", role: "alert", id: "start-error" });
   const form = el("form", {
     class: "card",
@@ -1049,14 +1158,9 @@ async function startView(ws, params) {
     "aria-labelledby": "start-title",
     onsubmit: async (event) => {
       event.preventDefault();
-      const payload = {};
-      for (const field of fields) {
-        const value = valueOf(field, inputs.get(field.name));
-        if (value !== undefined) payload[field.name] = value;
-      }
       error.textContent = "";
       try {
-        const job = await api("POST", `/workspaces/${ws}/jobs/${encodeURIComponent(kind.name)}`, { body: payload });
+        const job = await api("POST", `/workspaces/${ws}/jobs/${encodeURIComponent(kind.name)}`, { body: fields.payload() });
         say(`Started: job ${job.id}`);
         go(`/w/${ws}/jobs/${job.id}`);
       } catch (failed) {
@@ -1067,16 +1171,9 @@ async function startView(ws, params) {
     el("h1", { id: "start-title", text: "Start a job" }),
     el("label", { for: "start-kind", text: "Kind" }), kindSelect,
     el("p", { class: "hint", text: kind.help || "" }),
-    fields.map((field) => [
-      el("label", { for: `field-${field.name}` }, field.schema.title || field.name, field.required ? " (required)" : ""),
-      field.schema.description ? el("p", { class: "hint", id: `hint-${field.name}`, text: field.schema.description }) : "",
-      inputs.get(field.name),
-    ]),
+    fields.nodes,
     el("p", {}, el("button", { type: "submit", id: "start-job", text: `Start ${kind.title}` })),
     error);
-  for (const field of fields) {
-    if (field.schema.description) inputs.get(field.name).setAttribute("aria-describedby", `hint-${field.name}`);
-  }
   show(form);
 }
 
