@@ -100,6 +100,10 @@ def _value(field: KindField, text: str) -> Scalar:
     value: Scalar
     try:
         if field.type == "string":
+            # What jsonb cannot hold (NUL, a lone surrogate) no job's value is.
+            if "\x00" in text:
+                raise ValueError(text)
+            text.encode()
             value = str(uuid.UUID(text)) if field.format == "uuid" else text
         elif field.type == "boolean":
             value = {"true": True, "false": False}[text]
@@ -114,7 +118,7 @@ def _value(field: KindField, text: str) -> Scalar:
             if not math.isfinite(number):
                 raise ValueError(text)
             value = number
-    except (ValueError, KeyError, json.JSONDecodeError, RecursionError):
+    except (ValueError, KeyError, RecursionError):  # UnicodeError and JSONDecodeError too
         raise refused from None
     if field.enum is not None and value not in field.enum:
         raise refused

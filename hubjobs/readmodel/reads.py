@@ -114,6 +114,9 @@ async def jobs_as_member(
         bool(s.result),
         before is not None,
     )
+    # A search's plan turns on its values (a workspace of 100,000 jobs or 10, an actor
+    # with most of them or few): planned for them each time, never a generic plan.
+    plain = not any(shape[1:2] + shape[4:10]) and s.sort == JobSort.created_desc
     cursor = await conn.execute(
         list_sql(shape, s.sort),
         {
@@ -135,6 +138,7 @@ async def jobs_as_member(
             "before_id": None if before is None else before[1],
         },
         binary=True,
+        prepare=None if plain else False,
     )
     rows = await cursor.fetchall()
     if not rows:
