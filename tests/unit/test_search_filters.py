@@ -80,11 +80,25 @@ def test_any_field_filter_parses_or_is_refused_with_its_code(
     assert len(found.payload) + len(found.result) <= len(texts)
 
 
+@given(st.sampled_from(KINDS), st.text(st.characters(exclude_categories=["Cs"]), max_size=10))
+def test_a_value_jsonb_cannot_hold_is_refused(kind: JobKind[Any], around: str) -> None:
+    strings = [f for f in kind_fields(kind) if f.type == "string" and f.format is None]
+    with pytest.raises(InvalidInput) as refused:
+        containment(kind, [f"{strings[0].name}={around}\x00{around}"])
+    assert refused.value.code == INVALID_FIELD_VALUE
+
+
+# Text jsonb holds: no NUL, no lone surrogate (those are refused, as no job has them).
+JSONB_TEXT = st.text(
+    st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=30
+)
+
+
 def values_of(field: KindField) -> st.SearchStrategy[Any]:
     if field.enum is not None:
         return st.sampled_from(field.enum)
     return {
-        "string": st.uuids().map(str) if field.format == "uuid" else st.text(max_size=30),
+        "string": st.uuids().map(str) if field.format == "uuid" else JSONB_TEXT,
         "integer": st.integers(min_value=-(2**62), max_value=2**62),
         "number": st.floats(allow_nan=False, allow_infinity=False),
         "boolean": st.booleans(),
