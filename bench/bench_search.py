@@ -10,7 +10,10 @@ of 500, skewed (the commonest on ~4.5 % of jobs, the rarest on ~0.01 %), kept in
 result too when it succeeded.
 
 The statements are captured from the product's own path (``WorkspaceJobs.list`` as the
-API calls it), then replayed with psycopg, interleaved.
+API calls it), then replayed with psycopg, interleaved, prepared when the product lets
+them be. Then what the search's indexes (migration 0014) cost the writes: jobs inserted
+and finished, in bulk and one a commit, with the indexes, then without them, back to
+back; ``--drop-index`` measures the searches without one.
 
     python bench/bench_search.py [--rows 1000000] [--runs 200] [--max-seconds 4]
                                  [--drop-index NAME ...]
@@ -133,26 +136,57 @@ def build(url: str, rows: int) -> None:
         conn.execute("CHECKPOINT")
 
 
+# Migration 0014's: what the writes pay for the searches.
+SEARCH_INDEXES = (
+    "ix_jobs_workspace_actor_created",
+    "ix_jobs_workspace_finished",
+    "ix_jobs_payload",
+    "ix_jobs_result",
+)
 WRITE_ROWS = 100_000
-# The finishing write of every unfinished job: its result, status and finish time.
+# Jobs started, then finished, one a statement and a commit, as the product writes them.
+ONE_BY_ONE = 2000
+# A job's finishing write: its result, status and finish time (rewritten for a job the
+# data made final already: the same index entries made).
 FINISH = (
     "UPDATE jobs SET status = 'succeeded', finished_at = now(), updated_at = now(), "
     "result = jsonb_build_object('tag', payload->>'tag', 'total', 120, 'failed', 0) "
-    "WHERE status IN ('queued', 'running')"
+    "WHERE id = ANY(%(ids)s)"
 )
+INSERT_RETURNING = INSERT_JOBS + " RETURNING id"
 
 
-def write_cost(url: str) -> tuple[float, float, int]:
-    """Milliseconds a job of inserting WRITE_ROWS jobs in one statement, and of finishing
-    every unfinished one; and how many were finished."""
+@dataclass
+class WriteCost:
+    """Milliseconds a job: inserted and finished in bulk (one statement for all: the
+    indexes' own cost shows), and one a commit (what a start and an ending pay)."""
+
+    bulk_insert: float
+    bulk_finish: float
+    insert: float
+    finish: float
+
+
+def write_cost(url: str) -> WriteCost:
     with psycopg.connect(url, autocommit=True) as conn:
-        started = time.perf_counter()
-        conn.execute(INSERT_JOBS, {"first": 1, "last": WRITE_ROWS})
-        inserted = (time.perf_counter() - started) * 1000 / WRITE_ROWS
-        started = time.perf_counter()
-        finished = conn.execute(FINISH).rowcount
-        finishing = (time.perf_counter() - started) * 1000 / max(finished, 1)
-    return inserted, finishing, finished
+
+        def timed(sql: str, params: dict[str, Any]) -> tuple[float, list[Any]]:
+            started = time.perf_counter()
+            cursor = conn.execute(sql, params)
+            rows = cursor.fetchall() if cursor.description else []
+            return (time.perf_counter() - started) * 1000, [row[0] for row in rows]
+
+        spent, ids = timed(INSERT_RETURNING, {"first": 1, "last": WRITE_ROWS})
+        bulk_insert = spent / WRITE_ROWS
+        bulk_finish = timed(FINISH, {"ids": ids})[0] / WRITE_ROWS
+        made = [timed(INSERT_RETURNING, {"first": n, "last": n}) for n in range(ONE_BY_ONE)]
+        finished = [timed(FINISH, {"ids": job_ids}) for _, job_ids in made]
+    return WriteCost(
+        bulk_insert,
+        bulk_finish,
+        sum(ms for ms, _ in made) / ONE_BY_ONE,
+        sum(ms for ms, _ in finished) / ONE_BY_ONE,
+    )
 
 
 @dataclass
@@ -294,7 +328,12 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
             for index in args.drop_index:
                 conn.execute(f'DROP INDEX "{index}"')
     ms, plans = await asyncio.to_thread(measure, hub.url, statements, args.runs, args.max_seconds)
-    inserted, finishing, finished = await asyncio.to_thread(write_cost, hub.url)
+    # The writes with the search's indexes, then without them, back to back.
+    cost = await asyncio.to_thread(write_cost, hub.url)
+    with psycopg.connect(hub.url, autocommit=True) as conn:
+        for index in SEARCH_INDEXES:
+            conn.execute(f'DROP INDEX IF EXISTS "{index}"')
+    bare = await asyncio.to_thread(write_cost, hub.url)
     figures = [
         Figure(
             NAME,
@@ -308,27 +347,25 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
         )
         for s, _ in statements
     ]
+    without = "without the search's indexes"
     figures += [
-        Figure(
-            NAME,
-            f"insert a job ({WRITE_ROWS:,} in one statement)",
-            "ms",
-            inserted,
-            None,
-            "",
-            None,
-            None,
-        ),
-        Figure(
-            NAME,
-            f"finish a job ({finished:,} in one statement)",
-            "ms",
-            finishing,
-            None,
-            "",
-            None,
-            None,
-        ),
+        Figure(NAME, f"{what} ({how})", "ms", ms_a_job, ms_bare, without, ms_a_job / ms_bare, None)
+        for what, how, ms_a_job, ms_bare in [
+            (
+                "insert a job",
+                f"{WRITE_ROWS:,} in one statement",
+                cost.bulk_insert,
+                bare.bulk_insert,
+            ),
+            (
+                "finish a job",
+                f"{WRITE_ROWS:,} in one statement",
+                cost.bulk_finish,
+                bare.bulk_finish,
+            ),
+            ("insert a job", f"{ONE_BY_ONE:,}, a commit each", cost.insert, bare.insert),
+            ("finish a job", f"{ONE_BY_ONE:,}, a commit each", cost.finish, bare.finish),
+        ]
     ]
     series = {
         "rows": args.rows,
