@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -314,6 +315,17 @@ def measure(
     return ms, plans
 
 
+_SCANS = re.compile(
+    r"(Seq Scan on jobs|(?:Parallel )?(?:Bitmap Index|Index(?: Only)?) Scan(?: Backward)?"
+    r" (?:using|on) (?!pk_workspace|pk_user|ix_workspace_memberships)\w+)"
+)
+
+
+def access(plan: str) -> str:
+    """The ways the plan reads jobs: its scans of the table and of the table's indexes."""
+    return ", ".join(dict.fromkeys(m.group(1) for m in _SCANS.finditer(plan))) or "?"
+
+
 async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     hub = await stack.hub(f"search{args.rows}", worker=False)
     say(f"bulk-inserting {args.rows:,} job rows")
@@ -379,7 +391,17 @@ async def run(stack: Stack, args: argparse.Namespace) -> Outcome:
     }
     for label, plan in plans.items():
         say(f"--- {label}\n{plan}")
-    notes = [f"search: {args.rows:,} job rows, {ws.rows:,} in the workspace searched"]
+    notes = [
+        f"search: {args.rows:,} job rows, {ws.rows:,} in the workspace searched"
+        + (f"; without {', '.join(args.drop_index)}" if args.drop_index else ""),
+        "| search | p50 | p95 | how jobs is read (EXPLAIN ANALYZE) |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| {s.label} | {percentile(ms[s.label], 50):.2f} ms | "
+            f"{percentile(ms[s.label], 95):.2f} ms | {access(plans[s.label])} |"
+            for s, _ in statements
+        ),
+    ]
     return Outcome(figures, series, notes)
 
 
