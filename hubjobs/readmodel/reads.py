@@ -9,7 +9,7 @@ import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
@@ -33,7 +33,30 @@ GET_JOB = (
 )
 
 
-def _list_sql(shape: tuple[bool, ...], sort: JobSort) -> str:
+class ListShape(NamedTuple):
+    """Which filters a list has: each shape its own statement."""
+
+    status: bool
+    statuses: bool
+    kind: bool
+    schedule: bool
+    actor: bool
+    ids: bool
+    since: bool
+    until: bool
+    payload: bool
+    result: bool
+    paged: bool
+
+    @property
+    def searched(self) -> bool:
+        """A filter beyond the list's own (one status, a kind, a schedule)."""
+        return any(
+            (self.statuses, self.actor, self.ids, self.since, self.until, self.payload, self.result)
+        )
+
+
+def _list_sql(shape: ListShape, sort: JobSort) -> str:
     """Only the filters given, so each shape gets its own index's plan; keyset paging on
     (the sort's time, id), in the sort's direction."""
     statuses, status_set, kind, schedule, actor, ids, since, until, payload, result, paged = shape
@@ -65,7 +88,7 @@ def _list_sql(shape: tuple[bool, ...], sort: JobSort) -> str:
 
 
 @functools.cache
-def list_sql(shape: tuple[bool, ...], sort: JobSort) -> str:
+def list_sql(shape: ListShape, sort: JobSort) -> str:
     """The statement of a search's shape, made once (a few hundred shapes at most)."""
     return _list_sql(shape, sort)
 
@@ -101,22 +124,22 @@ async def jobs_as_member(
     """The actor's role and up to ``limit`` of the workspace's jobs ``search`` finds, in
     its order; with ``before`` (a previous page's last), those after it."""
     s = search
-    shape = (
-        len(s.statuses) == 1,
-        len(s.statuses) > 1,
-        s.kind is not None,
-        s.schedule_id is not None,
-        s.actor_id is not None,
-        s.ids is not None,
-        s.since is not None,
-        s.until is not None,
-        bool(s.payload),
-        bool(s.result),
-        before is not None,
+    shape = ListShape(
+        status=len(s.statuses) == 1,
+        statuses=len(s.statuses) > 1,
+        kind=s.kind is not None,
+        schedule=s.schedule_id is not None,
+        actor=s.actor_id is not None,
+        ids=s.ids is not None,
+        since=s.since is not None,
+        until=s.until is not None,
+        payload=bool(s.payload),
+        result=bool(s.result),
+        paged=before is not None,
     )
     # A search's plan turns on its values (a workspace of 100,000 jobs or 10, an actor
     # with most of them or few): planned for them each time, never a generic plan.
-    plain = not any(shape[1:2] + shape[4:10]) and s.sort == JobSort.created_desc
+    plain = not shape.searched and s.sort == JobSort.created_desc
     cursor = await conn.execute(
         list_sql(shape, s.sort),
         {
