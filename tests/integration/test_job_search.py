@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.job_rows import JobRow, admit
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
+from hubjobs.readmodel.search import JobSort
 from hubjobs.settings import Settings
+from starter.client import HubJobsClient
 from tests.support.servers import bearer
 
 BASE = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -317,3 +319,23 @@ async def test_the_kinds_listing_names_their_filterable_fields(http: httpx.Async
     assert tagging["result.failed"]["type"] == "integer"
     scope = {f["name"]: f for f in kinds["backup"]["fields"]}["payload.scope"]
     assert scope["enum"] == ["workspace", "hub"]
+
+
+async def test_a_search_is_planned_for_its_values_never_prepared(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    """psycopg prepares a statement on its fifth run on a connection, and PostgreSQL may
+    then keep a generic plan, blind to the values: a search's plan turns on them."""
+    await add_job(engine, course)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    for _ in range(8):  # one after the other: the pool's one connection each time
+        await jobs.list(actor_id=course.actor_id, sort=JobSort.created_asc)
+        await jobs.list()
+
+    async def prepared(conn: Any) -> list[str]:
+        rows = await (await conn.execute("SELECT statement FROM pg_prepared_statements")).fetchall()
+        return [str(row[0]) for row in rows]
+
+    statements = [s for s in await hub.read(prepared) if "FROM jobs" in s]
+    # The plain list is prepared (the check can see one), the search never.
+    assert len(statements) == 1 and "actor_id = $" not in statements[0]
