@@ -676,10 +676,18 @@ class WorkspaceJobs:
         from hubjobs.kinds.fields import containment
         from hubjobs.readmodel.search import JobSearch, id_range
 
-        statuses = (status,) if status is None or isinstance(status, str) else tuple(status)
+        given = (status,) if status is None or isinstance(status, str) else tuple(status)
+        try:
+            statuses = tuple(JobStatus(s) for s in dict.fromkeys(given) if s is not None)
+        except ValueError:
+            raise InvalidInput("unknown status", code="invalid_status") from None
+        try:
+            order = JobSort(sort)
+        except ValueError:
+            raise InvalidInput("unknown sort", code="invalid_argument") from None
         matching = containment(None if kind is None else self.client.kinds().get(kind), [*fields])
         search = JobSearch(
-            statuses=tuple(JobStatus(s) for s in dict.fromkeys(statuses) if s is not None),
+            statuses=statuses,
             kind=kind,
             schedule_id=schedule_id,
             actor_id=actor_id,
@@ -688,7 +696,7 @@ class WorkspaceJobs:
             until=_aware(until),
             payload=matching.payload,
             result=matching.result,
-            sort=JobSort(sort),
+            sort=order,
         )
 
         async def read(conn: Connection) -> tuple[str | None, list[JobView]]:

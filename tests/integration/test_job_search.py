@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
+from hubjobs.errors import InvalidInput
 from hubjobs.job_rows import JobRow, admit
 from hubjobs.kinds.course_tagging import COURSE_TAGGING
 from hubjobs.readmodel.search import JobSort
@@ -339,3 +340,14 @@ async def test_a_search_is_planned_for_its_values_never_prepared(
     statements = [s for s in await hub.read(prepared) if "FROM jobs" in s]
     # The plain list is prepared (the check can see one), the search never.
     assert len(statements) == 1 and "actor_id = $" not in statements[0]
+
+
+async def test_the_client_refuses_an_unknown_status_or_sort_with_a_code(
+    hub: HubJobsClient, course: DemoCourse
+) -> None:
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    with pytest.raises(InvalidInput) as status:
+        await jobs.list(status=["failed", "nope"])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput) as sort:
+        await jobs.list(sort="sideways")  # type: ignore[arg-type]
+    assert (status.value.code, sort.value.code) == ("invalid_status", "invalid_argument")
