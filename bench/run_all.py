@@ -38,6 +38,7 @@ import bench_readmodel
 import bench_restore
 import bench_retention
 import bench_sandbox
+import bench_search
 import bench_tagging
 from common import FILE, MEMORY, Stack
 from harness import (
@@ -73,6 +74,7 @@ MODULES: list[ModuleType] = [
     bench_backup,
     bench_restore,
     bench_readmodel,
+    bench_search,
     bench_retention,
 ]
 
@@ -92,6 +94,7 @@ QUICK: dict[str, str] = {
     "backup": "--megabytes 30 --rounds 1",
     "restore": "--megabytes 30 --rounds 1",
     "readmodel": "--rows 50000 --runs 100",
+    "search": "--rows 50000 --runs 50",
     "retention": "--rows 50000 --runs 2 --backlog 2000 --floor-batch 2000 --floor-runs 1",
 }
 

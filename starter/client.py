@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -55,6 +55,7 @@ from hubjobs.errors import (
 )
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel import reads
+from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
@@ -447,6 +448,11 @@ def _check_filter(kind: str | None, schedule_id: str | None) -> None:
         check_schedule_id(schedule_id)
 
 
+def _aware(at: datetime | None) -> datetime | None:
+    """A time without a zone, read as UTC (as the API's own are)."""
+    return at if at is None or at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 class WorkspaceJobs:
     """The jobs of one workspace, as one actor sees them."""
 
@@ -670,29 +676,56 @@ class WorkspaceJobs:
     async def list(
         self,
         *,
-        status: JobStatus | None = None,
+        status: JobStatus | Sequence[JobStatus] | None = None,
         kind: str | None = None,
         schedule_id: str | None = None,
+        actor_id: uuid.UUID | None = None,
+        id_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        fields: Sequence[str] = (),
+        sort: JobSort = JobSort.created_desc,
         limit: int = 50,
         before: tuple[datetime, uuid.UUID] | None = None,
     ) -> list[JobView]:
-        """The workspace's jobs, newest first; with ``schedule_id``, one schedule's runs;
-        with ``before`` (the created_at and id of a previous page's last job), the next
-        page."""
+        """The workspace's jobs, newest first or in ``sort``'s order, filtered: in a status
+        (or any of several), of a kind (which must be registered), a schedule's runs,
+        started by an actor, whose id starts with ``id_prefix``, created from ``since``
+        and before ``until``, whose payload or result holds each of ``fields``
+        (``payload.tag=exam``: with a kind, a field its schemas declare); with ``before``
+        (the time and id of a previous page's last job), the next page."""
         _check_filter(kind, schedule_id)
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
+        from hubjobs.kinds.fields import containment
+        from hubjobs.readmodel.search import JobSearch, id_range
+
+        given = (status,) if status is None or isinstance(status, str) else tuple(status)
+        try:
+            statuses = tuple(JobStatus(s) for s in dict.fromkeys(given) if s is not None)
+        except ValueError:
+            raise InvalidInput("unknown status", code="invalid_status") from None
+        try:
+            order = JobSort(sort)
+        except ValueError:
+            raise InvalidInput("unknown sort", code="invalid_argument") from None
+        matching = containment(None if kind is None else self.client.kinds().get(kind), [*fields])
+        search = JobSearch(
+            statuses=statuses,
+            kind=kind,
+            schedule_id=schedule_id,
+            actor_id=actor_id,
+            ids=None if id_prefix is None else id_range(id_prefix),
+            since=_aware(since),
+            until=_aware(until),
+            payload=matching.payload,
+            result=matching.result,
+            sort=order,
+        )
 
         async def read(conn: Connection) -> tuple[str | None, list[JobView]]:
             return await reads.jobs_as_member(
-                conn,
-                self.workspace_id,
-                self.actor_id,
-                status=status,
-                kind=kind,
-                schedule_id=schedule_id,
-                limit=limit,
-                before=before,
+                conn, self.workspace_id, self.actor_id, search, limit=limit, before=before
             )
 
         role, jobs = await self.client.read(read)

@@ -24,6 +24,7 @@ from hubjobs.errors import (
     InvalidPayload,
     describe_validation_errors,
 )
+from hubjobs.kinds.fields import kind_fields
 from hubjobs.readmodel.views import Counters, JobView
 from hubjobs.settings import Settings
 
@@ -165,6 +166,7 @@ class JobKind(Generic[P]):
             "command": self.command_name,
             "help": self.help or self.title,
             "payload": self.payload.model_json_schema(),
+            "fields": [f.model_dump(exclude_none=True) for f in kind_fields(self)],
         }
 
     def own_settings(self, settings: Settings) -> BaseSettings | None:

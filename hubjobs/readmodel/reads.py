@@ -5,14 +5,16 @@ actor is not a member of answers as one that does not exist.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
-from hubjobs.readmodel.status import JobStatus
+from hubjobs.readmodel.search import JobSearch, JobSort
 from hubjobs.readmodel.views import JobView
 
 # Every column of a JobView, in its order: the view is the one declaration.
@@ -39,32 +41,64 @@ GET_JOB_BY_KEY = (
 )
 
 
-def _list_sql(*, by_status: bool, by_kind: bool, by_schedule: bool, paged: bool) -> str:
+class ListShape(NamedTuple):
+    """Which filters a list has: each shape its own statement."""
+
+    status: bool
+    statuses: bool
+    kind: bool
+    schedule: bool
+    actor: bool
+    ids: bool
+    since: bool
+    until: bool
+    payload: bool
+    result: bool
+    paged: bool
+
+    @property
+    def searched(self) -> bool:
+        """A filter beyond the list's own (one status, a kind, a schedule)."""
+        return any(
+            (self.statuses, self.actor, self.ids, self.since, self.until, self.payload, self.result)
+        )
+
+
+def _list_sql(shape: ListShape, sort: JobSort) -> str:
     """Only the filters given, so each shape gets its own index's plan; keyset paging on
-    (created_at, id), both descending."""
+    (the sort's time, id), in the sort's direction."""
+    statuses, status_set, kind, schedule, actor, ids, since, until, payload, result, paged = shape
+    at, way = sort.column, "DESC" if sort.descending else "ASC"
     filters = (
-        (" AND status = %(status)s" if by_status else "")
-        + (" AND kind = %(kind)s" if by_kind else "")
-        + (" AND schedule_id = %(schedule)s" if by_schedule else "")
-        + (" AND (created_at, id) < (%(before_at)s, %(before_id)s)" if paged else "")
+        (" AND status = %(status)s" if statuses else "")
+        + (" AND status = ANY(%(statuses)s)" if status_set else "")
+        + (" AND kind = %(kind)s" if kind else "")
+        + (" AND schedule_id = %(schedule)s" if schedule else "")
+        + (" AND actor_id = %(actor_id)s" if actor else "")
+        + (" AND id BETWEEN %(id_low)s AND %(id_high)s" if ids else "")
+        + (" AND created_at >= %(since)s" if since else "")
+        + (" AND created_at < %(until)s" if until else "")
+        + (" AND payload @> %(payload)s" if payload else "")
+        + (" AND result @> %(result)s" if result else "")
+        + (f" AND {at} IS NOT NULL" if at != "created_at" else "")
+        + (
+            f" AND ({at}, id) {'<' if sort.descending else '>'} (%(before_at)s, %(before_id)s)"
+            if paged
+            else ""
+        )
     )
     return (
         f"SELECT m.role, {_J_COLUMNS} {_MEMBER}"
         f"LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = %(workspace)s"
-        f"{filters} ORDER BY created_at DESC, id DESC LIMIT %(limit)s) j ON true "
-        f"{_AS_MEMBER} ORDER BY j.created_at DESC, j.id DESC"
+        f"{filters} ORDER BY {at} {way}, id {way} LIMIT %(limit)s) j ON true "
+        f"{_AS_MEMBER} ORDER BY j.{at} {way}, j.id {way}"
     )
 
 
-LIST_JOBS = {
-    (by_status, by_kind, by_schedule, paged): _list_sql(
-        by_status=by_status, by_kind=by_kind, by_schedule=by_schedule, paged=paged
-    )
-    for by_status in (False, True)
-    for by_kind in (False, True)
-    for by_schedule in (False, True)
-    for paged in (False, True)
-}
+@functools.cache
+def list_sql(shape: ListShape, sort: JobSort) -> str:
+    """The statement of a search's shape, made once (a few hundred shapes at most)."""
+    return _list_sql(shape, sort)
 
 
 def job_view(values: Sequence[Any]) -> JobView:
@@ -105,29 +139,52 @@ async def jobs_as_member(
     conn: AsyncConnection[Any],
     workspace_id: uuid.UUID,
     actor_id: uuid.UUID,
+    search: JobSearch,
     *,
-    status: JobStatus | None = None,
-    kind: str | None = None,
-    schedule_id: str | None = None,
     limit: int = 50,
     before: tuple[datetime, uuid.UUID] | None = None,
 ) -> tuple[str | None, list[JobView]]:
-    """The actor's role and up to ``limit`` of the workspace's jobs, newest first,
-    filtered; with ``before``, those after it."""
-    shape = (status is not None, kind is not None, schedule_id is not None, before is not None)
+    """The actor's role and up to ``limit`` of the workspace's jobs ``search`` finds, in
+    its order; with ``before`` (a previous page's last), those after it."""
+    s = search
+    shape = ListShape(
+        status=len(s.statuses) == 1,
+        statuses=len(s.statuses) > 1,
+        kind=s.kind is not None,
+        schedule=s.schedule_id is not None,
+        actor=s.actor_id is not None,
+        ids=s.ids is not None,
+        since=s.since is not None,
+        until=s.until is not None,
+        payload=bool(s.payload),
+        result=bool(s.result),
+        paged=before is not None,
+    )
+    # A search's plan turns on its values (a workspace of 100,000 jobs or 10, an actor
+    # with most of them or few): planned for them each time, never a generic plan.
+    plain = not shape.searched and s.sort == JobSort.created_desc
     cursor = await conn.execute(
-        LIST_JOBS[shape],
+        list_sql(shape, s.sort),
         {
             "workspace": workspace_id,
             "actor": actor_id,
-            "status": None if status is None else str(status),
-            "kind": kind,
-            "schedule": schedule_id,
+            "status": str(s.statuses[0]) if s.statuses else None,
+            "statuses": [str(status) for status in s.statuses],
+            "kind": s.kind,
+            "schedule": s.schedule_id,
+            "actor_id": s.actor_id,
+            "id_low": None if s.ids is None else s.ids[0],
+            "id_high": None if s.ids is None else s.ids[1],
+            "since": s.since,
+            "until": s.until,
+            "payload": Jsonb(s.payload or {}),
+            "result": Jsonb(s.result or {}),
             "limit": limit,
             "before_at": None if before is None else before[0],
             "before_id": None if before is None else before[1],
         },
         binary=True,
+        prepare=None if plain else False,
     )
     rows = await cursor.fetchall()
     if not rows:

@@ -79,6 +79,35 @@ class Job(Base):
         ),
         # The stuck jobs, for the queue state's count (0005): a handful, if any.
         Index("ix_jobs_stuck", "stuck_since", postgresql_where=text("stuck_since IS NOT NULL")),
+        # A search's filters that a walk of the workspace's jobs would read past for long
+        # (0014): one actor's jobs, the finished ones by when they finished, and a payload
+        # or result field's value (containment, jsonb_path_ops: the smaller GIN).
+        Index(
+            "ix_jobs_workspace_actor_created",
+            "workspace_id",
+            "actor_id",
+            text("created_at DESC"),
+            "id",
+        ),
+        Index(
+            "ix_jobs_workspace_finished",
+            "workspace_id",
+            text("finished_at DESC"),
+            "id",
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_jobs_payload",
+            "payload",
+            postgresql_using="gin",
+            postgresql_ops={"payload": "jsonb_path_ops"},
+        ),
+        Index(
+            "ix_jobs_result",
+            "result",
+            postgresql_using="gin",
+            postgresql_ops={"result": "jsonb_path_ops"},
+        ),
         # A schedule's runs, newest first: its job listing and its keep step (0003).
         Index(
             "ix_jobs_schedule_created",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
@@ -13,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from hubjobs.domain.text import KEY_MAX_LENGTH, KEY_PATTERN, KIND_PATTERN, REASON_MAX_LENGTH
 from hubjobs.errors import JobFailed
 from hubjobs.kinds import REGISTRY
+from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
 from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
@@ -101,14 +103,22 @@ async def start_job(
     "/jobs",
     response_model=JobPage,
     responses={**ERRORS},
-    summary="The workspace's jobs, newest first, keyset-paged: pass `next` as `before` "
-    "for the following page",
+    summary="The workspace's jobs, newest first (or as `sort` says), filtered, keyset-paged: "
+    "pass `next` as `before` for the following page",
 )
 async def list_jobs(
     jobs: Jobs,
-    status: Annotated[JobStatus | None, Query()] = None,
+    status: Annotated[
+        list[JobStatus] | None,
+        Query(description="Only jobs in this status; repeated, in any of them"),
+    ] = None,
     kind: Annotated[
-        str | None, Query(description="Only jobs of this kind", max_length=64, pattern=KIND_PATTERN)
+        str | None,
+        Query(
+            description="Only jobs of this kind (422 unknown_kind for one not served)",
+            max_length=64,
+            pattern=KIND_PATTERN,
+        ),
     ] = None,
     schedule_id: Annotated[
         str | None,
@@ -118,6 +128,39 @@ async def list_jobs(
             pattern=SCHEDULE_ID_PATTERN,
         ),
     ] = None,
+    actor_id: Annotated[uuid.UUID | None, Query(description="Only jobs this user started")] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(
+            alias="id",
+            description="A job id or its start: 1 to 32 hexadecimal digits, dashes allowed "
+            "(422 invalid_job_id otherwise)",
+        ),
+    ] = None,
+    since: Annotated[
+        datetime | None,
+        Query(description="Only jobs created at or after this time (ISO 8601; UTC without a zone)"),
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        Query(description="Only jobs created before this time (ISO 8601; UTC without a zone)"),
+    ] = None,
+    field: Annotated[
+        list[str] | None,
+        Query(
+            description="`payload.<field>=<value>` or `result.<field>=<value>`, repeatable: "
+            "only jobs whose payload or result has that value (a list field: holds it). "
+            "Needs `kind`; the kind's fields are in GET /kinds. 422 invalid_field_filter "
+            "(malformed, or no kind), unknown_field, invalid_field_value (not its type)",
+        ),
+    ] = None,
+    sort: Annotated[
+        JobSort,
+        Query(
+            description="created_desc (newest first), created_asc, or finished_desc / "
+            "finished_asc (finished jobs only, by when they finished)"
+        ),
+    ] = JobSort.created_desc,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     before: Annotated[
         str | None,
@@ -128,12 +171,18 @@ async def list_jobs(
         status=status,
         kind=kind,
         schedule_id=schedule_id,
+        actor_id=actor_id,
+        id_prefix=id_prefix,
+        since=since,
+        until=until,
+        fields=field or (),
+        sort=sort,
         limit=limit,
         before=None if before is None else read_job_cursor(before),
     )
     return JobPage(
         jobs=[JobResource.of(job) for job in found],
-        next=job_cursor(found[-1]) if len(found) == limit else None,
+        next=job_cursor(found[-1], sort) if len(found) == limit else None,
     )
 
 

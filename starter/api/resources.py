@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from hubjobs.errors import InvalidInput
+from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
 
 # Where every route of a workspace's jobs and schedules lives: each of their routers
@@ -67,16 +68,18 @@ class JobRecord(JobResource):
 
 
 class JobPage(BaseModel):
-    """A page of a workspace's jobs, newest first; ``next`` (None on the last page) is
+    """A page of a workspace's jobs, in the order asked; ``next`` (None on the last page) is
     the ``before`` of the page that follows."""
 
     jobs: list[JobResource]
     next: str | None = Field(description="Pass as `before` for the following page")
 
 
-def job_cursor(job: JobView) -> str:
-    """The keyset cursor after ``job``: its created_at and id, opaque to callers."""
-    text = f"{job.created_at.isoformat()}|{job.id}"
+def job_cursor(job: JobView, sort: JobSort = JobSort.created_desc) -> str:
+    """The keyset cursor after ``job``: its time in ``sort``'s order and id, opaque to
+    callers."""
+    at = job.finished_at if sort.column == "finished_at" else job.created_at
+    text = f"{(at or job.created_at).isoformat()}|{job.id}"
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 

@@ -97,13 +97,21 @@ def status(
 
 
 def list_filters(
-    status: str | None, kind: str | None, schedule: str | None, limit: int
+    status: list[str] | None,
+    kind: str | None,
+    schedule: str | None,
+    limit: int,
+    **search: Any,
 ) -> dict[str, Any]:
-    """The API's job list query for ``list``'s options; an unknown status refused."""
+    """The API's job list query for ``list``'s options (``search``: the API's own names,
+    None or empty for not given); an unknown status refused."""
     statuses = [s.value for s in JobStatus]
-    if status is not None and status not in statuses:
+    if any(s not in statuses for s in status or ()):
         raise HubJobsError(f"unknown status: one of {', '.join(statuses)}", code="invalid_status")
-    return {"status": status, "kind": kind, "schedule_id": schedule, "limit": limit}
+    # One status as the API's list has always been asked; several repeated.
+    one = status[0] if status and len(status) == 1 else status or None
+    given = {name: value for name, value in search.items() if value not in (None, [], ())}
+    return {"status": one, "kind": kind, "schedule_id": schedule, "limit": limit, **given}
 
 
 # A list's columns, in the order a narrow terminal keeps them: ids whole, always (they
@@ -238,10 +246,36 @@ def watch_list(updates: Iterator[list[Job]], interval: float, as_json: bool) -> 
 def list_jobs(
     workspace: WorkspaceOpt = None,
     actor: ActorOpt = None,
-    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    status: Annotated[
+        list[str] | None, typer.Option(help="Only jobs in this status (repeat: in any of them).")
+    ] = None,
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
     schedule: Annotated[
         str | None, typer.Option("--schedule", help="Only the runs of this schedule.")
+    ] = None,
+    started_by: Annotated[
+        uuid.UUID | None,
+        typer.Option("--started-by", help="Only jobs this user started (--actor is who asks)."),
+    ] = None,
+    job_id: Annotated[
+        str | None, typer.Option("--id", help="A job id or its start (hex, dashes or not).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only jobs created at or after this time (ISO 8601).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only jobs created before this time (ISO 8601).")
+    ] = None,
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="payload.<field>=<value> or result.<field>=<value> (repeat for more); "
+            "needs --kind; the API's GET /kinds lists each kind's fields."
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(help="created_desc (default), created_asc, finished_desc, finished_asc."),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     before: Annotated[
@@ -256,8 +290,19 @@ def list_jobs(
     ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
-    """List a workspace's jobs, newest first."""
-    filters = list_filters(status, kind, schedule, limit)
+    """List a workspace's jobs, newest first, or searched."""
+    filters = list_filters(
+        status,
+        kind,
+        schedule,
+        limit,
+        actor_id=None if started_by is None else str(started_by),
+        id=job_id,
+        since=since,
+        until=until,
+        field=field,
+        sort=sort,
+    )
     with api(workspace, actor) as jobs:
 
         def read() -> list[Job]:

@@ -10,12 +10,21 @@ from datetime import datetime
 from typing import Any
 
 Job = dict[str, Any]
-# The list's filters a job's own fields say whether it matches.
+# The list's filters a job's own fields say whether it matches ...
 FILTERED = ("status", "kind", "schedule_id")
+# ... and a search's, for which the list is read again (the API's to judge), as is one
+# in another order than newest first.
+SEARCHED = ("actor_id", "id", "since", "until", "field", "sort")
 
 
 def matches(job: Job, filters: Mapping[str, Any]) -> bool:
-    return all(filters.get(name) in (None, job.get(name)) for name in FILTERED)
+    def holds(name: str) -> bool:
+        wanted = filters.get(name)
+        if isinstance(wanted, list | tuple):
+            return job.get(name) in wanted
+        return wanted in (None, job.get(name))
+
+    return all(holds(name) for name in FILTERED)
 
 
 def _order(job: Job) -> tuple[datetime, str]:
@@ -28,6 +37,8 @@ def merged(
 ) -> list[Job] | None:
     """``listed`` with ``job``'s change; None when it cannot tell (a job left a full
     page, which the next one in order should fill: read the list again)."""
+    if any(filters.get(name) for name in SEARCHED):
+        return None
     limit = int(filters.get("limit") or len(listed) or 1)
     at = next((n for n, row in enumerate(listed) if row["id"] == job["id"]), None)
     if not matches(job, filters):
