@@ -21,6 +21,7 @@ from starter.api import (
     jobs,
     kinds,
     list_events,
+    overview,
     schedules,
 )
 from starter.api.codec import CodecCors, codec_router
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         events.router,
         items.router,
         schedules.router,
+        overview.router,
         health.router,
         contract.router,
         kinds.router,
