@@ -6,6 +6,7 @@ exist. The rows are written as the worker leaves them, times set relative to now
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -94,7 +95,7 @@ def assert_buckets_sum_to_counts(found: dict[str, Any], pages: int) -> None:
     starts = [datetime.fromisoformat(b["start"]) for b in found["buckets"]]
     step = timedelta(seconds=found["bucket_seconds"])
     assert starts[0] == datetime.fromisoformat(found["since"])
-    assert all(later - earlier == step for earlier, later in zip(starts, starts[1:], strict=False))
+    assert all(later - earlier == step for earlier, later in itertools.pairwise(starts))
 
 
 async def test_overview_counts_a_known_set_of_jobs_exactly(
