@@ -186,7 +186,9 @@ async def measure(settings: Settings, runs: int) -> dict[str, list[float]]:
             for n in range(runs):
                 for label, url in calls.items():
                     ms[label].append(await timed(client, url, headers))
-                ms["one job"].append(await timed(client, f"{base}/jobs/{ids[n % len(ids)]}", headers))
+                ms["one job"].append(
+                    await timed(client, f"{base}/jobs/{ids[n % len(ids)]}", headers)
+                )
     finally:
         await hub.close()
     return ms

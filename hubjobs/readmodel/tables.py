@@ -23,6 +23,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from hubjobs.db.metadata import Base, created_now
 from hubjobs.readmodel.status import (
+    FINAL_STATUSES,
     UNFINISHED_STATUSES,
     ItemState,
     JobStatus,
@@ -69,6 +70,23 @@ class Job(Base):
             "ix_jobs_failed_finished",
             "finished_at",
             postgresql_where=text(f"status = {JobStatus.failed.sql}"),
+        ),
+        # The overview's window: a workspace's ended jobs by when they ended, with what it
+        # sums, so that the window is read off the index alone (0013).
+        Index(
+            "ix_jobs_workspace_finished",
+            "workspace_id",
+            "finished_at",
+            postgresql_include=[
+                "kind",
+                "status",
+                "total",
+                "processed",
+                "succeeded",
+                "skipped",
+                "failed",
+            ],
+            postgresql_where=text(f"status IN {sql_list(FINAL_STATUSES)}"),
         ),
         Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
         # The reconciler's selection: unfinished rows, least recently touched first.

@@ -64,6 +64,7 @@ async def test_workers_lists_two_then_one_gone_and_the_job_it_runs(
     outsider = await seed(engine, 1)
     first, second = f"worker-a-{uuid.uuid4().hex[:8]}", f"worker-b-{uuid.uuid4().hex[:8]}"
     address = api_settings.temporal_address
+    assert address is not None
     a = await temporal_at(address, identity=first, runtime=beating_runtime())
     b = await temporal_at(address, identity=second, runtime=beating_runtime())
     release = asyncio.Event()
@@ -99,7 +100,7 @@ async def test_workers_lists_two_then_one_gone_and_the_job_it_runs(
 
         async def running_job() -> bool:
             found = await workers(http, course, api_settings)
-            return found[first]["running"] == [str(job.id)]
+            return bool(found[first]["running"] == [str(job.id)])
 
         try:
             await until("the live worker running the job", running_job)

@@ -1,0 +1,45 @@
+"""the overview's index: a workspace's ended jobs by when they ended
+
+Revision ID: 0013
+Revises: 0011
+Create Date: 2026-12-06
+
+- ``ix_jobs_workspace_finished``: partial, on the ended rows, by (workspace, finished_at),
+  carrying the kind, status and counters the overview sums: its window's jobs are read
+  off the index alone (an index-only scan), not from the table's rows.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+FINAL = sa.text("status IN ('cancelled', 'failed', 'succeeded')")
+
+
+def upgrade() -> None:
+    op.create_index(
+        "ix_jobs_workspace_finished",
+        "jobs",
+        ["workspace_id", "finished_at"],
+        unique=False,
+        postgresql_include=[
+            "kind",
+            "status",
+            "total",
+            "processed",
+            "succeeded",
+            "skipped",
+            "failed",
+        ],
+        postgresql_where=FINAL,
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_jobs_workspace_finished", table_name="jobs", postgresql_where=FINAL)
