@@ -1,7 +1,8 @@
 """The console's workers view through the API, on the real servers: two in-process
 workers of their own identities listed live, the one stopped shown gone while the other
 stays live, the job the live one runs named under it for a member of the job's workspace
-and not for a member of another. A short threshold and one-second heartbeats by
+and not for a member of another, who reading the job's workspace is answered as for one that
+does not exist. A short threshold and one-second heartbeats by
 settings; every step waits for its condition."""
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ async def test_workers_lists_two_then_one_gone_and_the_job_it_runs(
             )
             assert seen[first]["running"] == []
             assert str(job.id) not in str(seen)
+            refused = await http.get(
+                f"/workspaces/{course.workspace_id}/workers",
+                headers=bearer(outsider.actor_id, api_settings),
+            )
+            assert refused.status_code == 404
+            assert refused.json()["error"]["code"] == "workspace_not_found"
         finally:
             release.set()
         await jobs.wait(job.id, timeout=60)
