@@ -95,13 +95,12 @@ SELECT member.role, span.since, span.until,
      SELECT kind,
             count(*) FILTER (WHERE status = {JobStatus.queued.sql}) AS queued,
             count(*) FILTER (WHERE status = {JobStatus.running.sql}) AS running,
-            count(*) FILTER (WHERE stuck_since IS NOT NULL) AS stuck
+            count(*) FILTER (WHERE stuck_since IS NOT NULL) AS stuck,
+            min(created_at) FILTER (WHERE status = {JobStatus.queued.sql}) AS oldest_since,
+            (array_agg(id ORDER BY created_at, id)
+               FILTER (WHERE status = {JobStatus.queued.sql}))[1] AS oldest_id
        FROM jobs WHERE workspace_id = %(workspace)s AND status IN {sql_list(UNFINISHED_STATUSES)}
       GROUP BY kind) n),
-  (SELECT coalesce(json_agg(q), '[]') FROM (
-     SELECT DISTINCT ON (kind) kind, id AS job_id, created_at AS since
-       FROM jobs WHERE workspace_id = %(workspace)s AND status = {JobStatus.queued.sql}
-      ORDER BY kind, created_at, id) q),
   (SELECT coalesce(json_agg(f), '[]') FROM (
      SELECT kind, date_bin(%(step)s, finished_at, {_EPOCH}) AS start,
             count(*) FILTER (WHERE status = {JobStatus.succeeded.sql}) AS succeeded,
@@ -133,8 +132,8 @@ async def overview_as_member(
     row = await cursor.fetchone()
     if row is None:
         return None, None
-    role, since, until, unfinished, oldest, ended = row
-    return str(role), _overview(window, since, until, unfinished, oldest, ended)
+    role, since, until, unfinished, ended = row
+    return str(role), _overview(window, since, until, unfinished, ended)
 
 
 def _overview(
@@ -142,7 +141,6 @@ def _overview(
     since: datetime,
     until: datetime,
     unfinished: list[dict[str, Any]],
-    oldest: list[dict[str, Any]],
     ended: list[dict[str, Any]],
 ) -> Overview:
     kinds: dict[str, KindOverview] = {}
@@ -153,8 +151,8 @@ def _overview(
     for row in unfinished:
         found = of(row["kind"])
         found.queued, found.running, found.stuck = row["queued"], row["running"], row["stuck"]
-    for row in oldest:
-        of(row["kind"]).oldest_queued = OldestQueued.model_validate(row)
+        if row["oldest_id"] is not None:
+            found.oldest_queued = OldestQueued(job_id=row["oldest_id"], since=row["oldest_since"])
     buckets = [ThroughputBucket(start=since + window.step * n) for n in range(window.buckets)]
     for row in ended:
         found = of(row["kind"])

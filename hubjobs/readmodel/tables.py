@@ -88,6 +88,15 @@ class Job(Base):
             ],
             postgresql_where=text(f"status IN {sql_list(FINAL_STATUSES)}"),
         ),
+        # ... and its unfinished jobs: the counts per kind and the oldest queued (0013).
+        Index(
+            "ix_jobs_workspace_unfinished",
+            "workspace_id",
+            "status",
+            "created_at",
+            postgresql_include=["kind", "id", "stuck_since"],
+            postgresql_where=text(f"status IN {sql_list(UNFINISHED_STATUSES)}"),
+        ),
         Index("ix_jobs_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
         # The reconciler's selection: unfinished rows, least recently touched first.
         Index(

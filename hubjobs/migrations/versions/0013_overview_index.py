@@ -1,4 +1,4 @@
-"""the overview's index: a workspace's ended jobs by when they ended
+"""the overview's indexes: a workspace's ended jobs by when they ended, its unfinished ones
 
 Revision ID: 0013
 Revises: 0011
@@ -7,6 +7,9 @@ Create Date: 2026-12-06
 - ``ix_jobs_workspace_finished``: partial, on the ended rows, by (workspace, finished_at),
   carrying the kind, status and counters the overview sums: its window's jobs are read
   off the index alone (an index-only scan), not from the table's rows.
+- ``ix_jobs_workspace_unfinished``: partial, on the unfinished rows, by (workspace,
+  status, created_at), carrying the kind, id and stuck_since: the counts per kind and
+  the oldest queued job, again without the table's rows.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ branch_labels = None
 depends_on = None
 
 FINAL = sa.text("status IN ('cancelled', 'failed', 'succeeded')")
+UNFINISHED = sa.text("status IN ('queued', 'running')")
 
 
 def upgrade() -> None:
@@ -39,7 +43,16 @@ def upgrade() -> None:
         ],
         postgresql_where=FINAL,
     )
+    op.create_index(
+        "ix_jobs_workspace_unfinished",
+        "jobs",
+        ["workspace_id", "status", "created_at"],
+        unique=False,
+        postgresql_include=["kind", "id", "stuck_since"],
+        postgresql_where=UNFINISHED,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_workspace_unfinished", table_name="jobs", postgresql_where=UNFINISHED)
     op.drop_index("ix_jobs_workspace_finished", table_name="jobs", postgresql_where=FINAL)
