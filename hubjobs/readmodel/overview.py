@@ -136,6 +136,11 @@ async def overview_as_member(
     return str(role), _overview(window, since, until, unfinished, ended)
 
 
+# What an ended row of the statement holds, in the order the buckets sum them.
+_JOBS = ("succeeded", "failed", "cancelled")
+_PAGES = ("total", "processed", "items_succeeded", "skipped", "items_failed")
+
+
 def _overview(
     window: Window,
     since: datetime,
@@ -143,42 +148,45 @@ def _overview(
     unfinished: list[dict[str, Any]],
     ended: list[dict[str, Any]],
 ) -> Overview:
-    kinds: dict[str, KindOverview] = {}
+    """The models from the statement's rows, summed as plain numbers first: a model per
+    row and per addition cost more than the statement's own aggregation."""
+    kinds: dict[str, dict[str, Any]] = {}
 
-    def of(kind: str) -> KindOverview:
-        return kinds.setdefault(kind, KindOverview(kind=kind))
+    def of(kind: str) -> dict[str, Any]:
+        return kinds.setdefault(kind, {"kind": kind} | dict.fromkeys(_JOBS, 0))
 
     for row in unfinished:
         found = of(row["kind"])
-        found.queued, found.running, found.stuck = row["queued"], row["running"], row["stuck"]
+        found.update(queued=row["queued"], running=row["running"], stuck=row["stuck"])
         if row["oldest_id"] is not None:
-            found.oldest_queued = OldestQueued(job_id=row["oldest_id"], since=row["oldest_since"])
-    buckets = [ThroughputBucket(start=since + window.step * n) for n in range(window.buckets)]
+            found["oldest_queued"] = {"job_id": row["oldest_id"], "since": row["oldest_since"]}
+    sums = [[0] * (len(_JOBS) + len(_PAGES)) for _ in range(window.buckets)]
     for row in ended:
         found = of(row["kind"])
-        found.succeeded += row["succeeded"]
-        found.failed += row["failed"]
-        found.cancelled += row["cancelled"]
+        for name in _JOBS:
+            found[name] += row[name]
         start = datetime.fromisoformat(row["start"])
         # A clock a little ahead of the database's puts an end past the last bucket.
-        bucket = buckets[min(int((start - since) / window.step), window.buckets - 1)]
-        bucket.succeeded += row["succeeded"]
-        bucket.failed += row["failed"]
-        bucket.cancelled += row["cancelled"]
-        bucket.pages += Counters(
-            total=row["total"],
-            processed=row["processed"],
-            succeeded=row["items_succeeded"],
-            skipped=row["skipped"],
-            failed=row["items_failed"],
-        )
-    waiting = [k.oldest_queued for k in kinds.values() if k.oldest_queued is not None]
+        bucket = sums[min(int((start - since) / window.step), window.buckets - 1)]
+        for n, name in enumerate(_JOBS + _PAGES):
+            bucket[n] += row[name]
+    views = [KindOverview.model_validate(kinds[name]) for name in sorted(kinds)]
+    waiting = [k.oldest_queued for k in views if k.oldest_queued is not None]
     return Overview(
         window=window,
         since=since,
         until=until,
         bucket_seconds=int(window.step.total_seconds()),
-        kinds=[kinds[name] for name in sorted(kinds)],
+        kinds=views,
         oldest_queued=min(waiting, key=lambda o: o.since, default=None),
-        buckets=buckets,
+        buckets=[_bucket(since + window.step * n, sums[n]) for n in range(window.buckets)],
     )
+
+
+def _bucket(start: datetime, sums: list[int]) -> ThroughputBucket:
+    jobs = dict(zip(_JOBS, sums, strict=False))
+    total, processed, succeeded, skipped, failed = sums[len(_JOBS) :]
+    pages = Counters(
+        total=total, processed=processed, succeeded=succeeded, skipped=skipped, failed=failed
+    )
+    return ThroughputBucket(start=start, pages=pages, **jobs)
