@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 
 .PHONY: install install-dev install-bench system-deps run test unit integration system docs \
-	docs-serve lint compose-check down bench bench-report peers-venv clean migration \
+	docs-serve lint compose-check down bench bench-console bench-report peers-venv clean migration \
 	contract chaos
 
 # Three sets of packages, each installed on first need: what running needs (`make run`:
@@ -121,6 +121,11 @@ down: install
 bench: install-bench peers-venv
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 	$(BIN)/python bench/report.py $(REPORT_ARGS)
+
+# The console's API at 1,000,000 job rows alone (overview and jobs list, p50/p95), on servers
+# of its own: BENCH_ARGS passes its flags (--rows, --runs).
+bench-console: install-bench
+	$(BIN)/python bench/bench_console.py $(BENCH_ARGS)
 
 # The page and the table again from the last results (REPORT_ARGS: bench/report.py's
 # flags, e.g. --profile-before FILE --profile-after FILE).

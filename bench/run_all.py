@@ -30,6 +30,7 @@ import bench_api
 import bench_backup
 import bench_burst
 import bench_capacity
+import bench_console
 import bench_costs
 import bench_devstore
 import bench_job_latency
@@ -76,6 +77,7 @@ MODULES: list[ModuleType] = [
     bench_readmodel,
     bench_search,
     bench_retention,
+    bench_console,
 ]
 
 
@@ -95,6 +97,7 @@ QUICK: dict[str, str] = {
     "restore": "--megabytes 30 --rounds 1",
     "readmodel": "--rows 50000 --runs 100",
     "search": "--rows 50000 --runs 50",
+    "console": "--rows 50000 --runs 30",
     "retention": "--rows 50000 --runs 2 --backlog 2000 --floor-batch 2000 --floor-runs 1",
 }
 

@@ -112,6 +112,13 @@ class Settings(BaseSettings):
     api_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     # A comment this often keeps proxies from closing a quiet event stream.
     api_events_heartbeat_seconds: float = Field(default=15.0, gt=0)
+    # The workers view: a worker unseen this long is gone. Past a worker's heartbeat
+    # interval (the SDK's 60 s) and a poll's wait, so that an idle worker stays live.
+    workers_gone_seconds: float = Field(default=180.0, gt=0)
+    # A worker tells the server its state and slots in use this often (the workers view).
+    worker_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    # The workers view tells which worker runs a job for at most this many running jobs.
+    workers_running_jobs: int = Field(default=50, ge=0, le=1000)
     # The Temporal UI the operator page links to; unset, the embedded stack's, if any.
     temporal_ui_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
 

@@ -56,6 +56,7 @@ from hubjobs.errors import (
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel import reads
 from hubjobs.readmodel.search import JobSort
+from hubjobs.readmodel.overview import Overview, Window, overview_as_member
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from hubjobs.readmodel.changes import JobChanges
     from hubjobs.readmodel.feeds import JobFeeds
     from hubjobs.readmodel.workspace_feeds import WorkspaceChange, WorkspaceFeeds
+    from hubjobs.temporal.pollers import Workers
     from starter.schedules import WorkspaceSchedules
 
 log = logging.getLogger(__name__)
@@ -732,6 +734,54 @@ class WorkspaceJobs:
         if role is None:
             raise workspace_not_found()
         return jobs
+
+    async def overview(self, window: Window = Window.hour) -> Overview:
+        """The workspace's queue at a glance: per kind, its jobs queued, running and stuck
+        now, those that ended within ``window``, its oldest queued job, and the window's
+        throughput in buckets (jobs ended, pages done). One statement, membership in it."""
+
+        async def read(conn: Connection) -> tuple[str | None, Overview | None]:
+            return await overview_as_member(conn, self.workspace_id, self.actor_id, window)
+
+        role, found = await self.client.read(read)
+        if role is None or found is None:
+            raise workspace_not_found()
+        return found
+
+    async def workers(self) -> Workers:
+        """Who works the job task queue (``hubjobs.temporal.pollers``): every worker by
+        identity, live or gone, with the jobs of this workspace its activities run (of
+        the newest HUBJOBS_WORKERS_RUNNING_JOBS running). Any member may read it."""
+        from temporalio.service import RPCError
+
+        from hubjobs.temporal.pollers import Workers, running_on, task_queue_workers
+
+        settings = self.client.settings
+        running = await self.list(
+            status=JobStatus.running, limit=max(1, settings.workers_running_jobs)
+        )
+        running = running[: settings.workers_running_jobs]
+        temporal = await self.client.temporal_client()
+        try:
+            found, heartbeats = await task_queue_workers(
+                temporal, settings.task_queue, timedelta(seconds=settings.workers_gone_seconds)
+            )
+            runs = await running_on(temporal, [job.workflow_id for job in running])
+        except RPCError as err:
+            log.warning("describing the task queue failed: %s", err.status.name)
+            raise Unavailable("Temporal did not answer; try again") from None
+        jobs_of: dict[str, list[uuid.UUID]] = {}
+        for job in running:
+            for identity in runs.get(job.workflow_id, ()):
+                jobs_of.setdefault(identity, []).append(job.id)
+        for worker in found:
+            worker.running = jobs_of.get(worker.identity, [])
+        return Workers(
+            task_queue=settings.task_queue,
+            heartbeats=heartbeats,
+            gone_after_seconds=settings.workers_gone_seconds,
+            workers=found,
+        )
 
     async def items(
         self,

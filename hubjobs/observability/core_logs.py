@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from datetime import timedelta
 
 from temporalio.runtime import (
     LogForwardingConfig,
@@ -27,8 +28,12 @@ def core_logging() -> LoggingConfig:
 
 
 @functools.cache
-def forwarding_runtime() -> Runtime:
+def forwarding_runtime(worker_heartbeat_seconds: float = 60.0) -> Runtime:
     """The runtime of a client without a metrics endpoint (the CLI, the API): one per
     process, as the SDK's default runtime would be. No ``service_name`` label: the
-    process is known by its scrape target."""
-    return Runtime(telemetry=TelemetryConfig(logging=core_logging(), attach_service_name=False))
+    process is known by its scrape target. Its workers tell the server their state and
+    slots every ``worker_heartbeat_seconds`` (the workers view)."""
+    return Runtime(
+        telemetry=TelemetryConfig(logging=core_logging(), attach_service_name=False),
+        worker_heartbeat_interval=timedelta(seconds=worker_heartbeat_seconds),
+    )

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.common import MetricMeter
@@ -41,8 +42,9 @@ DURATION_METRIC = "hubjobs_job_duration_seconds"
 
 def metrics_runtime(settings: Settings) -> Runtime:
     """The worker's runtime: the core's log lines forwarded into Python logging, and a
-    Prometheus endpoint unless turned off or its port is taken (then none: logged). No
-    ``service_name`` label on every series: the scrape target names the process."""
+    Prometheus endpoint unless turned off or its port is taken (then none: logged), its
+    workers' heartbeats every HUBJOBS_WORKER_HEARTBEAT_SECONDS. No ``service_name`` label
+    on every series: the scrape target names the process."""
     if settings.metrics_port:
         metrics = PrometheusConfig(
             bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
@@ -54,11 +56,12 @@ def metrics_runtime(settings: Settings) -> Runtime:
             return Runtime(
                 telemetry=TelemetryConfig(
                     logging=core_logging(), metrics=metrics, attach_service_name=False
-                )
+                ),
+                worker_heartbeat_interval=timedelta(seconds=settings.worker_heartbeat_seconds),
             )
         except Exception as err:  # the SDK reports a taken port as a generic error
             log.warning("metrics endpoint not started on port %s: %s", settings.metrics_port, err)
-    return forwarding_runtime()
+    return forwarding_runtime(settings.worker_heartbeat_seconds)
 
 
 class JobMetrics:

@@ -22,6 +22,7 @@ from starter.api import (
     kinds,
     list_events,
     members,
+    overview,
     schedules,
 )
 from starter.api.codec import CodecCors, codec_router
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         items.router,
         members.router,
         schedules.router,
+        overview.router,
         health.router,
         contract.router,
         kinds.router,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 
 import worker as worker_module
 from activities.course_tagging import BeforeWrite
@@ -117,9 +118,15 @@ async def own_temporal(
         shutil.rmtree(home, ignore_errors=True)
 
 
-async def temporal_at(address: str) -> Client:
+async def temporal_at(
+    address: str, *, identity: str | None = None, runtime: Runtime | None = None
+) -> Client:
     """A client of the Temporal server at ``address``, as the session's ``temporal``
-    fixture makes one (the same data converter and namespace)."""
+    fixture makes one (the same data converter and namespace); ``identity`` names the
+    workers built on it, ``runtime`` their heartbeats' interval."""
     return await Client.connect(
-        address, data_converter=data_converter(Settings(payload_codec=False))
+        address,
+        data_converter=data_converter(Settings(payload_codec=False)),
+        identity=identity,
+        runtime=runtime,
     )

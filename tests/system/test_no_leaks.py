@@ -484,6 +484,8 @@ async def test_a_workspace_one_may_not_see_answers_as_one_that_does_not_exist(
                 ("GET", f"{base}/{job_id}/items", None),
                 ("POST", f"{base}/{job_id}/retry", None),
                 ("GET", f"{base}/{job_id}/files/pages-0001.ndjson", None),
+                ("GET", f"/workspaces/{workspace}/overview", None),
+                ("GET", f"/workspaces/{workspace}/workers", None),
             ):
                 answer = await http.request(method, url, json=body, headers=auth)
                 answers.append((answer.status_code, answer.json()))

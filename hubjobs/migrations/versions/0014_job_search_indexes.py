@@ -7,14 +7,12 @@ Create Date: 2026-12-06
 
 - ``ix_jobs_workspace_actor_created``: one actor's jobs in a workspace, newest or
   oldest first, read off the index however few of the workspace's jobs are theirs.
-- ``ix_jobs_workspace_finished``: the finished jobs by when they finished (the list's
-  ``finished_*`` sorts), partial: an unfinished job has no entry.
 - ``ix_jobs_payload``, ``ix_jobs_result``: GIN (``jsonb_path_ops``) for containment
   (``payload @> '{"tag": "exam"}'``): a value few jobs hold is found without walking
   the workspace's jobs. Their write cost is in docs/benchmarks.md.
 
 Plain ``CREATE INDEX`` (a restore migrates inside its one transaction, where
-``CONCURRENTLY`` cannot run): on a live hub it holds writes to ``jobs`` while the four
+``CONCURRENTLY`` cannot run): on a live hub it holds writes to ``jobs`` while the three
 builds run (seconds a million rows).
 """
 
@@ -24,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0011"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
@@ -35,13 +33,6 @@ def upgrade() -> None:
         "jobs",
         ["workspace_id", "actor_id", sa.literal_column("created_at DESC"), "id"],
         unique=False,
-    )
-    op.create_index(
-        "ix_jobs_workspace_finished",
-        "jobs",
-        ["workspace_id", sa.literal_column("finished_at DESC"), "id"],
-        unique=False,
-        postgresql_where=sa.text("finished_at IS NOT NULL"),
     )
     for column in ("payload", "result"):
         op.create_index(
@@ -57,9 +48,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in ("ix_jobs_result", "ix_jobs_payload"):
         op.drop_index(name, table_name="jobs", postgresql_using="gin")
-    op.drop_index(
-        "ix_jobs_workspace_finished",
-        table_name="jobs",
-        postgresql_where=sa.text("finished_at IS NOT NULL"),
-    )
     op.drop_index("ix_jobs_workspace_actor_created", table_name="jobs")
