@@ -55,8 +55,8 @@ from hubjobs.errors import (
 )
 from hubjobs.observability.logs import log_failure
 from hubjobs.readmodel import reads
-from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.overview import Overview, Window, overview_as_member
+from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.status import ItemState, JobStatus
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings

@@ -23,7 +23,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from hubjobs.db.metadata import Base, created_now
 from hubjobs.readmodel.status import (
-    FINAL_STATUSES,
     UNFINISHED_STATUSES,
     ItemState,
     JobStatus,
