@@ -13,6 +13,7 @@ from fastapi_offline import FastAPIOffline
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
 from starter.api import (
+    audit,
     bulk_cancel,
     contract,
     events,
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         events.router,
         items.router,
         schedules.router,
+        audit.router,
         health.router,
         contract.router,
         kinds.router,

@@ -70,6 +70,7 @@ ERROR_CODES: tuple[str, ...] = (
     "hub_operator_required",
     "idempotency_key_reused",
     "internal_error",
+    "invalid_action",
     "invalid_argument",
     "invalid_correlation_id",
     "invalid_cron",
@@ -91,6 +92,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_schedule_id",
     "invalid_state",
     "invalid_status",
+    "invalid_surface",
     "invalid_tag",
     "invalid_time_zone",
     "invalid_ttl",
@@ -211,10 +213,15 @@ CODEC_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def invalid_surface() -> InvalidInput:
+    return InvalidInput("X-Hubjobs-Surface is one of api, cli, console", code="invalid_surface")
+
+
 # A field whose refusal has a code of its own, rather than invalid_request.
 FIELD_REFUSALS: dict[tuple[str, str], Callable[[], HubJobsError]] = {
     ("header", "idempotency-key"): invalid_idempotency_key,
     ("header", "x-correlation-id"): invalid_correlation_id,
+    ("header", "x-hubjobs-surface"): invalid_surface,
     ("path", "kind"): UnknownKind,
     ("path", "schedule_id"): invalid_schedule_id,
     ("query", "schedule_id"): invalid_schedule_id,
