@@ -44,7 +44,10 @@ def read_audit_cursor(cursor: str) -> tuple[datetime, int]:
         when = datetime.fromisoformat(at)
         if when.tzinfo is None:
             raise ValueError("a naive time")
-        return when, int(number)
+        event_id = int(number)
+        if not 0 < event_id < 2**63:  # an event's id is a bigint
+            raise ValueError("not an event's id")
+        return when, event_id
     except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise InvalidInput(
             "before is not a cursor this API gave (a page's next)", code="invalid_cursor"

@@ -98,6 +98,13 @@ async def test_a_cancel_with_a_reason_is_on_the_jobs_trail(
     )
     assert [e["reason"] for e in first] == ["still wrong"]
     assert [e["reason"] for e in following.json()["events"]] == ["wrong tag"]
+    # A cursor this API did not give (an id past a bigint's, a naive time, not base64).
+    for bad in ("MjAyNi0xMi0wNlQwOTozMDowMCswMDowMHw5OTk5OTk5OTk5OTk5OTk5OTk5OQ", "e30", "!"):
+        refused = await http.get(
+            f"/workspaces/{course.workspace_id}/audit", params={"before": bad}, headers=auth
+        )
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.json()["error"]["code"] == "invalid_cursor"
     mine = await audit(http, course, api_settings, actor_id=course.actor_id)
     assert len(mine) == 3
     assert await audit(http, course, api_settings, actor_id=uuid.uuid4()) == []
