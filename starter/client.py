@@ -447,14 +447,18 @@ def _item_state(state: ItemState | str | None) -> ItemState | None:
         raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
 
 
+def invalid_action() -> InvalidInput:
+    actions = ", ".join(a.value for a in AuditAction)
+    return InvalidInput(f"unknown action: one of {actions}", code="invalid_action")
+
+
 def _audit_action(action: AuditAction | str | None) -> AuditAction | None:
     if action is None or isinstance(action, AuditAction):
         return action
     try:
         return AuditAction(action)
     except ValueError:
-        actions = ", ".join(a.value for a in AuditAction)
-        raise InvalidInput(f"unknown action: one of {actions}", code="invalid_action") from None
+        raise invalid_action() from None
 
 
 def _check_filter(kind: str | None, schedule_id: str | None) -> None:

@@ -31,6 +31,7 @@ from hubjobs.errors import (
 )
 from hubjobs.observability.logs import log_failure
 from starter.api.tokens import Unauthorized
+from starter.client import invalid_action
 from starter.schedules import invalid_schedule_id
 
 log = logging.getLogger("starter.api")
@@ -224,6 +225,7 @@ FIELD_REFUSALS: dict[tuple[str, str], Callable[[], HubJobsError]] = {
     ("header", "x-hubjobs-surface"): invalid_surface,
     ("path", "kind"): UnknownKind,
     ("path", "schedule_id"): invalid_schedule_id,
+    ("query", "action"): invalid_action,
     ("query", "schedule_id"): invalid_schedule_id,
 }
 

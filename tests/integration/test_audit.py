@@ -105,6 +105,10 @@ async def test_a_cancel_with_a_reason_is_on_the_jobs_trail(
         )
         assert refused.status_code == 422, (bad, refused.text)
         assert refused.json()["error"]["code"] == "invalid_cursor"
+    odd = await http.get(
+        f"/workspaces/{course.workspace_id}/audit", params={"action": "odd"}, headers=auth
+    )
+    assert (odd.status_code, odd.json()["error"]["code"]) == (422, "invalid_action")
     mine = await audit(http, course, api_settings, actor_id=course.actor_id)
     assert len(mine) == 3
     assert await audit(http, course, api_settings, actor_id=uuid.uuid4()) == []
