@@ -124,7 +124,12 @@ async def test_the_clis_actions_are_audited_as_from_the_cli(
     assert piped.returncode == 0, piped.stderr
     [cancel_line] = [line for line in piped.stdout.splitlines() if "wrong tag" in line]
     assert job["id"] in cancel_line and seeded["actor_id"] in cancel_line, piped.stdout
-    env = cli_env(settings, tmp_path, ["audit"], only_api)
+    # The terminal's size, not a COLUMNS this process may have inherited.
+    env = {
+        k: v
+        for k, v in cli_env(settings, tmp_path, ["audit"], only_api).items()
+        if k not in ("COLUMNS", "LINES")
+    }
     narrow = await asyncio.to_thread(
         run_on_terminal, [str(HUBJOBS), "audit"], env, str(tmp_path), columns=40, lines=50
     )
