@@ -26,6 +26,7 @@ from activities.deps import Deps
 from activities.endings import finish
 from activities.outages import with_outage_retry
 from hubjobs import job_rows
+from hubjobs.job_rows import audit
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
@@ -100,9 +101,45 @@ class MaintenanceActivities:
             kept += batch[1]
             if sum(batch) < request.batch:
                 break
-        if removed or kept:
-            log.info("retention sweep removed %d jobs, kept %d", removed, kept)
-        return SweepResult(removed=removed, kept=kept, more=removed + kept >= request.limit)
+        audit_removed = await self._sweep_audit(request)
+        if removed or kept or audit_removed:
+            log.info(
+                "retention sweep removed %d jobs, kept %d, removed %d audit events",
+                removed,
+                kept,
+                audit_removed,
+            )
+        return SweepResult(
+            removed=removed,
+            kept=kept,
+            audit_removed=audit_removed,
+            more=removed + kept >= request.limit,
+        )
+
+    async def _sweep_audit(self, request: SweepRequest) -> int:
+        """Audit events older than the jobs' retention at ``cutoff``, a batch a
+        transaction, up to ``limit``."""
+        before = request.cutoff - self._audit_retention()
+        removed = 0
+        while removed < request.limit:
+            batch = await with_outage_retry(
+                self.deps.engine,
+                self.deps.settings,
+                lambda conn: audit.delete_older(conn, before, request.batch),
+                transaction=True,
+                on_wait=activity.heartbeat,
+            )
+            activity.heartbeat(removed)
+            removed += batch
+            if batch < request.batch:
+                break
+        return removed
+
+    def _audit_retention(self) -> timedelta:
+        """The longest a job is kept (the default, or a kind's own): no event of a job
+        goes before the job does."""
+        kept = [kind.retention for kind in REGISTRY if kind.retention is not None]
+        return max([self.deps.default_retention, *kept])
 
     async def _sweep_batch(
         self, conn: AsyncConnection, request: SweepRequest

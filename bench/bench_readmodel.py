@@ -1,5 +1,6 @@
 """The read model at scale: p99 of every query the CLI, the API, the metrics and the
-maintenance run today, on a jobs table of 1,000,000 rows, each against a primary-key
+maintenance run today, on a jobs table of 1,000,000 rows (and their ~1,020,000 audit
+events), each against a primary-key
 probe run alongside (same connection, interleaved, fresh random keys each time).
 
 The rows (bulk-inserted with generate_series, then VACUUM ANALYZE as autovacuum would):
@@ -92,6 +93,23 @@ SELECT id, kind || '-' || id, kind, status, {workspace_uuid("w")}, {actor_uuid("
 """
 
 
+# The audit trail of those jobs: each started by its workspace's administrator, each
+# cancelled one cancelled alone, and again in bulk cancels of up to ~100 jobs a workspace
+# (so a job's trail holds one to three events, a bulk one among them).
+INSERT_AUDIT = """
+INSERT INTO audit_events (at, workspace_id, actor_id, surface, action, reason, job_ids)
+SELECT created_at, workspace_id, actor_id, 'api', 'start', NULL, ARRAY[id] FROM jobs
+UNION ALL
+SELECT finished_at, workspace_id, actor_id, 'cli', 'cancel', 'wrong tag', ARRAY[id]
+  FROM jobs WHERE status = 'cancelled'
+UNION ALL
+SELECT max(finished_at), workspace_id, min(actor_id::text)::uuid, 'console', 'bulk_cancel',
+       'all of them', array_agg(id)
+  FROM jobs WHERE status = 'cancelled'
+ GROUP BY workspace_id, abs(hashtext(id::text)) % 10
+"""
+
+
 @dataclass
 class JobsTable:
     hub: Hub
@@ -146,8 +164,11 @@ def build(url: str, rows: int) -> uuid.UUID:
             f"FROM generate_series(1, {ITEMS}) g",
             {"id": items_job},
         )
+        say("  audit events: a start per job, a cancel per cancelled one, bulk cancels")
+        conn.execute(INSERT_AUDIT)
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("VACUUM ANALYZE job_items")
+        conn.execute("VACUUM ANALYZE audit_events")
         conn.execute("CHECKPOINT")
     return items_job
 

@@ -559,6 +559,8 @@ def _table_of(sql: str) -> str:
     lowered = sql.lower()
     if re.search(r"\b(?:from|join)\s+jobs\b", lowered):
         return "jobs"
+    if re.search(r"\bfrom\s+audit_events\b", lowered):
+        return "audit_events"
     found = re.search(r"\b(?:from|update|into)\s+([a-z_][a-z0-9_]*)\b(?!\s*\()", lowered)
     return found.group(1) if found else "?"
 
@@ -606,6 +608,12 @@ async def read_model_statements(
             async with client.engine.connect() as conn:
                 await job_rows.queue_state(conn)
         keep("queue state (metrics)", seen)
+        with capturing(client.engine) as seen:
+            await jobs.audit()
+        keep("workspace audit", seen)
+        with capturing(client.engine) as seen:
+            await jobs.audit(job_id=job_id)
+        keep("job audit trail", seen)
 
         settings = hub.settings_object()
         temporal = await client.temporal_client()

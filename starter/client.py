@@ -54,10 +54,12 @@ from hubjobs.errors import (
     UnknownKind,
 )
 from hubjobs.observability.logs import log_failure
+from hubjobs.readmodel import audit as audit_reads
 from hubjobs.readmodel import reads
+from hubjobs.readmodel.audit import AuditEventView
 from hubjobs.readmodel.overview import Overview, Window, overview_as_member
 from hubjobs.readmodel.search import JobSort
-from hubjobs.readmodel.status import ItemState, JobStatus
+from hubjobs.readmodel.status import AuditAction, ItemState, JobStatus, Surface
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from hubjobs.job_rows import CreatedJob
+    from hubjobs.job_rows.audit import Operator
     from hubjobs.kinds import Registry
     from hubjobs.readmodel.changes import JobChanges
     from hubjobs.readmodel.feeds import JobFeeds
@@ -287,18 +290,24 @@ class HubJobsClient:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    def scope(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceJobs:
+    def scope(
+        self, workspace_id: uuid.UUID, actor_id: uuid.UUID, surface: Surface = Surface.python
+    ) -> WorkspaceJobs:
+        """The workspace's jobs as the actor sees them; its actions are audited as from
+        ``surface`` (the API passes its own)."""
         require_uuid("workspace_id", workspace_id)
         require_uuid("actor_id", actor_id)
-        return WorkspaceJobs(self, workspace_id, actor_id)
+        return WorkspaceJobs(self, workspace_id, actor_id, Surface(surface))
 
-    def schedules(self, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> WorkspaceSchedules:
+    def schedules(
+        self, workspace_id: uuid.UUID, actor_id: uuid.UUID, surface: Surface = Surface.python
+    ) -> WorkspaceSchedules:
         """The workspace's job schedules, as the actor sees them (starter/schedules.py)."""
         from starter.schedules import WorkspaceSchedules
 
         require_uuid("workspace_id", workspace_id)
         require_uuid("actor_id", actor_id)
-        return WorkspaceSchedules(self, workspace_id, actor_id)
+        return WorkspaceSchedules(self, workspace_id, actor_id, Surface(surface))
 
     async def db(
         self,
@@ -441,6 +450,20 @@ def _item_state(state: ItemState | str | None) -> ItemState | None:
         raise InvalidInput(f"unknown item state: one of {states}", code="invalid_state") from None
 
 
+def invalid_action() -> InvalidInput:
+    actions = ", ".join(a.value for a in AuditAction)
+    return InvalidInput(f"unknown action: one of {actions}", code="invalid_action")
+
+
+def _audit_action(action: AuditAction | str | None) -> AuditAction | None:
+    if action is None or isinstance(action, AuditAction):
+        return action
+    try:
+        return AuditAction(action)
+    except ValueError:
+        raise invalid_action() from None
+
+
 def _check_filter(kind: str | None, schedule_id: str | None) -> None:
     if kind is not None and not is_kind_name(kind):
         raise UnknownKind()
@@ -458,15 +481,29 @@ def _aware(at: datetime | None) -> datetime | None:
 class WorkspaceJobs:
     """The jobs of one workspace, as one actor sees them."""
 
-    def __init__(self, client: HubJobsClient, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+    def __init__(
+        self,
+        client: HubJobsClient,
+        workspace_id: uuid.UUID,
+        actor_id: uuid.UUID,
+        surface: Surface = Surface.python,
+    ) -> None:
         self.client = client
         self.workspace_id = workspace_id
         self.actor_id = actor_id
+        self.surface = surface
 
     @property
     def schedules(self) -> WorkspaceSchedules:
         """The same workspace's job schedules, as the same actor sees them."""
-        return self.client.schedules(self.workspace_id, self.actor_id)
+        return self.client.schedules(self.workspace_id, self.actor_id, self.surface)
+
+    @property
+    def operator(self) -> Operator:
+        """Who acts, and from where, as the audit trail records it."""
+        from hubjobs.job_rows.audit import Operator
+
+        return Operator(self.actor_id, self.surface)
 
     # --- starting ---------------------------------------------------------------
 
@@ -510,10 +547,17 @@ class WorkspaceJobs:
             notify_url=notify_url,
         )
 
+        from hubjobs.job_rows import audit
+
         operators = self.client.settings.hub_operators
 
         async def create(conn: AsyncConnection) -> CreatedJob:
-            return await admit(conn, row, operators=operators)
+            created = await admit(conn, row, operators=operators)
+            if created.created:  # a start its key named before was recorded then
+                await audit.record(
+                    conn, self.workspace_id, self.operator, AuditAction.start, job_ids=[job_id]
+                )
+            return created
 
         # One trace from here through the workflow and its activities, with the
         # correlation id in its baggage.
@@ -559,7 +603,7 @@ class WorkspaceJobs:
         trashed by the time it ran): the next retry is then a new job."""
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
-        from hubjobs.job_rows import JobRow, admit, release_empty_retry
+        from hubjobs.job_rows import JobRow, admit, audit, release_empty_retry
         from hubjobs.observability.telemetry import job_span
 
         require_uuid("job_id", job_id)
@@ -590,7 +634,17 @@ class WorkspaceJobs:
                 source_job_id=source.id,
             )
             await release_empty_retry(conn, row)
-            return await admit(conn, row, operators=self.client.settings.hub_operators)
+            created = await admit(conn, row, operators=self.client.settings.hub_operators)
+            if created.created:
+                await audit.record(
+                    conn,
+                    self.workspace_id,
+                    self.operator,
+                    AuditAction.retry,
+                    job_ids=[source.id, created.job.id],
+                    detail={"source_job_id": source.id, "retry_job_id": created.job.id},
+                )
+            return created
 
         with job_span(
             "hubjobs.retry",
@@ -783,6 +837,42 @@ class WorkspaceJobs:
             workers=found,
         )
 
+    async def audit(
+        self,
+        *,
+        job_id: uuid.UUID | None = None,
+        action: AuditAction | str | None = None,
+        actor_id: uuid.UUID | None = None,
+        limit: int = 50,
+        before: tuple[datetime, int] | None = None,
+    ) -> Sequence[AuditEventView]:
+        """The workspace's operator actions, newest first (any member may read them):
+        with ``job_id`` that job's trail (bulk actions that touched it included), with
+        ``action`` or ``actor_id`` only those; ``before`` (the at and id of a previous
+        page's last event) gives the next page."""
+        require_uuid("job_id", job_id, optional=True)
+        require_uuid("actor_id", actor_id, optional=True)
+        wanted = _audit_action(action)
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
+
+        async def read(conn: Connection) -> tuple[str | None, list[AuditEventView]]:
+            return await audit_reads.audit_as_member(
+                conn,
+                self.workspace_id,
+                self.actor_id,
+                job_id=job_id,
+                action=wanted,
+                by=actor_id,
+                limit=limit,
+                before=before,
+            )
+
+        role, events = await self.client.read(read)
+        if role is None:
+            raise workspace_not_found()
+        return events
+
     async def items(
         self,
         job_id: uuid.UUID,
@@ -848,6 +938,7 @@ class WorkspaceJobs:
         reason = check_reason(reason)
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
+        from hubjobs.job_rows import audit
 
         async def record(conn: AsyncConnection) -> JobView:
             await require_administrator(conn, self.workspace_id, self.actor_id)
@@ -856,6 +947,15 @@ class WorkspaceJobs:
                 raise JobNotFound("no such job in this workspace")
             if not job.is_final:
                 await job_rows.request_cancel(conn, job_id, self.actor_id, reason)
+            await audit.record(
+                conn,
+                self.workspace_id,
+                self.operator,
+                AuditAction.cancel,
+                reason=reason,
+                job_ids=[job_id],
+                detail={"already_final": job.is_final},
+            )
             return job
 
         job = await self.client.db(record)
@@ -871,6 +971,18 @@ class WorkspaceJobs:
         signalled ``BULK_CANCEL_SIGNALS`` at a time (at most ``MAX_BULK_CANCEL``). One
         outcome per id, in order: the job as it is then, or the error its own ``cancel``
         would have met (``job_not_found`` for an id the workspace does not have)."""
+        return await self._cancel_many(job_ids, reason=reason)
+
+    async def _cancel_many(
+        self,
+        job_ids: Sequence[uuid.UUID],
+        *,
+        reason: str | None,
+        matching: dict[str, Any] | None = None,
+        more: bool = False,
+    ) -> Sequence[CancelOutcome]:
+        """``cancel_many``, audited as one event on every job it found, with the filter
+        that chose them (``matching``) and the counts."""
         for job_id in job_ids:
             require_uuid("job_id", job_id)
         if len(job_ids) > MAX_BULK_CANCEL:
@@ -878,14 +990,32 @@ class WorkspaceJobs:
         reason = check_reason(reason)
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
+        from hubjobs.job_rows import audit
 
         wanted = list(dict.fromkeys(job_ids))
 
         async def record(conn: AsyncConnection) -> list[JobView]:
             await require_administrator(conn, self.workspace_id, self.actor_id)
-            return await job_rows.request_cancels(
+            found = await job_rows.request_cancels(
                 conn, self.workspace_id, wanted, self.actor_id, reason
             )
+            final = sum(job.is_final for job in found)
+            counts = {
+                "named": len(wanted),
+                "requested": len(found) - final,
+                "already_final": final,
+                "not_found": len(wanted) - len(found),
+            }
+            await audit.record(
+                conn,
+                self.workspace_id,
+                self.operator,
+                AuditAction.bulk_cancel,
+                reason=reason,
+                job_ids=[job.id for job in found],
+                detail={"filter": matching, "counts": counts, "more": more},
+            )
+            return found
 
         found = {job.id: job for job in await self.client.db(record)}
         failed: dict[uuid.UUID, HubJobsError] = {}
@@ -940,8 +1070,16 @@ class WorkspaceJobs:
             )
 
         ids = await self.client.db(select, purpose=Purpose.READ)
-        outcomes = await self.cancel_many(ids[:MAX_BULK_CANCEL], reason=reason)
-        return outcomes, len(ids) > MAX_BULK_CANCEL
+        more = len(ids) > MAX_BULK_CANCEL
+        matching = {
+            "status": None if status is None else str(status),
+            "kind": kind,
+            "schedule_id": schedule_id,
+        }
+        outcomes = await self._cancel_many(
+            ids[:MAX_BULK_CANCEL], reason=reason, matching=matching, more=more
+        )
+        return outcomes, more
 
     async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
         if not job_ids:

@@ -18,7 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.domain.access import require_administrator, require_hub_operator, require_member
 from hubjobs.errors import InvalidInput, InvalidPayload, NotFound, Unavailable
+from hubjobs.job_rows import audit
 from hubjobs.kinds import Registry
+from hubjobs.readmodel.status import AuditAction, Surface
 from hubjobs.schedules.definition import (
     MEMO_KEY,
     ScheduleDefinition,
@@ -91,10 +93,17 @@ def schedule_not_found() -> NotFound:
 class WorkspaceSchedules:
     """The job schedules of one workspace, as one actor sees them."""
 
-    def __init__(self, client: Connections, workspace_id: uuid.UUID, actor_id: uuid.UUID) -> None:
+    def __init__(
+        self,
+        client: Connections,
+        workspace_id: uuid.UUID,
+        actor_id: uuid.UUID,
+        surface: Surface = Surface.python,
+    ) -> None:
         self.client = client
         self.workspace_id = workspace_id
         self.actor_id = actor_id
+        self.operator = audit.Operator(actor_id, surface)
 
     async def create(
         self,
@@ -152,6 +161,12 @@ class WorkspaceSchedules:
                 raise (invalid_cron() if when.cron is not None else invalid_interval()) from None
             raise _unavailable("creating schedule", err) from None
         log.info("schedule %s created (%s)", definition.id, kind.name)
+        timing_of = {"cron": when.cron, "every_seconds": when.every_seconds}
+        await self._record(
+            AuditAction.schedule_create,
+            definition.id,
+            {"kind": kind.name, **timing_of, "time_zone": when.time_zone, "keep": keep},
+        )
         return await self._describe(definition.id)
 
     async def list(self) -> list[ScheduleView]:
@@ -183,12 +198,14 @@ class WorkspaceSchedules:
         handle, described = await self._administered(schedule_id)
         note = paused_note(described.view, self.actor_id)
         await self._call(handle, "pausing", lambda: handle.pause(note=note))
+        await self._record(AuditAction.schedule_pause, schedule_id)
         return await self._describe(schedule_id)
 
     async def unpause(self, schedule_id: str) -> ScheduleView:
         handle, described = await self._administered(schedule_id)
         note = described.view.describe()
         await self._call(handle, "unpausing", lambda: handle.unpause(note=note))
+        await self._record(AuditAction.schedule_unpause, schedule_id)
         return await self._describe(schedule_id)
 
     async def trigger(self, schedule_id: str) -> ScheduleView:
@@ -202,6 +219,7 @@ class WorkspaceSchedules:
                 code="schedule_running",
             )
         await self._call(handle, "triggering", lambda: handle.trigger())
+        await self._record(AuditAction.schedule_trigger, schedule_id)
         return await self._describe(schedule_id)
 
     async def delete(self, schedule_id: str) -> None:
@@ -210,6 +228,25 @@ class WorkspaceSchedules:
         handle, _ = await self._administered(schedule_id)
         await self._call(handle, "deleting", lambda: handle.delete())
         log.info("schedule %s deleted", schedule_id)
+        await self._record(AuditAction.schedule_delete, schedule_id)
+
+    async def _record(
+        self, action: AuditAction, schedule_id: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        """The audit's event of a change Temporal accepted (nothing of ours to write it
+        beside: Temporal holds the schedule)."""
+
+        async def write(conn: AsyncConnection) -> None:
+            await audit.record(
+                conn,
+                self.workspace_id,
+                self.operator,
+                action,
+                schedule_id=schedule_id,
+                detail=detail,
+            )
+
+        await self.client.db(write)
 
     async def _require_member(self, conn: AsyncConnection) -> None:
         await require_member(conn, self.workspace_id, self.actor_id)

@@ -40,6 +40,7 @@ from hubjobs.ops.parallel_copy import ParallelCopy
 from hubjobs.ops.prefetch import prefetched
 from hubjobs.ops.restore_phases import reached
 from hubjobs.ops.staging import AttachmentStore, Stopped
+from hubjobs.readmodel.status import Surface
 from hubjobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -413,6 +414,12 @@ class _Restore:
         under lock and the staged one moved in; into a running hub, the workspace's rows
         replaced by the staged ones (hubjobs.ops.replace). Its commit is the restore."""
         reached("swap", self.pause_at)
+        # Here, not at the top: the job rows' package brings the ORM, which a restore
+        # would otherwise load before its COPY starts.
+        from hubjobs.job_rows import audit
+
+        # Who restores: a hub operator at the shell, no account of the hub.
+        at_the_shell = audit.Operator(None, Surface.cli)
         committing = False
         try:
             with conn.begin():
@@ -422,6 +429,9 @@ class _Restore:
                     _lock_live(conn)
                     has_schema = _require_empty(conn, self.source.manifest)
                     staging_schema.swap_in(conn, self.schema, replace=has_schema)
+                # The restore is the commit: its audit event commits with it.
+                restored = self._workspace if self.live_hub else None
+                audit.record_restore(conn, restored, at_the_shell, self.report.backup_id)
                 reached("swapped", self.pause_at)
                 committing = True
             _lap("commit")

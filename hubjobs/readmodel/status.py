@@ -76,6 +76,31 @@ NOTIFY_MOVES: dict[NotifyState, frozenset[NotifyState]] = {
 }
 
 
+class AuditAction(SqlLiteral):
+    """What an operator did, as the audit trail records it."""
+
+    start = "start"
+    cancel = "cancel"
+    retry = "retry"
+    bulk_cancel = "bulk_cancel"
+    schedule_create = "schedule_create"
+    schedule_pause = "schedule_pause"
+    schedule_unpause = "schedule_unpause"
+    schedule_trigger = "schedule_trigger"
+    schedule_delete = "schedule_delete"
+    restore = "restore"
+
+
+class Surface(SqlLiteral):
+    """Where an action came from: the HTTP API (``cli`` and ``console`` are its clients
+    that say so), or the Python client called directly."""
+
+    api = "api"
+    cli = "cli"
+    console = "console"
+    python = "python"
+
+
 def sql_list(values: type[StrEnum] | frozenset[JobStatus]) -> str:
     """``('a', 'b')`` for a CHECK constraint or an ``IN`` list."""
     return "(" + ", ".join(f"'{v.value}'" for v in sorted(values, key=lambda v: v.value)) + ")"

@@ -1,6 +1,7 @@
-"""The read model's tables: ``jobs`` (one row a job, kept in step with its workflow)
-and ``job_items`` (a job's snapshotted units of work). Written only by
-``hubjobs.job_rows``; statuses and states from ``hubjobs.readmodel.status``."""
+"""The read model's tables: ``jobs`` (one row a job, kept in step with its workflow),
+``job_items`` (a job's snapshotted units of work) and ``audit_events`` (every operator
+action). Written only by ``hubjobs.job_rows``; statuses, states and actions from
+``hubjobs.readmodel.status``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -18,15 +20,17 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hubjobs.db.metadata import Base, created_now
 from hubjobs.readmodel.status import (
     UNFINISHED_STATUSES,
+    AuditAction,
     ItemState,
     JobStatus,
     NotifyState,
+    Surface,
     sql_list,
 )
 
@@ -222,3 +226,36 @@ class JobItem(Base):
     error_code: Mapped[str | None] = mapped_column(Text)
     error_message: Mapped[str | None] = mapped_column(Text)
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditEvent(Base):
+    """One operator action: when, who, from which surface, what, why, and what it
+    touched. Kept like jobs (the retention sweep), never changed once written."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        CheckConstraint(f"action IN {sql_list(AuditAction)}", name="action"),
+        CheckConstraint(f"surface IN {sql_list(Surface)}", name="surface"),
+        # The workspace's activity, newest first, keyset-paged on (at, id).
+        Index("ix_audit_events_workspace_at", "workspace_id", text("at DESC"), text("id DESC")),
+        # A job's trail: the events whose touched jobs hold it, bulk ones included.
+        Index("ix_audit_events_job_ids", "job_ids", postgresql_using="gin"),
+        # The retention sweep's selection, oldest first.
+        Index("ix_audit_events_at", "at"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = created_now()
+    workspace_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    # NULL for a hub operator's restore from the shell: no account acted.
+    actor_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    surface: Mapped[str] = mapped_column(Text, nullable=False)
+    action: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    # The jobs it touched (one, a bulk action's, a retry's source and new job); empty
+    # for a schedule's or a restore's.
+    job_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    schedule_id: Mapped[str | None] = mapped_column(Text)
+    # What else the action says: a bulk action's filter and counts, a restore's backup.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

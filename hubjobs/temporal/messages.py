@@ -380,6 +380,8 @@ class SweepResult(BaseModel):
     removed: int
     # Rows whose kind's expire hook failed: kept for a later sweep.
     kept: int
+    # Audit events older than the jobs' retention, removed.
+    audit_removed: int = 0
     # Whether rows expired by the cutoff may be left (the run stopped at its limit).
     more: bool = False
 

@@ -13,6 +13,7 @@ from fastapi_offline import FastAPIOffline
 from hubjobs.kinds import load_kinds
 from hubjobs.settings import Settings
 from starter.api import (
+    audit,
     bulk_cancel,
     contract,
     events,
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
         members.router,
         schedules.router,
         overview.router,
+        audit.router,
         health.router,
         contract.router,
         kinds.router,

@@ -4,12 +4,13 @@ but /health and /contract depends on it."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, Path, Request, Security
+from fastapi import Depends, Header, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from hubjobs.readmodel.status import Surface
 from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
 from starter.api.tokens import TokenVerifier
 from starter.client import HubJobsClient, WorkspaceJobs
@@ -34,11 +35,24 @@ async def bearer_header(
 
 BearerHeader = Annotated[str | None, Depends(bearer_header)]
 
+# The surfaces a caller of the API may name for the audit trail (the Python client's own,
+# ``python``, is not one: a call through the API is from the API or a client of it).
+SURFACE_HEADER = "X-Hubjobs-Surface"
+ApiSurface = Literal["api", "cli", "console"]
+
 
 async def jobs_for(
     request: Request,
     workspace_id: Annotated[uuid.UUID, Path(description="The workspace")],
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    x_hubjobs_surface: Annotated[
+        ApiSurface,
+        Header(
+            description="Where the call comes from, for the audit trail: `cli` (the hubjobs "
+            "CLI sends it), `console` (the operator page), else `api` (422 invalid_surface "
+            "for another value)"
+        ),
+    ] = "api",
 ) -> WorkspaceJobs:
     """The workspace's jobs as the token's actor sees them. A token is checked on the loop,
     unless its keys may need fetching (JWKS), which may block: then in a thread. The header
@@ -50,7 +64,7 @@ async def jobs_for(
         actor = verifier.actor_of(authorization)
     else:
         actor = await run_in_threadpool(verifier.actor_of, authorization)
-    return hub.scope(workspace_id, actor)
+    return hub.scope(workspace_id, actor, Surface(x_hubjobs_surface))
 
 
 Jobs = Annotated[WorkspaceJobs, Depends(jobs_for)]

@@ -31,6 +31,7 @@ from hubjobs.errors import (
 )
 from hubjobs.observability.logs import log_failure
 from starter.api.tokens import Unauthorized
+from starter.client import invalid_action
 from starter.schedules import invalid_schedule_id
 
 log = logging.getLogger("starter.api")
@@ -70,6 +71,7 @@ ERROR_CODES: tuple[str, ...] = (
     "hub_operator_required",
     "idempotency_key_reused",
     "internal_error",
+    "invalid_action",
     "invalid_argument",
     "invalid_correlation_id",
     "invalid_cron",
@@ -94,6 +96,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_schedule_id",
     "invalid_state",
     "invalid_status",
+    "invalid_surface",
     "invalid_tag",
     "invalid_time_zone",
     "invalid_ttl",
@@ -215,13 +218,19 @@ CODEC_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def invalid_surface() -> InvalidInput:
+    return InvalidInput("X-Hubjobs-Surface is one of api, cli, console", code="invalid_surface")
+
+
 # A field whose refusal has a code of its own, rather than invalid_request.
 FIELD_REFUSALS: dict[tuple[str, str], Callable[[], HubJobsError]] = {
     ("header", "idempotency-key"): invalid_idempotency_key,
     ("header", "x-correlation-id"): invalid_correlation_id,
+    ("header", "x-hubjobs-surface"): invalid_surface,
     ("path", "kind"): UnknownKind,
     ("query", "kind"): UnknownKind,
     ("path", "schedule_id"): invalid_schedule_id,
+    ("query", "action"): invalid_action,
     ("query", "schedule_id"): invalid_schedule_id,
 }
 

@@ -20,6 +20,7 @@ from hubjobs.errors import HubJobsError
 from hubjobs.readmodel.status import JobStatus
 from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
 from starter.cli.output import (
+    FittedTable,
     Job,
     err,
     follow,
@@ -32,9 +33,6 @@ from starter.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
-    from rich.table import Table
-
     from starter.cli.remote import Api
 
 commands = typer.Typer()
@@ -117,7 +115,6 @@ def list_filters(
 # A list's columns, in the order a narrow terminal keeps them: ids whole, always (they
 # are pasted into other commands), then what tells jobs apart; the summary wraps.
 LIST_COLUMNS = ("id", "status", "done", "kind", "created", "summary")
-SUMMARY_MIN_WIDTH = 12
 
 
 def list_cells(job: Job) -> dict[str, str]:
@@ -133,46 +130,16 @@ def list_cells(job: Job) -> dict[str, str]:
     }
 
 
-class JobsTable:
+class JobsTable(FittedTable):
     """A list of jobs as a table as wide as the console it is printed on: on a narrow
     one, columns are left out (the last of LIST_COLUMNS first), never cut."""
 
+    KEPT = LIST_COLUMNS
+    SHOWN = ("id", "kind", "status", "done", "created", "summary")
+    WRAPS = "summary"
+
     def __init__(self, found: list[Job]) -> None:
-        self.rows = [list_cells(job) for job in found]
-
-    def fitting(self, width: int) -> list[str]:
-        """The columns shown at ``width``: each one's widest cell and 3 for its padding
-        and border, the summary at least SUMMARY_MIN_WIDTH wide (it wraps)."""
-        shown: list[str] = []
-        used = 1
-        for name in LIST_COLUMNS:
-            widest = max([len(name), *(len(row[name]) for row in self.rows)])
-            need = min(widest, SUMMARY_MIN_WIDTH) if name == "summary" else widest
-            if used + need + 3 > width and shown:
-                break
-            shown.append(name)
-            used += need + 3
-        return shown
-
-    def table(self, width: int) -> Table:
-        from rich.table import Table
-
-        shown = set(self.fitting(width))
-        names = [
-            name for name in ("id", "kind", "status", "done", "created", "summary") if name in shown
-        ]
-        table = Table()
-        for name in names:
-            # An id too wide for the whole terminal folds onto two lines, never cut.
-            table.add_column(
-                name, no_wrap=name != "summary", overflow="fold" if name == "id" else "ellipsis"
-            )
-        for row in self.rows:
-            table.add_row(*(row[name] for name in names))
-        return table
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.table(options.max_width)
+        super().__init__([list_cells(job) for job in found])
 
 
 def followed(

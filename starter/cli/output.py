@@ -15,7 +15,7 @@ from hubjobs.errors import IdempotencyKeyReused, UnknownKind
 from hubjobs.readmodel.status import FINAL_STATUSES, JobStatus, status_label
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Table
 
     from starter.cli.remote import Api
@@ -174,3 +174,54 @@ def follow(api: Api, job: Job, *, show_bar: bool) -> Job:
     if job.get("progress_message"):
         err().print(job["progress_message"], markup=False, highlight=False)
     return api.get(job["id"])
+
+
+# A wrapping column's least width, however narrow the console.
+WRAP_MIN_WIDTH = 12
+
+
+class FittedTable:
+    """Rows as a table as wide as the console it is printed on: on a narrow one,
+    columns are left out (the last of KEPT first), never cut; ids (an ``id`` column)
+    fold whole onto two lines rather than lose characters; WRAPS wraps."""
+
+    KEPT: tuple[str, ...] = ()
+    SHOWN: tuple[str, ...] = ()
+    WRAPS = ""
+
+    def __init__(self, rows: list[dict[str, str]]) -> None:
+        self.rows = rows
+
+    def fitting(self, width: int) -> list[str]:
+        """The columns shown at ``width``: each one's widest cell and 3 for its padding
+        and border, the wrapping one at least WRAP_MIN_WIDTH wide."""
+        shown: list[str] = []
+        used = 1
+        for name in self.KEPT:
+            widest = max([len(name), *(len(row[name]) for row in self.rows)])
+            need = min(widest, WRAP_MIN_WIDTH) if name == self.WRAPS else widest
+            if used + need + 3 > width and shown:
+                break
+            shown.append(name)
+            used += need + 3
+        return shown
+
+    def table(self, width: int) -> Table:
+        from rich.table import Table
+        from rich.text import Text
+
+        shown = set(self.fitting(width))
+        names = [name for name in self.SHOWN if name in shown]
+        table = Table()
+        for name in names:
+            # An id too wide for the whole terminal folds onto two lines, never cut.
+            table.add_column(
+                name, no_wrap=name != self.WRAPS, overflow="fold" if name == "id" else "ellipsis"
+            )
+        for row in self.rows:
+            # Cells are the hub's users' text (titles, reasons): text, never markup.
+            table.add_row(*(Text(row[name]) for name in names))
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)

@@ -203,7 +203,8 @@ class Api:
         self.base = f"/workspaces/{target.workspace}"
         self.http = httpx.Client(
             base_url=target.url,
-            headers={"Authorization": f"Bearer {target.token}"},
+            # The surface the audit trail records of what these calls do.
+            headers={"Authorization": f"Bearer {target.token}", "X-Hubjobs-Surface": "cli"},
             timeout=TIMEOUT,
         )
 
@@ -260,6 +261,9 @@ class Api:
 
     def list(self, **filters: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.call("GET", "/jobs", params=filters))
+
+    def audit(self, **filters: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], self.call("GET", "/audit", params=filters))
 
     def items(self, job_id: uuid.UUID, **filters: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.call("GET", f"/jobs/{job_id}/items", params=filters))

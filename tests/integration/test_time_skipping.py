@@ -283,15 +283,18 @@ async def test_a_finished_job_goes_24_hours_later_after_its_hook(
         assert cutoff < done.expires_at, "the module's clock is a day ahead: run the file in order"
         assert first == SweepResult(removed=0, kept=0)
         assert await row(engine, job.id) is not None
+        assert await count(engine, "audit_events") == 1
         assert toy.EXPIRED == []
 
         await env.sleep(DAY_AND_A_BIT)
         second, cutoff = await sweep(env, settings)
 
     assert cutoff >= done.expires_at
-    assert second == SweepResult(removed=1, kept=0)
+    # The start's audit event goes too: a day older than the cutoff's retention.
+    assert second == SweepResult(removed=1, kept=0, audit_removed=1)
     assert await row(engine, job.id) is None
     assert await count(engine, "job_items") == 0
+    assert await count(engine, "audit_events") == 0
     assert [expired.id for expired in toy.EXPIRED] == [job.id]
     # The hook saw the finished row, as it was before its removal.
     assert toy.EXPIRED[0].status == "succeeded"

@@ -110,6 +110,11 @@ async def test_a_workspace_archive_into_an_empty_database_holds_that_workspace_a
         == 1
     )
     assert report.attachments == 4 and len(files_under(target_dir)) == 4
+    # One audit event, on the workspace restored: a hub operator's, from the shell.
+    restored = "SELECT workspace_id, actor_id, surface, detail->>'backup_id' FROM audit_events"
+    with psycopg.connect(target) as conn:
+        events = conn.execute(restored + " WHERE action = 'restore'").fetchall()
+    assert events == [(hub.a.workspace_id, None, "cli", report.backup_id)]
 
 
 async def test_a_workspace_archive_replaces_its_workspace_in_a_running_hub_and_nothing_else(
@@ -165,6 +170,13 @@ async def test_a_workspace_archive_replaces_its_workspace_in_a_running_hub_and_n
 
     report = await asyncio.to_thread(restore, archive, database_url, folder, replace_workspace=True)
     assert report.replaced and report.attachments_removed == 1
+    # One audit event, on A alone.
+    with psycopg.connect(database_url) as conn:
+        events = conn.execute(
+            "SELECT workspace_id, actor_id, detail->>'scope' FROM audit_events "
+            "WHERE action = 'restore'"
+        ).fetchall()
+    assert events == [(a.workspace_id, None, "workspace")]
 
     restored = await asyncio.to_thread(workspace_fingerprint, database_url, a.workspace_id)
     # Every table of A as archived, but the shared account: the hub's, kept as it is.

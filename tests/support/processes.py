@@ -115,6 +115,7 @@ class WorkerProcess:
 # The commands that call the HTTP API (starter/cli/remote.py): run_hubjobs gives them one.
 API_COMMANDS = frozenset(
     {"tag-course", "backup", "export", "retry", "status", "list", "items", "cancel", "watch"}
+    | {"audit"}
     | {"schedule"}
 )
 # The CLI signs its tokens with this, and the tests' APIs check them with it.

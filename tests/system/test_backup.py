@@ -241,7 +241,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert result["backupId"] == str(done.id)
     assert result["tableCount"] == len(HUB_TABLES) == 6
     assert result["attachmentCount"] == len(created)
-    assert result["schemaVersion"] == head_revision() == "0011"
+    assert result["schemaVersion"] == head_revision() == "0014"
     archive = Path(result["archivePath"])
     backups = backup_folder(backup_settings)
     assert archive == backups / archive_name(done.id)
@@ -279,6 +279,14 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
         jobs_rows = conn.execute("SELECT count(*) FROM jobs").fetchone()
     assert version == (head_revision(),) and jobs_rows == (0,)
+    # One restore event on each restored workspace: a hub operator's, from the shell.
+    with psycopg.connect(target_url) as conn:
+        events = conn.execute(
+            "SELECT workspace_id, actor_id, surface, action, detail->>'scope' "
+            "FROM audit_events ORDER BY workspace_id"
+        ).fetchall()
+    restored = sorted([course.workspace_id, second.workspace_id])
+    assert events == [(w, None, "cli", "restore", "hub") for w in restored]
 
 
 FORMAT_1_ARCHIVE = Path(__file__).resolve().parents[1] / "data" / "backup-format-1.zip"

@@ -6,17 +6,22 @@ actor's token (a member of no workspace of ours) cannot cancel our job."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from pathlib import Path
 
 from hubjobs.settings import Settings
 from tests.support.cli_errors import refusal_code
 from tests.support.processes import (
+    HUBJOBS,
     TEST_TOKEN_SECRET,
     api_url_for,
+    cli_env,
     hubjobs_env,
     hubjobs_json,
     run_hubjobs,
 )
+from tests.support.terminal import run_on_terminal
 
 CLOSED = {
     "HUBJOBS_DATABASE_URL": "postgresql://hubjobs@127.0.0.1:1/hubjobs",
@@ -90,3 +95,45 @@ async def test_an_api_that_does_not_answer_is_unavailable_at_once(
     assert done.returncode == 1
     assert refusal_code(done.stderr.strip()) == "unavailable"
     assert "http://127.0.0.1:1" in done.stderr
+
+
+async def test_the_clis_actions_are_audited_as_from_the_cli(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A start and a cancel with a reason through the CLI are on the job's trail as the
+    CLI's (``hubjobs audit --job``), with the actor and the reason; the table fits a
+    narrow terminal and piped output, every value whole."""
+    seeded = await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "5")
+    server_env = hubjobs_env(settings, tmp_path) | {"HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET}
+    only_api = CLOSED | {
+        "HUBJOBS_API_URL": api_url_for(server_env),
+        "HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET,
+    }
+    # No worker: the job stays queued, so the cancel is a cancel.
+    job = await hubjobs_json(settings, tmp_path, "tag-course", "--tag", "cli", extra_env=only_api)
+    await hubjobs_json(
+        settings, tmp_path, "cancel", job["id"], "--reason", "wrong tag", extra_env=only_api
+    )
+    trail = await hubjobs_json(settings, tmp_path, "audit", "--job", job["id"], extra_env=only_api)
+    assert [(e["action"], e["surface"]) for e in trail] == [("cancel", "cli"), ("start", "cli")]
+    assert trail[0]["actor_id"] == seeded["actor_id"]
+    assert (trail[0]["reason"], trail[0]["job_ids"]) == ("wrong tag", [job["id"]])
+    # Piped, a row a line, every value whole; on a 40-column terminal, the columns that
+    # fit, none cut.
+    piped = await run_hubjobs(settings, tmp_path, "audit", extra_env=only_api)
+    assert piped.returncode == 0, piped.stderr
+    [cancel_line] = [line for line in piped.stdout.splitlines() if "wrong tag" in line]
+    assert job["id"] in cancel_line and seeded["actor_id"] in cancel_line, piped.stdout
+    # The terminal's size, not a COLUMNS this process may have inherited.
+    env = {
+        k: v
+        for k, v in cli_env(settings, tmp_path, ["audit"], only_api).items()
+        if k not in ("COLUMNS", "LINES")
+    }
+    narrow = await asyncio.to_thread(
+        run_on_terminal, [str(HUBJOBS), "audit"], env, str(tmp_path), columns=40, lines=50
+    )
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", narrow.written.decode())  # colours aside
+    assert narrow.code == 0, shown
+    assert "cancel" in shown and "start" in shown, shown
+    assert max(len(line) for line in shown.splitlines()) <= 40, shown
