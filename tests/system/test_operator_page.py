@@ -332,7 +332,19 @@ async def test_cancel_from_the_page_ends_a_running_job_within_two_seconds(
     assert 0 < done.processed < done.total
     assert took < 2.0, f"the job ended {took:.2f} s after the click"
     await expect(page.locator("#cancel-reason")).to_have_text(" — wrong tag")
+    # Its trail names who cancelled, from the console, with the reason; and its start.
+    cancelled = page.locator('#trail tr[data-action="cancel"]')
+    await expect(cancelled.locator('[data-label="Who"]')).to_have_text("you")
+    await expect(cancelled.locator('[data-label="From"]')).to_have_text("console")
+    await expect(cancelled.locator('[data-label="Why"]')).to_have_text("wrong tag")
+    await expect(page.locator('#trail tr[data-action="start"] [data-label="From"]')).to_have_text(
+        "python"
+    )
     await shot(tab, tmp_path, "job-cancelled")
+    await page.get_by_role("link", name="Activity").click()
+    await expect(page.locator('#activity tr[data-action="cancel"]')).to_contain_text("wrong tag")
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "activity")
 
 
 async def test_many_jobs_are_cancelled_together_from_the_list(
@@ -664,7 +676,12 @@ async def test_a_phones_width_keyboard_and_labels(
                         && !e.textContent.trim()).length,
             })"""
         )
-        assert fit == {"wide": True, "unnamed": 0}, view
+        wider = await page.evaluate(
+            """() => [...document.querySelectorAll("#main *")]
+                .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+                .map((e) => e.tagName + "#" + e.id + "." + e.className).slice(0, 8)"""
+        )
+        assert fit == {"wide": True, "unnamed": 0}, (view, wider)
         await shot(tab, tmp_path, f"phone-{view.split('/')[0]}{'-job' if '/' in view else ''}")
 
 
@@ -847,7 +864,7 @@ async def test_numbers_times_ids_titles_keys_and_dark_mode(
 
         # Keys move and open, nothing else: "/" is the filter, j/k the rows, Enter opens.
         await page.keyboard.press("/")
-        assert await page.evaluate("() => document.activeElement.id") == "kind"
+        assert await page.evaluate("() => document.activeElement.id") == "search-id"
         await page.locator("#main").focus()
         for key in ("j", "j", "k", "j"):
             await page.keyboard.press(key)
@@ -1114,3 +1131,60 @@ async def test_the_overview_counts_and_charts_the_queue_live_and_workers_come_an
             assert not await severe_violations(page)
             await shot(tab, tmp_path, "workers-one-gone")
     await hub.close()
+
+
+async def test_a_search_by_a_tag_finds_exactly_its_jobs_and_says_what_it_refuses(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """A field of the kind's payload searched from the list, the search kept in the
+    address (opened afresh, the same jobs); an id's start; an unknown field refused with
+    its code, not an empty list."""
+    base, hub = api
+    course = await seed(engine, 3)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    root = {"root_page_id": course.root_page_id}
+    exam = [await jobs.start("course_tagging", {**root, "tag": "exam"}) for _ in range(2)]
+    await jobs.start("course_tagging", {**root, "tag": "draft"})
+    await jobs.start("backup", {})
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    await sign_in(tab, base, course, page_settings)
+    await expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    await page.get_by_label("Kind", exact=True).select_option("course_tagging")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    await page.get_by_label("Field", exact=True).select_option("payload.tag")
+    await page.get_by_label("Its value").fill("exam")
+    await page.get_by_role("button", name="Search").click()
+    found = page.locator("#jobs tbody tr")
+    await expect(found).to_have_count(2)
+    ids = {await line.get_attribute("data-job-id") for line in await found.all()}
+    assert ids == {str(job.id) for job in exam}
+    assert "field=payload.tag%3Dexam" in page.url
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "search-tag")
+    shared = page.url
+    await page.goto("about:blank")
+    await page.goto(shared)
+    await expect(page.locator("#jobs tbody tr")).to_have_count(2)
+
+    # "/" is the search: a job's id by its start.
+    await page.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    await page.locator("#main").focus()
+    await page.keyboard.press("/")
+    await page.keyboard.type(str(exam[0].id)[:8])
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    await expect(page.locator(row(page, exam[0].id))).to_be_visible()
+
+    # A field the kind does not have: said, with the API's code.
+    await page.goto(
+        f"{base}/operator/#/w/{course.workspace_id}/jobs?kind=backup&field=payload.tag%3Dexam"
+    )
+    await expect(page.locator("#search-code")).to_have_text("unknown_field")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+    await shot(tab, tmp_path, "search-refused")

@@ -169,7 +169,10 @@ async function call(method, path, { query, body, signal, accept } = {}) {
   for (const [name, value] of given) {
     if (value !== null && value !== undefined && value !== "") url.searchParams.append(name, value);
   }
-  const headers = { Authorization: `Bearer ${token()}`, Accept: accept || "application/json" };
+  // Said as the console's, for the audit trail (the API's own default is `api`).
+  const headers = {
+    Authorization: `Bearer ${token()}`, Accept: accept || "application/json", "X-Hubjobs-Surface": "console",
+  };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(url, {
     method,
@@ -332,6 +335,7 @@ function header(ws) {
   const startLink = document.getElementById("nav-start");
   const overviewLink = document.getElementById("nav-overview");
   const workersLink = document.getElementById("nav-workers");
+  const activityLink = document.getElementById("nav-activity");
   signOut.hidden = !ws;
   who.textContent = ws ? `Workspace ${ws}` : "";
   jobsLink.href = ws ? `#/w/${ws}/jobs` : "#/";
@@ -339,8 +343,11 @@ function header(ws) {
   startLink.href = ws ? `#/w/${ws}/start` : "#/";
   overviewLink.href = ws ? `#/w/${ws}/overview` : "#/";
   workersLink.href = ws ? `#/w/${ws}/workers` : "#/";
+  activityLink.href = ws ? `#/w/${ws}/activity` : "#/";
   startLink.hidden = true;
-  const sections = { schedules: schedulesLink, start: startLink, overview: overviewLink, workers: workersLink };
+  const sections = {
+    schedules: schedulesLink, start: startLink, overview: overviewLink, workers: workersLink, activity: activityLink,
+  };
   const section = sections[location.hash.split("?")[0].split("/")[3]] || jobsLink;
   for (const link of [jobsLink, ...Object.values(sections)]) link.removeAttribute("aria-current");
   if (ws) section.setAttribute("aria-current", "page");
@@ -373,6 +380,7 @@ function route(message) {
   if (parts[2] === "start" && parts.length === 3) return startView(ws, params);
   if (parts[2] === "overview" && parts.length === 3) return overviewView(ws, params);
   if (parts[2] === "workers" && parts.length === 3) return workersView(ws);
+  if (parts[2] === "activity" && parts.length === 3) return activityView(ws, params);
   return go(`/w/${ws}/jobs`);
 }
 
@@ -862,6 +870,19 @@ async function jobView(ws, id, params) {
   const actions = el("section", { "aria-labelledby": "actions-title" });
   const result = el("section", { "aria-labelledby": "result-title", hidden: true });
   const items = el("section", { "aria-labelledby": "items-title" });
+  const trail = el("section", { "aria-labelledby": "trail-title" });
+  // The job's trail: every action that touched it, read again when the job moves on.
+  async function loadTrail() {
+    try {
+      const [page, me] = await Promise.all([
+        api("GET", `/workspaces/${ws}/audit`, { query: { job_id: id, limit: 100 } }), standingIn(ws)]);
+      trail.replaceChildren(el("h2", { id: "trail-title", text: "Who did what" }),
+        auditTable("trail", "Every action that touched this job, newest first.",
+          page.events.map((event) => auditRow(ws, me, event))));
+    } catch (error) {
+      trail.replaceChildren(el("h2", { id: "trail-title", text: "Who did what" }), el("p", { class: "error", text: error.message }));
+    }
+  }
 
   function render() {
     title.textContent = job.summary || `${job.kind} ${job.id}`;
@@ -926,6 +947,7 @@ async function jobView(ws, id, params) {
             const asked = await api("DELETE", base, { query: { reason: reason.value.trim() } });
             if (notOlder(asked, job)) job = asked;
             render();
+            loadTrail();
             // Said page-wide: the stream may have ended the job, and redrawn these actions.
             say(isFinal(job) ? `Cancellation asked; the job is ${job.status}.`
               : "Cancellation asked: the job stops at its next step.");
@@ -1023,10 +1045,11 @@ async function jobView(ws, id, params) {
       el("section", { "aria-labelledby": "timings-title" }, el("h2", { id: "timings-title", text: "Timings" }), timings),
       el("section", { "aria-labelledby": "attempts-title" }, el("h2", { id: "attempts-title", text: "Attempts and run" }), attempts),
       el("section", { "aria-labelledby": "webhook-title" }, el("h2", { id: "webhook-title", text: "Completion webhook" }), webhook)),
-    actions, items, result,
+    actions, trail, items, result,
   );
   render();
   loadItems();
+  loadTrail();
   if (isFinal(job)) return;
   // One stream for the page: each change of the job, to its final event.
   follow(`${base}/events`, (event) => {
@@ -1039,6 +1062,8 @@ async function jobView(ws, id, params) {
       render();
     }).catch(() => {});
     loadItems();
+    // Ended by someone's cancel: its trail has news (a job ending by itself has none).
+    if (job.status === "cancelled") loadTrail();
     return "done";
   }, { resumable: true });
 }
@@ -1210,6 +1235,66 @@ async function workersView(ws) {
   // Temporal has no stream of its pollers: read every few seconds, while shown.
   const ticking = setInterval(() => { if (document.visibilityState === "visible") load(); }, 5000);
   leaving.push(() => clearInterval(ticking));
+}
+
+// --- who did what ------------------------------------------------------------------------
+
+const ACTIONS = {
+  start: "started", cancel: "cancelled", retry: "retried", bulk_cancel: "cancelled many",
+  schedule_create: "created a schedule", schedule_pause: "paused a schedule", schedule_unpause: "resumed a schedule",
+  schedule_trigger: "ran a schedule now", schedule_delete: "deleted a schedule", restore: "restored the workspace",
+};
+
+// One operator action as a row: when, who (you, a user, or the hub's operator), from
+// where, what, why, and what it touched.
+function auditRow(ws, me, event) {
+  const who = event.actor_id === null ? "the hub's operator"
+    : event.actor_id === me.actor_id ? "you" : `user ${event.actor_id}`;
+  const counts = event.detail && event.detail.counts
+    ? Object.entries(event.detail.counts).map(([name, count]) => `${n(count)} ${name.replace("_", " ")}`).join(", ") : "";
+  const touched = [
+    ...event.job_ids.slice(0, 3).map((id) => el("a", { href: `#/w/${ws}/jobs/${id}`, text: `job ${id.slice(0, 8)}` })),
+    event.job_ids.length > 3 ? ` and ${n(event.job_ids.length - 3)} more` : "",
+    event.schedule_id ? el("code", { text: event.schedule_id }) : "",
+  ];
+  return el("tr", { "data-action": event.action },
+    el("td", { "data-label": "When" }, when(event.at)),
+    el("td", { class: "text", "data-label": "Who" }, who),
+    el("td", { "data-label": "From", text: event.surface }),
+    el("td", { "data-label": "Did", text: ACTIONS[event.action] || event.action }),
+    el("td", { class: "text", "data-label": "Why", text: event.reason || "—" }),
+    el("td", { class: "text", "data-label": "Touched" }, touched.flatMap((t) => [t, " "]), counts ? `(${counts})` : ""));
+}
+
+function auditTable(id, caption, rows) {
+  return el("div", { class: "scroll" }, el("table", { id, class: "stack" },
+    el("caption", { text: caption }),
+    el("thead", {}, el("tr", {},
+      ["When", "Who", "From", "Did", "Why", "Touched"].map((name) => el("th", { scope: "col", text: name })))),
+    el("tbody", {}, rows)));
+}
+
+async function activityView(ws, params) {
+  titled("Activity");
+  const before = params.get("before") || "";
+  let page;
+  let me;
+  try {
+    [page, me] = await Promise.all([
+      api("GET", `/workspaces/${ws}/audit`, { query: { before, limit: JOBS_PAGE } }), standingIn(ws)]);
+  } catch (error) {
+    if (error.status !== 401) failure("Activity not shown", error, ws);
+    return;
+  }
+  show(
+    el("h1", { text: "Activity" }),
+    el("p", { class: "hint", text: "Every operator action in this workspace, newest first: kept as long as its jobs." }),
+    auditTable("activity", "Who did what, when, from where and why.", page.events.map((event) => auditRow(ws, me, event))),
+    page.events.length ? "" : el("p", { class: "hint", text: "Nobody has acted here yet." }),
+    el("p", { class: "row" },
+      before ? el("a", { href: `#/w/${ws}/activity`, text: "Newest" }) : "",
+      page.next ? el("a", { href: `#/w/${ws}/activity?before=${encodeURIComponent(page.next)}`, text: "Older" }) : ""),
+  );
 }
 
 // --- schedules -------------------------------------------------------------------------
