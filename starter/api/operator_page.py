@@ -42,6 +42,9 @@ FILES = {
     "app.js": ("app.js", "text/javascript; charset=utf-8"),
     "app.css": ("app.css", "text/css; charset=utf-8"),
     "favicon.svg": ("favicon.svg", "image/svg+xml"),
+    # uPlot (MIT, vendored as released: vendor/uPlot.LICENSE.txt), the overview's charts.
+    "vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", "text/javascript; charset=utf-8"),
+    "vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css; charset=utf-8"),
 }
 # How long the token a sign-in link gives holds (a working day).
 SESSION_SECONDS = 8 * 3600

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
+from temporalio.runtime import Runtime, TelemetryConfig
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.devstack.login_codes import issue, login_link
@@ -39,7 +41,7 @@ from starter.api.tokens import mint
 from starter.client import HubJobsClient
 from tests.support.accessibility import severe_violations
 from tests.support.helpers import edit, until, with_kind
-from tests.support.servers import API_SECRET, running_worker, seed
+from tests.support.servers import API_SECRET, running_worker, seed, temporal_at
 from tests.support.sse import serving
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "operator-page"
@@ -330,7 +332,19 @@ async def test_cancel_from_the_page_ends_a_running_job_within_two_seconds(
     assert 0 < done.processed < done.total
     assert took < 2.0, f"the job ended {took:.2f} s after the click"
     await expect(page.locator("#cancel-reason")).to_have_text(" — wrong tag")
+    # Its trail names who cancelled, from the console, with the reason; and its start.
+    cancelled = page.locator('#trail tr[data-action="cancel"]')
+    await expect(cancelled.locator('[data-label="Who"]')).to_have_text("you")
+    await expect(cancelled.locator('[data-label="From"]')).to_have_text("console")
+    await expect(cancelled.locator('[data-label="Why"]')).to_have_text("wrong tag")
+    await expect(page.locator('#trail tr[data-action="start"] [data-label="From"]')).to_have_text(
+        "python"
+    )
     await shot(tab, tmp_path, "job-cancelled")
+    await page.get_by_role("link", name="Activity").click()
+    await expect(page.locator('#activity tr[data-action="cancel"]')).to_contain_text("wrong tag")
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "activity")
 
 
 async def test_many_jobs_are_cancelled_together_from_the_list(
@@ -361,6 +375,11 @@ async def test_many_jobs_are_cancelled_together_from_the_list(
         await page.get_by_label("Reason to cancel (kept on each job)").fill("bulk")
         await shot(tab, tmp_path, "list-selected")
         await page.get_by_role("button", name="Cancel 2 selected").click()
+        # Counted and asked first; kept, nothing moves.
+        await page.get_by_role("button", name="Keep them").click()
+        assert all([(await jobs.get(j.id)).cancel_requested_at is None for j in started])
+        await page.get_by_role("button", name="Cancel 2 selected").click()
+        await page.get_by_role("button", name="Yes, cancel 2").click()
         await expect(page.locator("#bulk-outcome")).to_have_text("2 cancelled")
         for job in started[:2]:
             done = await jobs.wait(job.id, timeout=30, interval=0.1)
@@ -384,6 +403,12 @@ async def test_many_jobs_are_cancelled_together_from_the_list(
         await page.route("**/jobs/cancel", after_the_stream)
         await page.get_by_label("every unfinished job matching this filter").check()
         await page.get_by_role("button", name="Cancel every unfinished job").click()
+        # The count the filter matches, read before anything runs.
+        await expect(page.get_by_role("group", name="Confirm the cancel")).to_contain_text(
+            "Cancel 1 job?"
+        )
+        await shot(tab, tmp_path, "list-cancel-confirm")
+        await page.get_by_role("button", name="Yes, cancel 1").click()
         await expect(page.locator("#bulk-outcome")).to_have_text("1 cancelled", timeout=30_000)
         done = await jobs.wait(started[2].id, timeout=30, interval=0.1)
         assert done.status == JobStatus.cancelled
@@ -651,7 +676,12 @@ async def test_a_phones_width_keyboard_and_labels(
                         && !e.textContent.trim()).length,
             })"""
         )
-        assert fit == {"wide": True, "unnamed": 0}, view
+        wider = await page.evaluate(
+            """() => [...document.querySelectorAll("#main *")]
+                .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+                .map((e) => e.tagName + "#" + e.id + "." + e.className).slice(0, 8)"""
+        )
+        assert fit == {"wide": True, "unnamed": 0}, (view, wider)
         await shot(tab, tmp_path, f"phone-{view.split('/')[0]}{'-job' if '/' in view else ''}")
 
 
@@ -834,7 +864,7 @@ async def test_numbers_times_ids_titles_keys_and_dark_mode(
 
         # Keys move and open, nothing else: "/" is the filter, j/k the rows, Enter opens.
         await page.keyboard.press("/")
-        assert await page.evaluate("() => document.activeElement.id") == "kind"
+        assert await page.evaluate("() => document.activeElement.id") == "search-id"
         await page.locator("#main").focus()
         for key in ("j", "j", "k", "j"):
             await page.keyboard.press(key)
@@ -1030,3 +1060,131 @@ async def test_a_job_starts_from_its_kinds_form_and_a_reader_sees_no_action(
         assert (await me.json())["role"] == "reader" and not (await me.json())["may_act"]
     finally:
         await jobs.schedules.delete(made.id)
+
+
+# --- the queue seen whole ---------------------------------------------------------------
+
+
+async def test_the_overview_counts_and_charts_the_queue_live_and_workers_come_and_go(
+    page_settings: Settings,
+    temporal: Client,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """The overview's counts per kind and its throughput chart while jobs run, moving
+    with the stream; the workers view with two workers of their own identities, then the
+    one stopped shown gone."""
+    settings = page_settings.model_copy(update={"workers_gone_seconds": 20.0})
+    course = await seed(engine, 400)
+    hub = HubJobsClient(temporal, engine, settings)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    first, second = f"worker-a-{uuid.uuid4().hex[:8]}", f"worker-b-{uuid.uuid4().hex[:8]}"
+    address = settings.temporal_address
+    assert address is not None
+    beating = Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=timedelta(seconds=1))
+    a = await temporal_at(address, identity=first, runtime=beating)
+    b = await temporal_at(address, identity=second, runtime=beating)
+    async with serving(create_app(settings, client=hub)) as base:
+        tab = await open_tab(browser, **READER)
+        page = tab.page
+        await sign_in(tab, base, course, settings)
+        async with running_worker(a, settings):
+            backed_up = [await jobs.start("backup", {}) for _ in range(2)]
+            for job in backed_up:
+                await jobs.wait(job.id, timeout=60, interval=0.1)
+            await page.get_by_role("link", name="Overview").click()
+            await expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+            assert await page.title() == "Overview · hubjobs"
+            backups = page.locator('#overview tr[data-kind="backup"]')
+            await expect(backups.locator('[data-label="Succeeded"]')).to_have_text("2")
+            await expect(page.locator("#chart-jobs canvas")).to_be_visible()
+            await expect(page.locator("#chart-jobs figcaption")).to_contain_text("2 succeeded")
+            # Live: a job started now shows running, then succeeded, with no reload.
+            tagging = await jobs.start(
+                "course_tagging", {"root_page_id": course.root_page_id, "tag": "overview"}
+            )
+            courses = page.locator('#overview tr[data-kind="course_tagging"]')
+            await expect(courses.locator('[data-label="Running"]')).to_have_text("1")
+            await shot(tab, tmp_path, "overview-running")
+            assert not await severe_violations(page)
+            await jobs.wait(tagging.id, timeout=120, interval=0.1)
+            await expect(courses.locator('[data-label="Succeeded"]')).to_have_text("1")
+            # Pages: the course's 400 and each backup's tables, as the jobs count them.
+            pages = sum([(await jobs.get(j.id)).succeeded for j in [*backed_up, tagging]])
+            assert pages > 400
+            await expect(page.locator("#chart-pages figcaption")).to_contain_text(
+                f"{pages:,} succeeded"
+            )
+            await shot(tab, tmp_path, "overview")
+
+            await page.get_by_role("link", name="Workers").click()
+            live = page.locator(f'#workers tr[data-worker="{first}"]')
+            await expect(live).to_have_attribute("data-state", "live")
+            async with running_worker(b, settings):
+                other = page.locator(f'#workers tr[data-worker="{second}"]')
+                # Read again by the view itself, every few seconds.
+                await expect(other).to_have_attribute("data-state", "live", timeout=30_000)
+                await shot(tab, tmp_path, "workers-two")
+            await expect(other).to_have_attribute("data-state", "gone", timeout=60_000)
+            await expect(live).to_have_attribute("data-state", "live")
+            assert not await severe_violations(page)
+            await shot(tab, tmp_path, "workers-one-gone")
+    await hub.close()
+
+
+async def test_a_search_by_a_tag_finds_exactly_its_jobs_and_says_what_it_refuses(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """A field of the kind's payload searched from the list, the search kept in the
+    address (opened afresh, the same jobs); an id's start; an unknown field refused with
+    its code, not an empty list."""
+    base, hub = api
+    course = await seed(engine, 3)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    root = {"root_page_id": course.root_page_id}
+    exam = [await jobs.start("course_tagging", {**root, "tag": "exam"}) for _ in range(2)]
+    await jobs.start("course_tagging", {**root, "tag": "draft"})
+    await jobs.start("backup", {})
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    await sign_in(tab, base, course, page_settings)
+    await expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    await page.get_by_label("Kind", exact=True).select_option("course_tagging")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    await page.get_by_label("Field", exact=True).select_option("payload.tag")
+    await page.get_by_label("Its value").fill("exam")
+    await page.get_by_role("button", name="Search").click()
+    found = page.locator("#jobs tbody tr")
+    await expect(found).to_have_count(2)
+    ids = {await line.get_attribute("data-job-id") for line in await found.all()}
+    assert ids == {str(job.id) for job in exam}
+    assert "field=payload.tag%3Dexam" in page.url
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "search-tag")
+    shared = page.url
+    await page.goto("about:blank")
+    await page.goto(shared)
+    await expect(page.locator("#jobs tbody tr")).to_have_count(2)
+
+    # "/" is the search: a job's id by its start.
+    await page.goto(f"{base}/operator/#/w/{course.workspace_id}/jobs")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    await page.locator("#main").focus()
+    await page.keyboard.press("/")
+    await page.keyboard.type(str(exam[0].id)[:8])
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    await expect(page.locator(row(page, exam[0].id))).to_be_visible()
+
+    # A field the kind does not have: said, with the API's code.
+    await page.goto(
+        f"{base}/operator/#/w/{course.workspace_id}/jobs?kind=backup&field=payload.tag%3Dexam"
+    )
+    await expect(page.locator("#search-code")).to_have_text("unknown_field")
+    await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+    await shot(tab, tmp_path, "search-refused")

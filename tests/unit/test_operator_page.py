@@ -25,7 +25,7 @@ from hubjobs.devstack.login_codes import LOGIN_CODES_FILE, issue
 from hubjobs.home import PROFILE_FILE
 from hubjobs.settings import DEV_SECRET_FILE, Settings
 from starter.api.app import create_app
-from starter.api.operator_page import CONTENT_SECURITY_POLICY, page_file
+from starter.api.operator_page import CONTENT_SECURITY_POLICY, FILES, page_file
 from starter.api.tokens import TokenVerifier
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_the_markup_has_no_inline_script_and_the_script_no_markup_parsing() -> N
 def test_the_files_are_package_data() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["starter"]
-    for name in ("index.html", "app.js", "app.css"):
+    for name, _ in FILES.values():  # every file the page serves, the vendored ones too
         assert any(Path("api/page", name).match(pattern) for pattern in patterns), name
 
 

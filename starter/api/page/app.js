@@ -165,10 +165,14 @@ function signedOut(message) {
 
 async function call(method, path, { query, body, signal, accept } = {}) {
   const url = new URL(path, location.origin);
-  for (const [name, value] of Object.entries(query || {})) {
-    if (value !== null && value !== undefined && value !== "") url.searchParams.set(name, value);
+  const given = query instanceof URLSearchParams ? [...query] : Object.entries(query || {});
+  for (const [name, value] of given) {
+    if (value !== null && value !== undefined && value !== "") url.searchParams.append(name, value);
   }
-  const headers = { Authorization: `Bearer ${token()}`, Accept: accept || "application/json" };
+  // Said as the console's, for the audit trail (the API's own default is `api`).
+  const headers = {
+    Authorization: `Bearer ${token()}`, Accept: accept || "application/json", "X-Hubjobs-Surface": "console",
+  };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(url, {
     method,
@@ -329,15 +333,23 @@ function header(ws) {
   const jobsLink = document.getElementById("nav-jobs");
   const schedulesLink = document.getElementById("nav-schedules");
   const startLink = document.getElementById("nav-start");
+  const overviewLink = document.getElementById("nav-overview");
+  const workersLink = document.getElementById("nav-workers");
+  const activityLink = document.getElementById("nav-activity");
   signOut.hidden = !ws;
   who.textContent = ws ? `Workspace ${ws}` : "";
   jobsLink.href = ws ? `#/w/${ws}/jobs` : "#/";
   schedulesLink.href = ws ? `#/w/${ws}/schedules` : "#/";
   startLink.href = ws ? `#/w/${ws}/start` : "#/";
+  overviewLink.href = ws ? `#/w/${ws}/overview` : "#/";
+  workersLink.href = ws ? `#/w/${ws}/workers` : "#/";
+  activityLink.href = ws ? `#/w/${ws}/activity` : "#/";
   startLink.hidden = true;
-  const hash = location.hash;
-  const section = hash.includes("/schedules") ? schedulesLink : hash.includes("/start") ? startLink : jobsLink;
-  for (const link of [jobsLink, schedulesLink, startLink]) link.removeAttribute("aria-current");
+  const sections = {
+    schedules: schedulesLink, start: startLink, overview: overviewLink, workers: workersLink, activity: activityLink,
+  };
+  const section = sections[location.hash.split("?")[0].split("/")[3]] || jobsLink;
+  for (const link of [jobsLink, ...Object.values(sections)]) link.removeAttribute("aria-current");
   if (ws) section.setAttribute("aria-current", "page");
   if (!ws) return;
   // The role beside the workspace; "Start a job" only for whoever may start one.
@@ -366,6 +378,9 @@ function route(message) {
   }
   if (parts[2] === "schedules" && parts.length === 3) return schedulesView(ws, params);
   if (parts[2] === "start" && parts.length === 3) return startView(ws, params);
+  if (parts[2] === "overview" && parts.length === 3) return overviewView(ws, params);
+  if (parts[2] === "workers" && parts.length === 3) return workersView(ws);
+  if (parts[2] === "activity" && parts.length === 3) return activityView(ws, params);
   return go(`/w/${ws}/jobs`);
 }
 
@@ -492,6 +507,9 @@ function newestFirst(a, b) {
 // The list with one job's change (as `hubjobs list --watch` merges it); null: read it again.
 function merged(listed, job, filters, firstPage) {
   const at = listed.findIndex((row) => row.id === job.id);
+  // A search the page cannot judge (a field, an actor, dates, another order): rows it
+  // listed move, and a job it did not list stays out until the list is read again.
+  if (filters.searched && at < 0) return listed;
   if (!matches(job, filters)) {
     if (at < 0) return listed;
     return listed.length >= JOBS_PAGE ? null : listed.filter((row) => row.id !== job.id);
@@ -501,11 +519,65 @@ function merged(listed, job, filters, firstPage) {
   return [...listed, job].sort(newestFirst).slice(0, JOBS_PAGE);
 }
 
+// The list's search, as the address holds it and the API takes it (GET …/jobs).
+const SEARCH = ["id", "actor_id", "since", "until", "field", "sort"];
+
+function searchControls(ws, params, kinds, filters) {
+  const text = (id, value, extra = {}) =>
+    el("input", { id, type: "text", autocomplete: "off", spellcheck: "false", value: value || "", ...extra });
+  const local = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16) : "");
+  const idInput = text("search-id", params.get("id"), { "data-search": true, placeholder: "3fa85f64" });
+  const actor = text("search-actor", params.get("actor_id"), { placeholder: "a UUID" });
+  const since = el("input", { id: "search-since", type: "datetime-local", value: local(params.get("since")) });
+  const until = el("input", { id: "search-until", type: "datetime-local", value: local(params.get("until")) });
+  const sort = el("select", { id: "search-sort" },
+    [["created_desc", "newest first"], ["created_asc", "oldest first"], ["finished_desc", "finished, latest first"],
+      ["finished_asc", "finished, earliest first"]]
+      .map(([value, label]) => el("option", { value, selected: value === (params.get("sort") || "created_desc"), text: label })));
+  const kind = kinds.find((k) => k.name === filters.kind);
+  const [fieldName = "", fieldValue = ""] = (params.getAll("field")[0] || "").split(/=(.*)/s);
+  const field = el("select", { id: "search-field", disabled: !kind },
+    el("option", { value: "", text: kind ? "any field" : "choose a kind first" }),
+    (kind ? kind.fields || [] : []).map((f) => el("option", { value: f.name, selected: f.name === fieldName, text: f.name })));
+  const value = text("search-value", fieldValue);
+  const clear = el("a", { href: `#/w/${ws}/jobs`, text: "Clear the search" });
+  function query() {
+    const q = new URLSearchParams();
+    if (filters.kind) q.set("kind", filters.kind);
+    if (filters.status) q.set("status", filters.status);
+    if (idInput.value.trim()) q.set("id", idInput.value.trim());
+    if (actor.value.trim()) q.set("actor_id", actor.value.trim());
+    if (since.value) q.set("since", new Date(since.value).toISOString());
+    if (until.value) q.set("until", new Date(until.value).toISOString());
+    if (field.value) q.set("field", `${field.value}=${value.value.trim()}`);
+    // Fields the form does not show (a shared address may hold several) are kept.
+    for (const extra of params.getAll("field").slice(1)) q.append("field", extra);
+    if (sort.value !== "created_desc") q.set("sort", sort.value);
+    return q;
+  }
+  const nodes = [
+    el("div", {}, el("label", { for: "search-id", text: "Job id or its start" }), idInput),
+    el("div", {}, el("label", { for: "search-actor", text: "Started by (user id)" }), actor),
+    el("div", {}, el("label", { for: "search-since", text: "Created from" }), since),
+    el("div", {}, el("label", { for: "search-until", text: "Created before" }), until),
+    el("div", {}, el("label", { for: "search-field", text: "Field" }), field),
+    el("div", {}, el("label", { for: "search-value", text: "Its value" }), value),
+    el("div", {}, el("label", { for: "search-sort", text: "Order" }), sort),
+    el("div", {}, el("button", { type: "submit", id: "search", text: "Search" }), " ", clear),
+  ];
+  return { nodes, query };
+}
+
 async function jobsView(ws, params) {
-  const filters = { kind: params.get("kind") || "", status: params.get("status") || "" };
+  const filters = {
+    kind: params.get("kind") || "",
+    status: params.get("status") || "",
+    searched: SEARCH.some((name) => params.has(name)),
+  };
   const before = params.get("before") || "";
   const base = `/workspaces/${ws}/jobs`;
-  const names = (await knownKinds()).map((kind) => kind.name);
+  const known = await knownKinds();
+  const names = known.map((kind) => kind.name);
   let mayAct = false;
   try {
     mayAct = (await standingIn(ws)).may_act;
@@ -513,16 +585,19 @@ async function jobsView(ws, params) {
     if (error.status !== 401) failure("Jobs not shown", error, ws);
     return;
   }
-  const kindSelect = el("select", { id: "kind", name: "kind", "data-search": true },
+  const kindSelect = el("select", { id: "kind", name: "kind" },
     el("option", { value: "", text: "any kind" }),
     names.map((name) => el("option", { value: name, selected: name === filters.kind, text: name })));
   const statusSelect = el("select", { id: "status", name: "status" },
     el("option", { value: "", text: "any status" }),
     STATUSES.map((name) => el("option", { value: name, selected: name === filters.status, text: name })));
+  const search = searchControls(ws, params, known, filters);
   const onFilter = () => {
-    const query = new URLSearchParams();
-    if (kindSelect.value) query.set("kind", kindSelect.value);
-    if (statusSelect.value) query.set("status", statusSelect.value);
+    filters.kind = kindSelect.value;
+    filters.status = statusSelect.value;
+    const query = search.query();
+    // Another kind: its fields are not the last kind's.
+    if (kindSelect.value !== (params.get("kind") || "")) query.delete("field");
     go(`/w/${ws}/jobs${query.size ? `?${query}` : ""}`);
   };
   kindSelect.addEventListener("change", onFilter);
@@ -610,29 +685,41 @@ async function jobsView(ws, params) {
   async function load() {
     during = [];
     try {
-      const page = await api("GET", base, { query: { ...filters, before, limit: JOBS_PAGE } });
+      const query = filterQuery(before);
+      query.set("limit", JOBS_PAGE);
+      const page = await api("GET", base, { query });
+      searchError.replaceChildren();
       listed = page.jobs.map(newest).filter((job) => matches(job, filters));
       for (const id of during) listed = merged(listed, latest.get(id), filters, !before) || listed;
       during = null;
       next = page.next;
+      const link = (cursor) => { const q = filterQuery(cursor); return `#/w/${ws}/jobs${q.size ? `?${q}` : ""}`; };
       pager.replaceChildren(
-        before ? el("a", { href: `#/w/${ws}/jobs${filterQuery("")}`, text: "Newest jobs" }) : "",
-        next ? el("a", { href: `#/w/${ws}/jobs${filterQuery(next)}`, id: "older", text: "Older jobs" }) : "",
+        before ? el("a", { href: link(""), text: "First page" }) : "",
+        next ? el("a", { href: link(next), id: "older", text: "Next page" }) : "",
       );
       draw();
     } catch (error) {
       during = null;
-      if (error.status !== 401) failure("Jobs not shown", error, ws);
+      if (error.status === 422 || error.status === 400) {
+        // A search the API refuses is said, with its code: never an empty list.
+        searchError.replaceChildren(`${error.message} `, el("code", { id: "search-code", text: error.code }));
+        listed = [];
+        draw();
+      } else if (error.status !== 401) {
+        failure("Jobs not shown", error, ws);
+      }
     }
   }
 
+  // The address's filters and search, as the API takes them; ``cursor`` the page's.
   function filterQuery(cursor) {
     const query = new URLSearchParams();
-    if (filters.kind) query.set("kind", filters.kind);
-    if (filters.status) query.set("status", filters.status);
+    for (const [name, value] of params) if (name !== "before") query.append(name, value);
     if (cursor) query.set("before", cursor);
-    return query.size ? `?${query}` : "";
+    return query;
   }
+  const searchError = el("p", { class: "error", role: "alert", id: "search-error" });
 
   allOnPage.addEventListener("change", () => {
     for (const job of listed) {
@@ -643,6 +730,42 @@ async function jobsView(ws, params) {
   });
   allMatching.addEventListener("change", cancelLabel);
 
+  // How many a cancel would touch, read before it runs: the ticked jobs, or the unfinished
+  // ones the filter matches (a page of at most 1,000, as one cancel takes).
+  async function countToCancel() {
+    if (!allMatching.checked) return { count: selected.size, more: false };
+    const query = new URLSearchParams({ limit: 1000 });
+    if (filters.kind) query.set("kind", filters.kind);
+    const unfinished = filters.status ? [filters.status].filter((s) => !isFinal({ status: s })) : ["queued", "running"];
+    if (!unfinished.length) return { count: 0, more: false };
+    for (const status of unfinished) query.append("status", status);
+    const page = await api("GET", base, { query });
+    return { count: page.jobs.length, more: page.next !== null };
+  }
+
+  async function cancelNow(request) {
+    cancelButton.disabled = true;
+    try {
+      const answer = await api("POST", `${base}/cancel`, { body: request });
+      const refused = answer.results.filter((r) => r.error);
+      const ended = answer.results.filter((r) => r.job && isFinal(r.job) && r.job.status !== "cancelled");
+      outcome.textContent = `${n(answer.results.length - refused.length - ended.length)} cancelled` +
+        (ended.length ? `, ${n(ended.length)} already finished` : "") +
+        (refused.length ? `, ${n(refused.length)} refused (${refused[0].error.message})` : "") +
+        (answer.more ? "; more remain: cancel again" : "");
+      selected.clear();
+      allOnPage.checked = false;
+      allMatching.checked = false;
+      for (const result of answer.results) {
+        if (result.job) listed = merged(listed, newest(result.job), filters, !before) || listed;
+      }
+      draw();
+    } catch (error) {
+      outcome.textContent = `Not cancelled: ${error.message}`;
+    }
+    cancelLabel();
+  }
+
   const bulk = el("form", {
     class: "row bulk",
     "aria-label": "Cancel jobs",
@@ -652,41 +775,47 @@ async function jobsView(ws, params) {
         ? { filter: { status: filters.status || null, kind: filters.kind || null } }
         : { ids: [...selected] };
       request.reason = reason.value.trim() || null;
-      cancelButton.disabled = true;
+      let counted;
       try {
-        const answer = await api("POST", `${base}/cancel`, { body: request });
-        const refused = answer.results.filter((r) => r.error);
-        outcome.textContent = `${n(answer.results.length - refused.length)} cancelled` +
-          (refused.length ? `, ${n(refused.length)} refused (${refused[0].error.message})` : "") +
-          (answer.more ? "; more remain: cancel again" : "");
-        selected.clear();
-        allOnPage.checked = false;
-        allMatching.checked = false;
-        for (const result of answer.results) {
-          if (result.job) listed = merged(listed, newest(result.job), filters, !before) || listed;
-        }
-        draw();
+        counted = await countToCancel();
       } catch (error) {
-        outcome.textContent = `Not cancelled: ${error.message}`;
+        outcome.textContent = `Not counted: ${error.message}`;
+        return;
       }
-      cancelLabel();
+      if (counted.count === 0) {
+        outcome.textContent = "Nothing to cancel: no unfinished job matches.";
+        return;
+      }
+      // Asked first, with the count: a cancel is not taken back.
+      const many = `${n(counted.count)}${counted.more ? " (the first)" : ""}`;
+      const sure = el("span", { class: "confirm", role: "group", "aria-label": "Confirm the cancel" },
+        `Cancel ${many} job${counted.count === 1 ? "" : "s"}? `,
+        el("button", { type: "button", class: "danger", id: "confirm-cancel", text: `Yes, cancel ${many}`,
+          onclick: () => { outcome.replaceChildren(); cancelNow(request); } }),
+        " ",
+        el("button", { type: "button", class: "quiet", text: "Keep them", onclick: () => outcome.replaceChildren() }));
+      outcome.replaceChildren(sure);
     },
   },
     el("div", {}, el("label", { for: "bulk-reason", text: "Reason to cancel (kept on each job)" }), reason),
-    el("label", { class: "inline", for: "all-matching" }, allMatching, "every unfinished job matching this filter"),
+    filters.searched ? el("p", { class: "hint", text: "Cancelling every job a search matches takes its kind and status only: select the jobs instead." })
+      : el("label", { class: "inline", for: "all-matching" }, allMatching, "every unfinished job matching this filter"),
     cancelButton);
 
   titled("Jobs");
   show(
     el("h1", { text: "Jobs" }),
-    el("form", { class: "row", "aria-label": "Filter", onsubmit: (e) => { e.preventDefault(); onFilter(); } },
+    el("form", { class: "row search", "aria-label": "Search", onsubmit: (e) => { e.preventDefault(); onFilter(); } },
       el("div", {}, el("label", { for: "kind", text: "Kind" }), kindSelect),
-      el("div", {}, el("label", { for: "status", text: "Status" }), statusSelect)),
+      el("div", {}, el("label", { for: "status", text: "Status" }), statusSelect),
+      search.nodes),
+    searchError,
     mayAct ? bulk : "",
     outcome,
     el("div", { class: "scroll" },
       el("table", { id: "jobs", class: "stack" },
-        el("caption", { text: "Newest first; live while this page is open." }),
+        el("caption", { text: filters.searched ? "The jobs the search found; their rows stay live."
+          : "Newest first; live while this page is open." }),
         el("thead", {}, el("tr", {},
           mayAct ? el("th", { scope: "col" }, allOnPage) : "",
           el("th", { scope: "col", text: "Job" }),
@@ -741,6 +870,19 @@ async function jobView(ws, id, params) {
   const actions = el("section", { "aria-labelledby": "actions-title" });
   const result = el("section", { "aria-labelledby": "result-title", hidden: true });
   const items = el("section", { "aria-labelledby": "items-title" });
+  const trail = el("section", { "aria-labelledby": "trail-title" });
+  // The job's trail: every action that touched it, read again when the job moves on.
+  async function loadTrail() {
+    try {
+      const [page, me] = await Promise.all([
+        api("GET", `/workspaces/${ws}/audit`, { query: { job_id: id, limit: 100 } }), standingIn(ws)]);
+      trail.replaceChildren(el("h2", { id: "trail-title", text: "Who did what" }),
+        auditTable("trail", "Every action that touched this job, newest first.",
+          page.events.map((event) => auditRow(ws, me, event))));
+    } catch (error) {
+      trail.replaceChildren(el("h2", { id: "trail-title", text: "Who did what" }), el("p", { class: "error", text: error.message }));
+    }
+  }
 
   function render() {
     title.textContent = job.summary || `${job.kind} ${job.id}`;
@@ -805,6 +947,7 @@ async function jobView(ws, id, params) {
             const asked = await api("DELETE", base, { query: { reason: reason.value.trim() } });
             if (notOlder(asked, job)) job = asked;
             render();
+            loadTrail();
             // Said page-wide: the stream may have ended the job, and redrawn these actions.
             say(isFinal(job) ? `Cancellation asked; the job is ${job.status}.`
               : "Cancellation asked: the job stops at its next step.");
@@ -902,10 +1045,11 @@ async function jobView(ws, id, params) {
       el("section", { "aria-labelledby": "timings-title" }, el("h2", { id: "timings-title", text: "Timings" }), timings),
       el("section", { "aria-labelledby": "attempts-title" }, el("h2", { id: "attempts-title", text: "Attempts and run" }), attempts),
       el("section", { "aria-labelledby": "webhook-title" }, el("h2", { id: "webhook-title", text: "Completion webhook" }), webhook)),
-    actions, items, result,
+    actions, trail, items, result,
   );
   render();
   loadItems();
+  loadTrail();
   if (isFinal(job)) return;
   // One stream for the page: each change of the job, to its final event.
   follow(`${base}/events`, (event) => {
@@ -918,8 +1062,239 @@ async function jobView(ws, id, params) {
       render();
     }).catch(() => {});
     loadItems();
+    // Ended by someone's cancel: its trail has news (a job ending by itself has none).
+    if (job.status === "cancelled") loadTrail();
     return "done";
   }, { resumable: true });
+}
+
+// --- the queue: overview and workers ------------------------------------------------------
+
+// uPlot (vendored) is fetched the first time a chart is drawn: the other views never pay it.
+let charting = null;
+function chartLibrary() {
+  if (!charting) {
+    charting = new Promise((resolve, reject) => {
+      document.head.append(el("link", { rel: "stylesheet", href: "vendor/uPlot.min.css" }));
+      const script = el("script", { src: "vendor/uPlot.iife.min.js" });
+      script.addEventListener("load", () => resolve(window.uPlot));
+      script.addEventListener("error", () => { charting = null; reject(new Error("the charts did not load")); });
+      document.head.append(script);
+    });
+  }
+  return charting;
+}
+
+const SERIES_COLOURS = { succeeded: "--good", failed: "--bad", cancelled: "--warn" };
+
+// A chart of buckets: one line per series, in the theme's colours; its figure says in words
+// what it draws, for whoever does not see it.
+async function chart(figure, title, buckets, series) {
+  const uPlot = await chartLibrary();
+  const style = getComputedStyle(document.documentElement);
+  const colour = (name) => style.getPropertyValue(SERIES_COLOURS[name] || "--accent").trim();
+  const data = [buckets.map((b) => Date.parse(b.start) / 1000), ...series.map(([, pick]) => buckets.map(pick))];
+  const sums = series.map(([name], i) => `${n(data[i + 1].reduce((a, b) => a + b, 0))} ${name}`);
+  const width = Math.max(280, Math.min(figure.clientWidth || 640, 900));
+  const options = {
+    width, height: 180,
+    axes: [{ stroke: style.getPropertyValue("--muted").trim() }, { stroke: style.getPropertyValue("--muted").trim() }],
+    series: [{}, ...series.map(([name]) => ({ label: name, stroke: colour(name), width: 2, points: { show: false } }))],
+    legend: { show: true },
+  };
+  const plot = el("div", { class: "plot", role: "img", "aria-label": `${title}: ${sums.join(", ")}` });
+  figure.replaceChildren(el("figcaption", { text: `${title} (${sums.join(", ")})` }), plot);
+  return new uPlot(options, data, plot);
+}
+
+function countCell(value, label) {
+  return el("td", { class: "num", "data-label": label, text: n(value) });
+}
+
+async function overviewView(ws, params) {
+  const windowName = params.get("window") === "day" ? "day" : "hour";
+  const base = `/workspaces/${ws}/overview`;
+  titled("Overview");
+  const counts = el("tbody");
+  const totals = el("tfoot");
+  const oldest = el("p", { id: "oldest-queued" });
+  const jobsFigure = el("figure", { id: "chart-jobs", class: "chart" });
+  const pagesFigure = el("figure", { id: "chart-pages", class: "chart" });
+  const read = el("p", { class: "hint", id: "overview-read" });
+  const plots = [];
+  show(
+    el("h1", { text: "Overview" }),
+    el("p", { class: "row", role: "group", "aria-label": "Window" },
+      ["hour", "day"].map((name) => el("a", {
+        href: `#/w/${ws}/overview${name === "day" ? "?window=day" : ""}`,
+        "aria-current": name === windowName ? "page" : null,
+        text: name === "hour" ? "Last hour" : "Last day",
+      }))),
+    el("div", { class: "scroll" }, el("table", { id: "overview", class: "stack" },
+      el("caption", { text: `Now, and over the last ${windowName}; live while this page is open.` }),
+      el("thead", {}, el("tr", {},
+        ["Kind", "Queued", "Running", "Stuck", "Succeeded", "Failed", "Cancelled", "Oldest waiting"]
+          .map((name) => el("th", { scope: "col", text: name })))),
+      counts, totals)),
+    oldest, jobsFigure, pagesFigure, read,
+  );
+
+  let reading = false;
+  let again = false;
+  async function load() {
+    if (reading) { again = true; return; }
+    reading = true;
+    try {
+      const overview = await api("GET", base, { query: { window: windowName } });
+      const rows = overview.kinds.map((kind) => el("tr", { "data-kind": kind.kind },
+        el("th", { scope: "row", "data-label": "Kind" }, el("a", { href: `#/w/${ws}/jobs?kind=${encodeURIComponent(kind.kind)}`, text: kind.kind })),
+        countCell(kind.queued, "Queued"), countCell(kind.running, "Running"), countCell(kind.stuck, "Stuck"),
+        countCell(kind.succeeded, "Succeeded"), countCell(kind.failed, "Failed"), countCell(kind.cancelled, "Cancelled"),
+        el("td", { "data-label": "Oldest waiting" }, kind.oldest_queued
+          ? el("a", { href: `#/w/${ws}/jobs/${kind.oldest_queued.job_id}` }, when(kind.oldest_queued.since)) : "—")));
+      counts.replaceChildren(...rows);
+      const sum = (field) => overview.kinds.reduce((total, kind) => total + kind[field], 0);
+      totals.replaceChildren(el("tr", {},
+        el("th", { scope: "row", "data-label": "Kind", text: "All kinds" }),
+        ...["queued", "running", "stuck", "succeeded", "failed", "cancelled"].map((field) =>
+          countCell(sum(field), field[0].toUpperCase() + field.slice(1))),
+        el("td", { "data-label": "Oldest waiting" })));
+      oldest.replaceChildren(overview.oldest_queued
+        ? ["The oldest waiting job was queued ", when(overview.oldest_queued.since), ": ",
+          el("a", { href: `#/w/${ws}/jobs/${overview.oldest_queued.job_id}`, text: `job ${overview.oldest_queued.job_id}` })]
+        : "Nothing is waiting.");
+      const per = overview.bucket_seconds === 60 ? "minute" : `${overview.bucket_seconds / 60} minutes`;
+      for (const plot of plots.splice(0)) plot.destroy();
+      plots.push(
+        await chart(jobsFigure, `Jobs ended per ${per}`, overview.buckets,
+          [["succeeded", (b) => b.succeeded], ["failed", (b) => b.failed], ["cancelled", (b) => b.cancelled]]),
+        await chart(pagesFigure, `Pages done per ${per}`, overview.buckets,
+          [["succeeded", (b) => b.pages.succeeded], ["failed", (b) => b.pages.failed]]));
+      read.replaceChildren("Read ", when(overview.until), ".");
+    } catch (error) {
+      if (error.status !== 401) failure("Overview not shown", error, ws);
+    } finally {
+      reading = false;
+      if (again) { again = false; load(); }
+    }
+  }
+
+  await load();
+  // Live: the workspace's one stream says when a job moved (read again at most every 2 s),
+  // and the buckets move on with the clock.
+  let waiting = null;
+  const soon = () => { if (!waiting) waiting = setTimeout(() => { waiting = null; load(); }, 2000); };
+  const ticking = setInterval(load, 30000);
+  leaving.push(() => { clearInterval(ticking); clearTimeout(waiting); for (const plot of plots) plot.destroy(); });
+  follow(`/workspaces/${ws}/jobs/events`, soon, { onRefused: (error) => failure("Overview not shown", error, ws) });
+}
+
+async function workersView(ws) {
+  titled("Workers");
+  const body = el("tbody");
+  const about = el("p", { class: "hint" });
+  const none = el("p", { class: "hint", hidden: true, text: "No worker has polled the job task queue." });
+  const slots = (s) => (s ? `${n(s.used)} of ${n(s.used + s.available)}` : "—");
+  const line = (worker) => el("tr", { "data-worker": worker.identity, "data-state": worker.state },
+    el("td", { class: "text", "data-label": "Worker" }, el("code", { text: worker.identity })),
+    el("td", { "data-label": "State" }, el("span", { class: `badge worker-${worker.state}`, text: worker.state })),
+    el("td", { "data-label": "Last seen" }, when(worker.last_seen)),
+    el("td", { "data-label": "Build" }, worker.build_id ? el("code", { text: worker.build_id }) : "—"),
+    el("td", { "data-label": "Polls", text: worker.polls.join(", ") }),
+    el("td", { "data-label": "Workflow slots", text: slots(worker.workflow_slots) }),
+    el("td", { "data-label": "Activity slots", text: slots(worker.activity_slots) }),
+    el("td", { "data-label": "Running here" }, worker.running.length
+      ? worker.running.map((id) => [el("a", { href: `#/w/${ws}/jobs/${id}`, text: `job ${id.slice(0, 8)}` }), " "])
+      : "—"));
+  async function load() {
+    try {
+      const workers = await api("GET", `/workspaces/${ws}/workers`);
+      about.replaceChildren("Who polls the job task queue ", el("code", { text: workers.task_queue }),
+        ` (shared by every workspace); unseen for ${n(workers.gone_after_seconds)} s, a worker is gone. `,
+        workers.heartbeats ? "Slots come from the workers' heartbeats." : "This server sends no worker heartbeats: no slots.");
+      body.replaceChildren(...workers.workers.map(line));
+      none.hidden = workers.workers.length > 0;
+      return true;
+    } catch (error) {
+      if (error.status !== 401) failure("Workers not shown", error, ws);
+      return false;
+    }
+  }
+  show(
+    el("h1", { text: "Workers" }),
+    about,
+    el("div", { class: "scroll" }, el("table", { id: "workers", class: "stack" },
+      el("caption", { text: "Read every 5 seconds while this page is open." }),
+      el("thead", {}, el("tr", {},
+        ["Worker", "State", "Last seen", "Build", "Polls", "Workflow slots", "Activity slots", "Running here"]
+          .map((name) => el("th", { scope: "col", text: name })))),
+      body)),
+    none,
+  );
+  if (!(await load())) return;
+  // Temporal has no stream of its pollers: read every few seconds, while shown.
+  const ticking = setInterval(() => { if (document.visibilityState === "visible") load(); }, 5000);
+  leaving.push(() => clearInterval(ticking));
+}
+
+// --- who did what ------------------------------------------------------------------------
+
+const ACTIONS = {
+  start: "started", cancel: "cancelled", retry: "retried", bulk_cancel: "cancelled many",
+  schedule_create: "created a schedule", schedule_pause: "paused a schedule", schedule_unpause: "resumed a schedule",
+  schedule_trigger: "ran a schedule now", schedule_delete: "deleted a schedule", restore: "restored the workspace",
+};
+
+// One operator action as a row: when, who (you, a user, or the hub's operator), from
+// where, what, why, and what it touched.
+function auditRow(ws, me, event) {
+  const who = event.actor_id === null ? "the hub's operator"
+    : event.actor_id === me.actor_id ? "you" : `user ${event.actor_id}`;
+  const counts = event.detail && event.detail.counts
+    ? Object.entries(event.detail.counts).map(([name, count]) => `${n(count)} ${name.replace("_", " ")}`).join(", ") : "";
+  const touched = [
+    ...event.job_ids.slice(0, 3).map((id) => el("a", { href: `#/w/${ws}/jobs/${id}`, text: `job ${id.slice(0, 8)}` })),
+    event.job_ids.length > 3 ? ` and ${n(event.job_ids.length - 3)} more` : "",
+    event.schedule_id ? el("code", { text: event.schedule_id }) : "",
+  ];
+  return el("tr", { "data-action": event.action },
+    el("td", { "data-label": "When" }, when(event.at)),
+    el("td", { class: "text", "data-label": "Who" }, who),
+    el("td", { "data-label": "From", text: event.surface }),
+    el("td", { "data-label": "Did", text: ACTIONS[event.action] || event.action }),
+    el("td", { class: "text", "data-label": "Why", text: event.reason || "—" }),
+    el("td", { class: "text", "data-label": "Touched" }, touched.flatMap((t) => [t, " "]), counts ? `(${counts})` : ""));
+}
+
+function auditTable(id, caption, rows) {
+  return el("div", { class: "scroll" }, el("table", { id, class: "stack" },
+    el("caption", { text: caption }),
+    el("thead", {}, el("tr", {},
+      ["When", "Who", "From", "Did", "Why", "Touched"].map((name) => el("th", { scope: "col", text: name })))),
+    el("tbody", {}, rows)));
+}
+
+async function activityView(ws, params) {
+  titled("Activity");
+  const before = params.get("before") || "";
+  let page;
+  let me;
+  try {
+    [page, me] = await Promise.all([
+      api("GET", `/workspaces/${ws}/audit`, { query: { before, limit: JOBS_PAGE } }), standingIn(ws)]);
+  } catch (error) {
+    if (error.status !== 401) failure("Activity not shown", error, ws);
+    return;
+  }
+  show(
+    el("h1", { text: "Activity" }),
+    el("p", { class: "hint", text: "Every operator action in this workspace, newest first: kept as long as its jobs." }),
+    auditTable("activity", "Who did what, when, from where and why.", page.events.map((event) => auditRow(ws, me, event))),
+    page.events.length ? "" : el("p", { class: "hint", text: "Nobody has acted here yet." }),
+    el("p", { class: "row" },
+      before ? el("a", { href: `#/w/${ws}/activity`, text: "Newest" }) : "",
+      page.next ? el("a", { href: `#/w/${ws}/activity?before=${encodeURIComponent(page.next)}`, text: "Older" }) : ""),
+  );
 }
 
 // --- schedules -------------------------------------------------------------------------
