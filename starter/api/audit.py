@@ -4,7 +4,6 @@ its id. Every member may read it."""
 
 from __future__ import annotations
 
-import base64
 import uuid
 from datetime import datetime
 from typing import Annotated
@@ -12,12 +11,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.audit import AuditEventView
 from hubjobs.readmodel.status import AuditAction
 from starter.api.auth import Jobs
 from starter.api.errors import ERRORS
-from starter.api.resources import WORKSPACE_ROUTES
+from starter.api.resources import WORKSPACE_ROUTES, keyset_cursor, read_keyset_cursor
 
 router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["audit"], responses=ERRORS)
 
@@ -31,27 +29,18 @@ class AuditPage(BaseModel):
 
 
 def audit_cursor(event: AuditEventView) -> str:
-    """The keyset cursor after ``event``: its time and number, opaque to callers."""
-    text = f"{event.at.isoformat()}|{event.id}"
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    return keyset_cursor(event.at, event.id)
+
+
+def event_number(text: str) -> int:
+    number = int(text)
+    if not 0 < number < 2**63:  # an event's id is a bigint
+        raise ValueError("not an event's id")
+    return number
 
 
 def read_audit_cursor(cursor: str) -> tuple[datetime, int]:
-    """The time and number a cursor names, or ``invalid_cursor``."""
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, number = text.partition("|")
-        when = datetime.fromisoformat(at)
-        if when.tzinfo is None:
-            raise ValueError("a naive time")
-        event_id = int(number)
-        if not 0 < event_id < 2**63:  # an event's id is a bigint
-            raise ValueError("not an event's id")
-        return when, event_id
-    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
-        raise InvalidInput(
-            "before is not a cursor this API gave (a page's next)", code="invalid_cursor"
-        ) from None
+    return read_keyset_cursor(cursor, event_number)
 
 
 @router.get(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from hubjobs.errors import InvalidInput
 from hubjobs.readmodel.search import JobSort
 from hubjobs.readmodel.views import API_JOB_FIELDS, JobView
+
+K = TypeVar("K")
 
 # Where every route of a workspace's jobs and schedules lives: each of their routers
 # takes it as its prefix.
@@ -75,27 +78,36 @@ class JobPage(BaseModel):
     next: str | None = Field(description="Pass as `before` for the following page")
 
 
-def job_cursor(job: JobView, sort: JobSort = JobSort.created_desc) -> str:
-    """The keyset cursor after ``job``: its time in ``sort``'s order and id, opaque to
-    callers."""
-    at = job.finished_at if sort.column == "finished_at" else job.created_at
-    text = f"{(at or job.created_at).isoformat()}|{job.id}"
+def keyset_cursor(at: datetime, key: object) -> str:
+    """A keyset cursor: a time and the key that breaks its ties, opaque to callers."""
+    text = f"{at.isoformat()}|{key}"
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def read_job_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The created_at and id a cursor names, or ``invalid_cursor``."""
+def read_keyset_cursor(cursor: str, key: Callable[[str], K]) -> tuple[datetime, K]:
+    """The time and key a cursor names (``key`` parses the key, ValueError when it is
+    none), or ``invalid_cursor``."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, job_id = text.partition("|")
-        created_at = datetime.fromisoformat(at)
-        if created_at.tzinfo is None:
+        at, _, named = text.partition("|")
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
             raise ValueError("a naive time")
-        return created_at, uuid.UUID(job_id)
+        return when, key(named)
     except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise InvalidInput(
             "before is not a cursor this API gave (a page's next)", code="invalid_cursor"
         ) from None
+
+
+def job_cursor(job: JobView, sort: JobSort = JobSort.created_desc) -> str:
+    """The keyset cursor after ``job``: its time in ``sort``'s order, and its id."""
+    at = job.finished_at if sort.column == "finished_at" else job.created_at
+    return keyset_cursor(at or job.created_at, job.id)
+
+
+def read_job_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    return read_keyset_cursor(cursor, uuid.UUID)
 
 
 class ScheduleRequest(BaseModel):
