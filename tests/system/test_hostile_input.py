@@ -499,6 +499,7 @@ async def test_hostile_text_in_every_cli_option(
             "root_page",
             "job",
             "list_limit",
+            "list_status",  # one of the statuses, refused as invalid_status before its text
             "token_ttl",
             "unknown_option",
             "items_after",
