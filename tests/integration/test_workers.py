@@ -86,8 +86,15 @@ async def test_workers_lists_two_then_one_gone_and_the_job_it_runs(
 
     async with running_worker(a, api_settings, before_write=hold):
         async with running_worker(b, api_settings):
-            both = await until("both workers live", lambda: listed({first: "live", second: "live"}))
-            assert both[first]["polls"] == ["activity", "workflow"]
+            # A worker's two pollers start apart; the server names each once it has polled.
+            async def both_polling() -> dict[str, dict[str, Any]] | None:
+                found = await listed({first: "live", second: "live"})
+                if found is None:
+                    return None
+                polls = [found[name]["polls"] for name in (first, second)]
+                return found if polls == [["activity", "workflow"]] * 2 else None
+
+            await until("both workers live and polling both queues", both_polling)
             # Slots come with the heartbeats, the first a second after the polls.
             await until("a heartbeat's slots", lambda: heartbeat_of(first))
         await until("the stopped worker gone", lambda: listed({first: "live", second: "gone"}))
