@@ -83,11 +83,13 @@ class AuditAction(SqlLiteral):
     cancel = "cancel"
     retry = "retry"
     bulk_cancel = "bulk_cancel"
+    bulk_retry = "bulk_retry"
     schedule_create = "schedule_create"
     schedule_pause = "schedule_pause"
     schedule_unpause = "schedule_unpause"
     schedule_trigger = "schedule_trigger"
     schedule_delete = "schedule_delete"
+    schedule_update = "schedule_update"
     restore = "restore"
 
 
