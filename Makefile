@@ -55,7 +55,7 @@ run: install
 # so the two share one pool, the system tier's long files first. Then the docs site.
 test: install-dev system-deps lint compose-check
 	$(BIN)/pytest tests/unit
-	$(BIN)/pytest -n 4 --dist loadfile --durations=15 --junitxml=build/test-pool.xml tests/system tests/integration
+	$(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15 --junitxml=build/test-pool.xml tests/system tests/integration
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: install-dev

