@@ -1087,18 +1087,32 @@ function chartLibrary() {
 
 const SERIES_COLOURS = { succeeded: "--good", failed: "--bad", cancelled: "--warn" };
 
+// Jobs and pages come whole: the value axis steps 1, 2, 5, 10, 20, 50, ...
+const WHOLE_STEPS = Array.from({ length: 27 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
+
+// The value axis as wide as its longest label (uPlot's is a fixed 50 px, which cut
+// "20,000" to "0,000"); measured once per draw, as uPlot's own axis demo does.
+function fitLabels(u, values, axisIndex, cycle) {
+  const axis = u.axes[axisIndex];
+  if (cycle > 1) return axis._size;
+  const longest = (values || []).reduce((a, b) => (b.length > a.length ? b : a), "");
+  u.ctx.font = axis.font[0];
+  return Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / devicePixelRatio);
+}
+
 // A chart of buckets: one line per series, in the theme's colours; its figure says in words
 // what it draws, for whoever does not see it.
 async function chart(figure, title, buckets, series) {
   const uPlot = await chartLibrary();
   const style = getComputedStyle(document.documentElement);
   const colour = (name) => style.getPropertyValue(SERIES_COLOURS[name] || "--accent").trim();
+  const muted = style.getPropertyValue("--muted").trim();
   const data = [buckets.map((b) => Date.parse(b.start) / 1000), ...series.map(([, pick]) => buckets.map(pick))];
   const sums = series.map(([name], i) => `${n(data[i + 1].reduce((a, b) => a + b, 0))} ${name}`);
   const width = Math.max(280, Math.min(figure.clientWidth || 640, 900));
   const options = {
     width, height: 180,
-    axes: [{ stroke: style.getPropertyValue("--muted").trim() }, { stroke: style.getPropertyValue("--muted").trim() }],
+    axes: [{ stroke: muted }, { stroke: muted, values: (u, splits) => splits.map(n), size: fitLabels, incrs: WHOLE_STEPS }],
     series: [{}, ...series.map(([name]) => ({ label: name, stroke: colour(name), width: 2, points: { show: false } }))],
     legend: { show: true },
   };
