@@ -16,7 +16,7 @@ import typer
 from hubjobs.domain.text import printable
 from hubjobs.errors import HubJobsError
 from hubjobs.temporal.process import run_and_exit
-from starter.cli import audit, jobs, ops, schedules, stack
+from starter.cli import audit, jobs, ops, queue, schedules, stack
 from starter.cli.output import error_line, errors_as_json, exit_code_of
 
 APP_OPTIONS: dict[str, Any] = {
@@ -51,7 +51,7 @@ def _main(
 
 
 # One command line, the commands of each audience on it (in this order in --help).
-for audience in (stack, jobs, audit, ops):
+for audience in (stack, jobs, audit, queue, ops):
     app.registered_commands.extend(audience.commands.registered_commands)
 app.add_typer(schedules.schedule_app)
 

@@ -265,6 +265,12 @@ class Api:
     def audit(self, **filters: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.call("GET", "/audit", params=filters))
 
+    def overview(self, **filters: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], self.call("GET", "/overview", params=filters))
+
+    def workers(self) -> dict[str, Any]:
+        return cast(dict[str, Any], self.call("GET", "/workers"))
+
     def items(self, job_id: uuid.UUID, **filters: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.call("GET", f"/jobs/{job_id}/items", params=filters))
 

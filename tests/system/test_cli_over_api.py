@@ -137,3 +137,52 @@ async def test_the_clis_actions_are_audited_as_from_the_cli(
     assert narrow.code == 0, shown
     assert "cancel" in shown and "start" in shown, shown
     assert max(len(line) for line in shown.splitlines()) <= 40, shown
+
+
+async def test_overview_and_workers_read_the_queue_as_the_console_does(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``hubjobs overview`` counts a queued job and names it the oldest waiting, piped and
+    on a 40-column terminal; ``hubjobs workers`` answers the job task queue's pollers; a
+    window the API does not know is one error line with its code."""
+    await hubjobs_json(settings, tmp_path, "seed-demo", "--pages", "5")
+    server_env = hubjobs_env(settings, tmp_path) | {"HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET}
+    only_api = CLOSED | {
+        "HUBJOBS_API_URL": api_url_for(server_env),
+        "HUBJOBS_API_JWT_SECRET": TEST_TOKEN_SECRET,
+    }
+    # No worker: the job stays queued.
+    job = await hubjobs_json(settings, tmp_path, "tag-course", "--tag", "q", extra_env=only_api)
+    found = await hubjobs_json(
+        settings, tmp_path, "overview", "--window", "day", extra_env=only_api
+    )
+    [tagging] = [kind for kind in found["kinds"] if kind["kind"] == "course_tagging"]
+    assert (tagging["queued"], tagging["running"]) == (1, 0), found
+    assert found["oldest_queued"]["job_id"] == job["id"]
+    piped = await run_hubjobs(settings, tmp_path, "overview", extra_env=only_api)
+    assert piped.returncode == 0, piped.stderr
+    [row] = [line for line in piped.stdout.splitlines() if "course_tagging" in line]
+    assert row.split("│")[2].strip() == "1", piped.stdout
+    assert job["id"] in piped.stderr
+    env = {
+        k: v
+        for k, v in cli_env(settings, tmp_path, ["overview"], only_api).items()
+        if k not in ("COLUMNS", "LINES")
+    }
+    narrow = await asyncio.to_thread(
+        run_on_terminal, [str(HUBJOBS), "overview"], env, str(tmp_path), columns=40, lines=50
+    )
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", narrow.written.decode())
+    assert narrow.code == 0, shown
+    assert "course_tagging" in shown and "queued" in shown, shown
+    assert max(len(line) for line in shown.splitlines()) <= 40, shown
+
+    pollers = await hubjobs_json(settings, tmp_path, "workers", extra_env=only_api)
+    assert pollers["task_queue"] == settings.task_queue
+    assert isinstance(pollers["workers"], list)
+    refused = await run_hubjobs(
+        settings, tmp_path, "overview", "--window", "week", extra_env=only_api
+    )
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert refusal_code(line) == "invalid_request", line
