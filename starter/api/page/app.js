@@ -1645,11 +1645,14 @@ function arrive() {
 }
 
 window.addEventListener("hashchange", () => arrive());
-fetch("/operator/config", { credentials: "omit" })
+const configured = fetch("/operator/config", { credentials: "omit" })
   .then((response) => response.json())
   .then((given) => { config = given; })
-  .catch(() => {})
-  .finally(() => {
-    arrive();
-    setTimeout(() => { n(0); exact(Date.now()); ago(Date.now()); });
-  });
+  .catch(() => {});
+// Only signing in and a job's page read the config: a signed-in tab opening another view
+// asks for its data beside it.
+const needsConfig = !token() || /\/jobs\/[0-9a-f]|[?&]login=/i.test(location.hash);
+(needsConfig ? configured : Promise.resolve()).then(() => {
+  arrive();
+  setTimeout(() => { n(0); exact(Date.now()); ago(Date.now()); });
+});
