@@ -4,8 +4,8 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 
 .PHONY: install install-dev install-bench system-deps run test unit integration system docs \
-	docs-serve lint compose-check down bench bench-console bench-report peers-venv clean migration \
-	contract chaos
+	docs-serve lint compose-check down bench bench-console bench-console-paint bench-report \
+	peers-venv clean migration contract chaos
 
 # Three sets of packages, each installed on first need: what running needs (`make run`:
 # the embedded servers' wheels and the runtime), then the test, lint and docs tools
@@ -126,6 +126,12 @@ bench: install-bench peers-venv
 # of its own: BENCH_ARGS passes its flags (--rows, --runs).
 bench-console: install-bench
 	$(BIN)/python bench/bench_console.py $(BENCH_ARGS)
+
+# The operator page's first paint at 1,000,000 job rows alone (the jobs list and the
+# overview in headless Chromium against `hubjobs api`, p50/p95 of the page's marks):
+# BENCH_ARGS passes its flags (--rows, --runs).
+bench-console-paint: install-bench
+	$(BIN)/python bench/bench_console_paint.py $(BENCH_ARGS)
 
 # The page and the table again from the last results (REPORT_ARGS: bench/report.py's
 # flags, e.g. --profile-before FILE --profile-after FILE).

@@ -31,6 +31,7 @@ import bench_backup
 import bench_burst
 import bench_capacity
 import bench_console
+import bench_console_paint
 import bench_costs
 import bench_devstore
 import bench_job_latency
@@ -78,6 +79,7 @@ MODULES: list[ModuleType] = [
     bench_search,
     bench_retention,
     bench_console,
+    bench_console_paint,
 ]
 
 
@@ -98,6 +100,7 @@ QUICK: dict[str, str] = {
     "readmodel": "--rows 50000 --runs 100",
     "search": "--rows 50000 --runs 50",
     "console": "--rows 50000 --runs 30",
+    "console_paint": "--rows 50000 --runs 10",
     "retention": "--rows 50000 --runs 2 --backlog 2000 --floor-batch 2000 --floor-runs 1",
 }
 

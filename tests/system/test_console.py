@@ -345,6 +345,57 @@ async def test_the_overview_counts_and_charts_the_queue_live_and_workers_come_an
     await hub.close()
 
 
+# What the page shows when each first-paint mark is set (the paint benchmark reads them).
+MARKS_SEEN = """(() => {
+    const mark = performance.mark.bind(performance);
+    window.marksSeen = [];
+    performance.mark = (name, ...rest) => {
+        window.marksSeen.push({
+            name,
+            rows: document.querySelectorAll("#jobs tbody tr").length,
+            kinds: document.querySelectorAll("#overview tbody tr").length,
+            charts: document.querySelectorAll("#chart-jobs canvas, #chart-pages canvas").length,
+        });
+        return mark(name, ...rest);
+    };
+})();"""
+
+
+async def test_the_list_and_the_overview_mark_their_first_paint_once(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    engine: AsyncEngine,
+    browser: Browser,
+) -> None:
+    """``hubjobs:jobs-painted`` once the list's rows are in the page and
+    ``hubjobs:overview-painted`` once its counts and both charts are: each set once,
+    from the navigation's start, whatever the stream reads again after."""
+    base, hub = api
+    course = await seed(engine, 3)
+    job = await hub.scope(course.workspace_id, course.actor_id).start("backup", {})
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    await page.add_init_script(MARKS_SEEN)
+    await sign_in(tab, base, course, page_settings)
+    await expect(page.locator(row(page, job.id))).to_be_visible()
+    await page.wait_for_function("() => performance.getEntriesByType('mark').length > 0")
+    await page.get_by_role("link", name="Overview").click()
+    await expect(page.locator("#chart-pages canvas")).to_be_visible()
+    await page.wait_for_function("() => performance.getEntriesByType('mark').length > 1")
+    await page.get_by_role("link", name="Jobs", exact=True).click()
+    await expect(page.locator(row(page, job.id))).to_be_visible()
+    seen = await page.evaluate("() => window.marksSeen")
+    assert seen == [
+        {"name": "hubjobs:jobs-painted", "rows": 1, "kinds": 0, "charts": 0},
+        {"name": "hubjobs:overview-painted", "rows": 0, "kinds": 1, "charts": 2},
+    ]
+    at = await page.evaluate(
+        "() => performance.getEntriesByType('mark').map((m) => [m.name, m.startTime])"
+    )
+    assert [name for name, _ in at] == ["hubjobs:jobs-painted", "hubjobs:overview-painted"]
+    assert 0 < at[0][1] < at[1][1]
+
+
 async def test_a_search_by_a_tag_finds_exactly_its_jobs_and_says_what_it_refuses(
     api: tuple[str, HubJobsClient],
     page_settings: Settings,

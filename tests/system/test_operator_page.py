@@ -189,8 +189,9 @@ async def test_the_list_shows_a_running_jobs_bar_moving_from_one_stream(
                 await shot(tab, tmp_path, "list-running")
         await expect(page.locator(f"{row(page, job.id)} [data-status]")).to_have_text("succeeded")
     assert len(seen) >= 3 and seen == sorted(seen), seen
-    # The list was read when the stream began, not once a row or a second.
-    assert list_reads(tab.requests, course.workspace_id) <= 2
+    # The list was read at sign-in, when it opened and when the stream began (what changed
+    # in between), not once a row or a second.
+    assert list_reads(tab.requests, course.workspace_id) <= 3
     streams = [r for r in tab.requests if r.url.endswith(f"/{course.workspace_id}/jobs/events")]
     assert len(streams) == 1
     # The token went as a header, never in a URL, and no cookie was set.
