@@ -10,6 +10,7 @@ tokens with the stack's development secret alone: only from loopback, to a loopb
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 import uuid
 from importlib import resources
@@ -75,6 +76,20 @@ def host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def serve(router: APIRouter, path: str, body: bytes, media: str) -> None:
+    """One of the page's files, held in memory. no-cache asks again each load; its tag
+    lets that be a 304, so a returning browser runs its cached (and compiled) copy."""
+    tag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+    headers = HEADERS | {"ETag": tag}
+
+    async def page_asset(request: Request) -> Response:
+        if tag in request.headers.get("if-none-match", ""):
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type=media, headers=headers)
+
+    router.add_api_route(f"{PREFIX}/{path}", page_asset, methods=["GET"], name=f"page {path}")
+
+
 def page_router(settings: Settings) -> APIRouter:
     """The page's routes (none in the OpenAPI document: they are not the API)."""
     router = APIRouter(include_in_schema=False)
@@ -85,16 +100,8 @@ def page_router(settings: Settings) -> APIRouter:
     async def operator_page_root() -> Response:
         return RedirectResponse(f"{PREFIX}/", status_code=308)
 
-    def serve(path: str) -> None:
-        body, media = served[path]
-
-        async def page_asset() -> Response:
-            return Response(body, media_type=media, headers=HEADERS)
-
-        router.add_api_route(f"{PREFIX}/{path}", page_asset, methods=["GET"], name=f"page {path}")
-
-    for path in served:
-        serve(path)
+    for path, (body, media) in served.items():
+        serve(router, path, body, media)
 
     @router.get(f"{PREFIX}/config")
     async def operator_page_config() -> JSONResponse:

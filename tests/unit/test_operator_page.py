@@ -75,6 +75,21 @@ async def test_each_file_comes_with_the_policy(dev_api: httpx.AsyncClient) -> No
     assert not [path for path in paths if path.startswith("/operator")]
 
 
+async def test_a_file_unchanged_since_the_last_load_is_a_304(dev_api: httpx.AsyncClient) -> None:
+    """The browser asks again each load (no-cache); a file it holds is answered 304 with
+    no body, the policy still on it; one it holds an old copy of comes whole."""
+    first = await dev_api.get("/operator/app.js")
+    tag = first.headers["etag"]
+    assert first.headers["cache-control"] == "no-cache"
+    again = await dev_api.get("/operator/app.js", headers={"If-None-Match": tag})
+    assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", tag)
+    assert again.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    stale = await dev_api.get("/operator/app.js", headers={"If-None-Match": '"an-old-copy"'})
+    assert (stale.status_code, stale.content) == (200, first.content)
+    other = await dev_api.get("/operator/app.css", headers={"If-None-Match": tag})
+    assert other.status_code == 200 and other.headers["etag"] != tag
+
+
 class Markup(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
