@@ -11,6 +11,8 @@ import json
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,12 +21,13 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.schedules.definition import workspace_query
 from hubjobs.settings import Settings
+from hubjobs.temporal.messages import ScheduledJob
 from starter.cli import run_cli
 from tests.support.cli_errors import refusal_code
 from tests.support.helpers import until
@@ -411,3 +414,189 @@ async def test_schedule_routes_refuse_with_stable_codes(
     )
     assert bad_filter.status_code == 422
     assert bad_filter.json()["error"]["code"] == "invalid_schedule_id"
+
+
+# --- an edit (PATCH) ------------------------------------------------------------------------
+
+
+def firings(schedule: dict[str, Any]) -> list[datetime]:
+    return [datetime.fromisoformat(moment) for moment in schedule["next_runs"]]
+
+
+async def edits_recorded(
+    http: httpx.AsyncClient, course: DemoCourse, settings: Settings
+) -> list[dict[str, Any]]:
+    """The workspace's schedule_update events, newest first."""
+    answer = await http.get(
+        f"/workspaces/{course.workspace_id}/audit", headers=bearer(course.actor_id, settings)
+    )
+    assert answer.status_code == 200, answer.text
+    return [e for e in answer.json()["events"] if e["action"] == "schedule_update"]
+
+
+async def test_an_edit_changes_the_schedule_in_place(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    course: DemoCourse,
+    temporal: Client,
+    cleanup: list[uuid.UUID],
+) -> None:
+    """Cron and zone edited: the same Temporal schedule fires at the new time, its next
+    firings given in its own zone; a payload edited reaches the firings' input; each
+    edit is one audit event with what it changed, before and after; an edit changing
+    nothing records nothing."""
+    cleanup.append(course.workspace_id)
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/schedules"
+    payload = {"root_page_id": str(course.root_page_id), "tag": "weekly"}
+    body = {"kind": "course_tagging", "cron": "0 3 * * *", "payload": payload}
+    created = (await http.post(base, json=body, headers=auth)).json()
+    location = created["url"]
+    assert {(t.utcoffset(), t.hour, t.minute) for t in firings(created)} == {(timedelta(0), 3, 0)}
+
+    edited = await http.patch(
+        location, json={"cron": "30 6 * * *", "time_zone": "Asia/Tokyo"}, headers=auth
+    )
+    assert edited.status_code == 200, edited.text
+    after = edited.json()
+    assert (after["id"], after["payload"], after["paused"]) == (created["id"], payload, False)
+    assert (after["cron"], after["time_zone"], after["timing"]) == (
+        "30 6 * * *",
+        "Asia/Tokyo",
+        "cron 30 6 * * * (Asia/Tokyo)",
+    )
+    assert after["note"] == "course_tagging cron 30 6 * * * (Asia/Tokyo)"
+    # Its next firings moved, and read in its own zone: 06:30 in Tokyo, a day apart.
+    moved = firings(after)
+    assert len(moved) >= 3 and moved != firings(created)
+    assert {(t.utcoffset(), t.hour, t.minute) for t in moved} == {(timedelta(hours=9), 6, 30)}
+    assert all(b - a == timedelta(days=1) for a, b in pairwise(moved))
+    assert (await http.get(location, headers=auth)).json() == after
+    described = await temporal.get_schedule_handle(created["id"]).describe()
+    assert described.schedule.spec.time_zone_name == "Asia/Tokyo"
+    [calendar] = described.schedule.spec.calendars
+    assert (calendar.hour[0].start, calendar.minute[0].start) == (6, 30)
+
+    async def listed_edited() -> list[Any] | None:
+        found = (await http.get(base, headers=auth)).json()
+        return found if found and found[0]["cron"] == "30 6 * * *" else None
+
+    assert (await until("the edit listed", listed_edited))[0] == after
+
+    # The payload, whole: the firings' input changes with it, the timing stays.
+    retagged = {**payload, "tag": "monthly"}
+    again = await http.patch(location, json={"payload": retagged}, headers=auth)
+    assert again.status_code == 200, again.text
+    assert (again.json()["payload"], again.json()["cron"]) == (retagged, "30 6 * * *")
+    action = (await temporal.get_schedule_handle(created["id"]).describe()).schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    [firing] = await temporal.data_converter.decode(list(action.args), [ScheduledJob])
+    assert firing.payload == retagged and firing.schedule_id == created["id"]
+
+    same = await http.patch(location, json={"time_zone": "Asia/Tokyo"}, headers=auth)
+    assert same.status_code == 200 and same.json() == again.json()
+
+    events = await edits_recorded(http, course, api_settings)
+    assert [e["detail"] for e in events] == [
+        {"before": {"payload": payload}, "after": {"payload": retagged}},
+        {
+            "before": {"cron": "0 3 * * *", "time_zone": None},
+            "after": {"cron": "30 6 * * *", "time_zone": "Asia/Tokyo"},
+        },
+    ]
+    assert {(e["schedule_id"], e["surface"], e["actor_id"]) for e in events} == {
+        (created["id"], "api", str(course.actor_id))
+    }
+
+
+async def test_a_paused_schedule_stays_paused_through_an_edit(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    course: DemoCourse,
+    temporal: Client,
+    cleanup: list[uuid.UUID],
+) -> None:
+    cleanup.append(course.workspace_id)
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/schedules"
+    created = (await http.post(base, json={"kind": "backup", "every": "1d"}, headers=auth)).json()
+    location = created["url"]
+    assert (await http.post(f"{location}/pause", headers=auth)).json()["paused"] is True
+
+    edited = await http.patch(
+        location, json={"cron": "15 4 * * *", "time_zone": "America/New_York"}, headers=auth
+    )
+    assert edited.status_code == 200, edited.text
+    after = edited.json()
+    assert (after["paused"], after["next_runs"], after["every_seconds"]) == (True, [], None)
+    what = "backup cron 15 4 * * * (America/New_York)"
+    assert after["note"] == f"{what}; paused by {course.actor_id}"
+    assert (await temporal.get_schedule_handle(created["id"]).describe()).schedule.state.paused
+
+    resumed = (await http.post(f"{location}/unpause", headers=auth)).json()
+    assert (resumed["paused"], resumed["note"]) == (False, what)
+    assert {(t.hour, t.minute, str(t.tzinfo)) for t in firings(resumed)} <= {
+        (4, 15, "UTC-05:00"),
+        (4, 15, "UTC-04:00"),
+    }
+
+
+async def test_an_edit_is_refused_with_the_creates_codes(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    course: DemoCourse,
+    engine: AsyncEngine,
+    cleanup: list[uuid.UUID],
+) -> None:
+    """Each refusal changes nothing and records nothing; a reader is refused as at
+    creation (403); another workspace's schedule is not found (404)."""
+    cleanup.append(course.workspace_id)
+    other = await seed(engine, 2)
+    cleanup.append(other.workspace_id)
+    async with engine.begin() as conn:
+        reader = await create_account(conn, course.workspace_id, role="reader", name="Rita")
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/schedules"
+    payload = {"root_page_id": str(course.root_page_id), "tag": "t"}
+    body = {"kind": "course_tagging", "cron": "0 3 * * *", "payload": payload}
+    created = (await http.post(base, json=body, headers=auth)).json()
+    location = created["url"]
+    interval = (await http.post(base, json={"kind": "backup", "every": "1h"}, headers=auth)).json()
+
+    refusals: list[tuple[str, dict[str, Any], str]] = [
+        (location, {"payload": {"x": 1}}, "invalid_payload"),
+        (location, {"payload": {"tag": "t"}}, "invalid_payload"),
+        (location, {"payload": [1]}, "invalid_request"),
+        (location, {"cron": "not a cron"}, "invalid_cron"),
+        (location, {"cron": "0 3 32 * *"}, "invalid_cron"),  # Temporal's word
+        (location, {"cron": "0 3 * * *", "every": "1h"}, "invalid_schedule"),
+        (location, {"every": "soon"}, "invalid_interval"),
+        (location, {"every": "1h", "time_zone": "UTC"}, "invalid_schedule"),
+        (location, {"time_zone": "../../etc/passwd"}, "invalid_time_zone"),
+        (location, {"keep": 3}, "invalid_request"),
+        (location, {"kind": "backup"}, "invalid_request"),
+        (location, {"colour": "red"}, "invalid_request"),
+        (interval["url"], {"time_zone": "Europe/Amsterdam"}, "invalid_schedule"),
+        (f"{base}/not-a-schedule", {"cron": "0 4 * * *"}, "invalid_schedule_id"),
+    ]
+    for url, change, code in refusals:
+        answer = await http.patch(url, json=change, headers=auth)
+        assert answer.status_code == 422, (change, answer.text)
+        assert answer.json()["error"]["code"] == code, (change, answer.json())
+        assert "Traceback" not in answer.text and "passwd" not in answer.text
+
+    forbidden = await http.patch(
+        location, json={"cron": "0 4 * * *"}, headers=bearer(reader, api_settings)
+    )
+    assert forbidden.status_code == 403
+    assert forbidden.json()["error"]["code"] == "actor_not_administrator"
+    outsider = bearer(other.actor_id, api_settings)
+    foreign = location.replace(str(course.workspace_id), str(other.workspace_id))
+    hidden = await http.patch(foreign, json={"cron": "0 4 * * *"}, headers=outsider)
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "schedule_not_found"
+    missing = f"{base}/backup-schedule-{uuid.uuid4()}"
+    gone = await http.patch(missing, json={"cron": "0 4 * * *"}, headers=auth)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "schedule_not_found"
+
+    assert (await http.get(location, headers=auth)).json() == created
+    assert await edits_recorded(http, course, api_settings) == []
