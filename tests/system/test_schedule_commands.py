@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import io
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -31,8 +32,9 @@ from hubjobs.temporal.messages import ScheduledJob
 from starter.cli import run_cli
 from tests.support.cli_errors import refusal_code
 from tests.support.helpers import until
-from tests.support.processes import cli_env, hubjobs_json, run_hubjobs
+from tests.support.processes import HUBJOBS, cli_env, hubjobs_json, run_hubjobs
 from tests.support.servers import bearer, seed
+from tests.support.terminal import run_on_terminal
 
 T = TypeVar("T")
 # Text output (rich tables) as wide as a terminal of 200 columns: rows stay whole.
@@ -83,6 +85,10 @@ def _run_in_process(args: list[str]) -> subprocess.CompletedProcess[str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = run_cli(args)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _kept(schedule: dict[str, Any]) -> tuple[Any, Any]:
+    return schedule["payload"], schedule["keep"]
 
 
 def _refused(done: subprocess.CompletedProcess[str], code: str, exit_code: int) -> None:
@@ -161,6 +167,29 @@ async def test_every_schedule_command_on_the_command_line(
 
     text_list = await run_hubjobs(settings, tmp_path, "schedule", "list", *scope, extra_env=WIDE)
     assert text_list.returncode == 0 and schedule in text_list.stdout
+
+    # An edit: the cron and its zone, the rest as it was; its next firings in the zone.
+    edit = ["schedule", "update", schedule, *scope, "--cron", "45 5 * * *"]
+    updated = await hubjobs_json(settings, tmp_path, *edit, "--timezone", "Asia/Tokyo")
+    assert (updated["id"], updated["payload"], updated["keep"]) == (schedule, *_kept(created))
+    assert updated["timing"] == "cron 45 5 * * * (Asia/Tokyo)"
+    assert updated["next_runs"] and all(t.endswith("T05:45:00+09:00") for t in updated["next_runs"])
+    # Piped, a value a line, whole (its cells padded); on a 40-column terminal, nothing wider.
+    piped = await run_hubjobs(settings, tmp_path, *edit, "--time-zone", "Asia/Tokyo")
+    assert piped.returncode == 0, piped.stderr
+    assert re.search(r"^ *timing +cron 45 5 \* \* \* \(Asia/Tokyo\) *$", piped.stdout, re.M)
+    assert re.search(rf"^ *id +{schedule} *$", piped.stdout, re.M), piped.stdout
+    env = {
+        k: v
+        for k, v in cli_env(settings, tmp_path, ["schedule"], {}).items()
+        if k not in ("COLUMNS", "LINES")
+    }
+    narrow = await asyncio.to_thread(
+        run_on_terminal, [str(HUBJOBS), *edit], env, str(tmp_path), columns=40, lines=50
+    )
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", narrow.written.decode())  # colours aside
+    assert narrow.code == 0, shown
+    assert "Asia/Tokyo" in shown and max(len(line) for line in shown.splitlines()) <= 40, shown
 
     deleted = await hubjobs_json(settings, tmp_path, "schedule", "delete", schedule, *scope)
     assert deleted == {"deleted": schedule}
@@ -246,6 +275,19 @@ async def test_schedule_commands_refuse_with_stable_codes(
         (["schedule", "trigger", missing, *scope], "schedule_not_found", 1),
         (["schedule", "delete", theirs["id"], *as_reader], "actor_not_administrator", 1),
         (["list", *scope, "--schedule", "nope"], "invalid_schedule_id", 2),
+        (["schedule", "update", missing, *scope, "--cron", "0 4 * * *"], "schedule_not_found", 1),
+        (["schedule", "update", theirs["id"], *scope, "--every", "2h"], "schedule_not_found", 1),
+        (
+            ["schedule", "update", theirs["id"], *as_reader, "--cron", "0 4 * * *"],
+            "actor_not_administrator",
+            1,
+        ),
+        (["schedule", "update", missing, *scope, "--payload", "{"], "invalid_payload", 2),
+        (
+            ["schedule", "update", "not-a-schedule", *scope, "--every", "2h"],
+            "invalid_schedule_id",
+            2,
+        ),
     ]
     # The environment a job command gets: the API of these servers, the tests' secret.
     for name, value in cli_env(settings, tmp_path, ["schedule"], {}).items():
