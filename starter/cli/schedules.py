@@ -33,6 +33,9 @@ def print_schedule(view: Schedule, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
+    # On a narrow terminal a long value (an id, a link) folds onto more lines: never cut.
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in view.items():
         if key in ("cron", "every_seconds", "time_zone") or value in (None, [], {}):
             continue

@@ -190,6 +190,8 @@ async def test_every_schedule_command_on_the_command_line(
     shown = re.sub(r"\x1b\[[0-9;]*m", "", narrow.written.decode())  # colours aside
     assert narrow.code == 0, shown
     assert "Asia/Tokyo" in shown and max(len(line) for line in shown.splitlines()) <= 40, shown
+    # The id folds onto the lines below it, whole: nothing cut with an ellipsis.
+    assert "…" not in shown and schedule in re.sub(r"\s+", "", shown), shown
 
     deleted = await hubjobs_json(settings, tmp_path, "schedule", "delete", schedule, *scope)
     assert deleted == {"deleted": schedule}
