@@ -644,3 +644,37 @@ async def test_an_edit_is_refused_with_the_creates_codes(
 
     assert (await http.get(location, headers=auth)).json() == created
     assert await edits_recorded(http, course, api_settings) == []
+
+
+async def test_edits_at_once_each_keep_the_others_change(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    course: DemoCourse,
+    cleanup: list[uuid.UUID],
+) -> None:
+    """Two edits of one schedule at once, one of its cron and one of its payload: both
+    are kept (neither writes the schedule back as it read it before the other), and the
+    audit's events chain, each one's before the previous one's after."""
+    cleanup.append(course.workspace_id)
+    auth = bearer(course.actor_id, api_settings)
+    base = f"/workspaces/{course.workspace_id}/schedules"
+    payload = {"root_page_id": str(course.root_page_id), "tag": "t"}
+    body = {"kind": "course_tagging", "cron": "0 3 * * *", "payload": payload}
+    location = (await http.post(base, json=body, headers=auth)).json()["url"]
+    rounds = 5
+    for turn in range(1, rounds + 1):
+        tagged = {**payload, "tag": f"t{turn}"}
+        answers = await asyncio.gather(
+            http.patch(location, json={"cron": f"{turn} 3 * * *"}, headers=auth),
+            http.patch(location, json={"payload": tagged}, headers=auth),
+        )
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        now = (await http.get(location, headers=auth)).json()
+        assert (now["cron"], now["payload"]) == (f"{turn} 3 * * *", tagged), turn
+    events = list(reversed(await edits_recorded(http, course, api_settings)))
+    assert len(events) == 2 * rounds
+    state = {"cron": "0 3 * * *", "payload": payload}
+    for event in events:
+        before, after = event["detail"]["before"], event["detail"]["after"]
+        assert {name: state[name] for name in before} == before, events
+        state.update(after)
