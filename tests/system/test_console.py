@@ -473,6 +473,23 @@ async def test_a_schedule_is_created_edited_run_now_and_deleted_from_the_page(
     edited = await jobs.schedules.get(made)
     assert (edited.cron, edited.time_zone, edited.paused) == ("15 6 * * *", "Europe/Paris", False)
     await shot(tab, tmp_path, "schedule-edited")
+    # The edit in dark mode and on a phone: readable, axe finding nothing serious; Cancel
+    # closes it, nothing sent.
+    await page.get_by_role("button", name="Dark mode").click()
+    await page.get_by_role("button", name=f"Edit {made}").click()
+    await expect(edit.get_by_label("Cron (five fields)")).to_have_value("15 6 * * *")
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-edit-dark")
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await edit.get_by_role("button", name="Save the schedule").scroll_into_view_if_needed()
+    box = await edit.bounding_box()
+    assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= 390, box
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-edit-phone")
+    await edit.get_by_role("button", name="Cancel").click()
+    await expect(edit).to_have_count(0)
+    await page.get_by_role("button", name="Dark mode").click()
+    await page.set_viewport_size({"width": 1280, "height": 900})
     async with running_worker(temporal, page_settings):
         await page.get_by_role("button", name=f"Run {made} now").click()
         fired = await until("the schedule's job", lambda: jobs.list(schedule_id=made))
