@@ -12,7 +12,7 @@ import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,15 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.service import RPCError, RPCStatusCode
 
 from hubjobs.devstack.demo_data import DemoCourse, create_account
-from hubjobs.schedules.definition import workspace_query
+from hubjobs.kinds import REGISTRY
+from hubjobs.schedules.definition import (
+    MEMO_KEY,
+    ScheduleDefinition,
+    new_schedule_id,
+    schedule_of,
+    search_attributes_of,
+    workspace_query,
+)
 from hubjobs.settings import Settings
 from hubjobs.temporal.messages import ScheduledJob
 from starter.cli import run_cli
@@ -678,3 +686,43 @@ async def test_edits_at_once_each_keep_the_others_change(
         before, after = event["detail"]["before"], event["detail"]["after"]
         assert {name: state[name] for name in before} == before, events
         state.update(after)
+
+
+async def test_a_schedule_made_before_edits_existed_is_edited(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    course: DemoCourse,
+    temporal: Client,
+    cleanup: list[uuid.UUID],
+) -> None:
+    """A schedule whose action carries no definition (made before edits existed) reads
+    from its memo, and its first edit starts from that."""
+    cleanup.append(course.workspace_id)
+    auth = bearer(course.actor_id, api_settings)
+    definition = ScheduleDefinition(
+        id=new_schedule_id("backup"),
+        kind="backup",
+        workspace_id=course.workspace_id,
+        actor_id=course.actor_id,
+        payload=REGISTRY.get("backup").validate({}).model_dump(mode="json"),
+        cron="0 3 * * *",
+        created_at=datetime.now(UTC),
+    )
+    schedule = schedule_of(definition, api_settings, "Backup")
+    assert isinstance(schedule.action, ScheduleActionStartWorkflow)
+    schedule.action.memo = None
+    await temporal.create_schedule(
+        definition.id,
+        schedule,
+        memo={MEMO_KEY: definition},
+        search_attributes=search_attributes_of(definition),
+    )
+    location = f"/workspaces/{course.workspace_id}/schedules/{definition.id}"
+    assert (await http.get(location, headers=auth)).json()["cron"] == "0 3 * * *"
+    edited = await http.patch(location, json={"cron": "0 5 * * *"}, headers=auth)
+    assert edited.status_code == 200, edited.text
+    after = edited.json()
+    assert (after["cron"], after["payload"]) == ("0 5 * * *", definition.payload)
+    assert (await http.get(location, headers=auth)).json() == after
+    [event] = await edits_recorded(http, course, api_settings)
+    assert event["detail"] == {"before": {"cron": "0 3 * * *"}, "after": {"cron": "0 5 * * *"}}
