@@ -13,7 +13,7 @@ import re
 import uuid
 import zoneinfo
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from pydantic import BaseModel
@@ -235,6 +235,12 @@ def _view(
 
 
 def in_zone(times: Sequence[datetime], time_zone: str | None) -> list[datetime]:
-    """Firing times as the schedule's cron reads them: in its own zone (UTC without one)."""
-    zone = UTC if time_zone is None else zoneinfo.ZoneInfo(time_zone)
+    """Firing times as the schedule's cron reads them: in its own zone (UTC without one,
+    or on a host whose time zone data lacks it: the same instants, only written in UTC)."""
+    zone: tzinfo = UTC
+    if time_zone is not None:
+        try:
+            zone = zoneinfo.ZoneInfo(time_zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            pass
     return [moment.astimezone(zone) for moment in times]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hubjobs.errors import InvalidInput
-from hubjobs.schedules.definition import ScheduleDefinition
+from hubjobs.schedules.definition import ScheduleDefinition, in_zone
 from hubjobs.schedules.edit import ScheduleEdit, changes
 
 
@@ -88,3 +88,12 @@ def test_the_payload_is_replaced_whole_and_the_detail_names_what_changed() -> No
     }
     assert ScheduleEdit(payload=None).apply(old).payload == {}
     assert changes(old, ScheduleEdit().apply(old)) == {"before": {}, "after": {}}
+
+
+def test_next_firings_are_written_in_the_schedules_zone() -> None:
+    at = datetime(2026, 12, 7, 21, 30, tzinfo=UTC)
+    [tokyo] = in_zone([at], "Asia/Tokyo")
+    assert (tokyo, tokyo.isoformat()) == (at, "2026-12-08T06:30:00+09:00")
+    assert in_zone([at], None)[0].isoformat() == "2026-12-07T21:30:00+00:00"
+    # A zone this host's data lacks: the same instant, written in UTC rather than refused.
+    assert in_zone([at], "Nowhere/Land")[0].isoformat() == "2026-12-07T21:30:00+00:00"
