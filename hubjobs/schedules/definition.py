@@ -2,15 +2,18 @@
 that starts the ``ScheduledStart`` workflow at every firing with the same input. The
 firing's workflow id (the schedule id plus the firing time) gives the job id, so a
 firing retried or reset is one job. Temporal holds the schedules, the definition in the
-memo: there is no second copy to drift from it.
+memo: there is no second copy to drift from it. An edit cannot change a schedule's memo
+(Temporal refuses it), so the definition as it is now travels in its action's memo too,
+replaced with the action by every edit; the schedule's memo keeps what it was created as.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+import zoneinfo
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from pydantic import BaseModel
@@ -22,9 +25,6 @@ from temporalio.client import (
     ScheduleDescription,
     ScheduleInfo,
     ScheduleIntervalSpec,
-    ScheduleListDescription,
-    ScheduleListInfo,
-    ScheduleListSchedule,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
@@ -105,6 +105,10 @@ class ScheduleDefinition(BaseModel):
         return f"{self.kind} {self.timing.describe()}{keep}"
 
 
+# What an edit may change; the rest is the schedule's identity, fixed at its creation.
+EDITABLE = {"payload", "cron", "every_seconds", "time_zone"}
+
+
 class ScheduleRun(BaseModel):
     """One recent firing: when it was due, when it started, and its job."""
 
@@ -139,6 +143,7 @@ def schedule_of(definition: ScheduleDefinition, settings: Settings, title: str) 
             id=definition.id,
             task_queue=settings.task_queue,
             typed_search_attributes=search_attributes_of(definition),
+            memo={MEMO_KEY: definition},
             static_summary=f"{title}, scheduled {timing.describe()}",
         ),
         spec=spec,
@@ -187,28 +192,36 @@ def _runs(actions: Sequence[ScheduleActionResult]) -> list[ScheduleRun]:
     return runs
 
 
+async def definition_of(description: ScheduleDescription) -> ScheduleDefinition | None:
+    """The schedule's definition as it is now: its action's (an edit replaces the action)
+    or, for a schedule made before actions carried one, its memo's; None for a schedule
+    hubjobs did not create."""
+    created = await description.memo_value(MEMO_KEY, None, type_hint=ScheduleDefinition)
+    if created is None:
+        return None
+    action = description.schedule.action
+    raw = action.memo if isinstance(action, ScheduleActionStartWorkflow) else None
+    current = None if not raw else raw.get(MEMO_KEY)
+    if current is None:
+        return created
+    [now] = await description.data_converter.decode([current], [ScheduleDefinition])
+    # Who owns it and what it is stay as created, whatever the action says.
+    return created.model_copy(update=now.model_dump(include=EDITABLE))
+
+
 async def view_of(description: ScheduleDescription) -> ScheduleView | None:
     """The view of a described schedule; None for a schedule hubjobs did not create
     (no definition in its memo)."""
-    definition = await description.memo_value(MEMO_KEY, None, type_hint=ScheduleDefinition)
+    definition = await definition_of(description)
     if definition is None:
         return None
     return _view(definition, description.schedule, description.info)
 
 
-async def view_of_listed(entry: ScheduleListDescription) -> ScheduleView | None:
-    """The view of a schedule as a listing shows it (visibility: it may lag a change by
-    a moment)."""
-    definition = await entry.memo_value(MEMO_KEY, None, type_hint=ScheduleDefinition)
-    if definition is None or entry.schedule is None or entry.info is None:
-        return None
-    return _view(definition, entry.schedule, entry.info)
-
-
 def _view(
     definition: ScheduleDefinition,
-    schedule: Schedule | ScheduleListSchedule,
-    info: ScheduleInfo | ScheduleListInfo,
+    schedule: Schedule,
+    info: ScheduleInfo,
 ) -> ScheduleView:
     paused = schedule.state.paused
     return ScheduleView(
@@ -216,6 +229,18 @@ def _view(
         paused=paused,
         note=schedule.state.note,
         # Temporal keeps a paused schedule's next times, which then go by unfired.
-        next_runs=[] if paused else list(info.next_action_times),
+        next_runs=[] if paused else in_zone(info.next_action_times, definition.time_zone),
         recent_runs=_runs(info.recent_actions),
     )
+
+
+def in_zone(times: Sequence[datetime], time_zone: str | None) -> list[datetime]:
+    """Firing times as the schedule's cron reads them: in its own zone (UTC without one,
+    or on a host whose time zone data lacks it: the same instants, only written in UTC)."""
+    zone: tzinfo = UTC
+    if time_zone is not None:
+        try:
+            zone = zoneinfo.ZoneInfo(time_zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            pass
+    return [moment.astimezone(zone) for moment in times]

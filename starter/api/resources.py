@@ -141,6 +141,33 @@ class ScheduleRequest(BaseModel):
     )
 
 
+class ScheduleChange(BaseModel):
+    """A schedule's edit: the fields given replace its own, the rest stay (a paused
+    schedule stays paused). Checked as a new schedule is, with the same codes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cron: str | None = Field(
+        default=None,
+        description="A new cron expression, five fields; in place of an interval too "
+        "(422 invalid_cron otherwise)",
+    )
+    every: str | None = Field(
+        default=None,
+        description="A new interval (30s, 15m, 1h30m, 7d); in place of a cron too "
+        "(422 invalid_interval otherwise)",
+    )
+    time_zone: str | None = Field(
+        default=None,
+        description="The cron expression's new IANA time zone; null is UTC "
+        "(422 invalid_time_zone otherwise)",
+    )
+    payload: dict[str, Any] | None = Field(
+        default=None,
+        description="The kind's new payload, whole (422 invalid_payload otherwise)",
+    )
+
+
 class ScheduleRunResource(BaseModel):
     scheduled_at: datetime
     started_at: datetime

@@ -1,4 +1,4 @@
-"""A workspace's job schedules: create, list, show, pause, unpause, trigger, delete."""
+"""A workspace's job schedules: create, list, show, edit, pause, unpause, trigger, delete."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from hubjobs.schedules.definition import ScheduleView
 from starter.api.auth import ScheduleId, Schedules
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS
-from starter.api.resources import WORKSPACE_ROUTES, ScheduleRequest, ScheduleResource, schedule_url
+from starter.api.resources import (
+    WORKSPACE_ROUTES,
+    ScheduleChange,
+    ScheduleRequest,
+    ScheduleResource,
+    schedule_url,
+)
 from starter.schedules import WorkspaceSchedules
 
 ScheduleAction = Callable[[WorkspaceSchedules, str], Awaitable[ScheduleView]]
@@ -58,6 +64,19 @@ async def list_schedules(schedules: Schedules) -> list[ScheduleResource]:
 )
 async def get_schedule(schedules: Schedules, schedule_id: ScheduleId) -> ScheduleResource:
     return ScheduleResource.of(await schedules.get(schedule_id))
+
+
+@router.patch(
+    "/schedules/{schedule_id}",
+    response_model=ScheduleResource,
+    summary="Edit a schedule in place: its cron and time zone, its interval, its payload",
+    dependencies=[Depends(no_duplicate_keys)],
+)
+async def update_schedule(
+    schedules: Schedules, schedule_id: ScheduleId, body: ScheduleChange
+) -> ScheduleResource:
+    given = body.model_dump(include=body.model_fields_set)
+    return ScheduleResource.of(await schedules.update(schedule_id, **given))
 
 
 # One schedule moved by one call, answered with the schedule as it is after it.

@@ -33,6 +33,9 @@ def print_schedule(view: Schedule, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
+    # On a narrow terminal a long value (an id, a link) folds onto more lines: never cut.
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in view.items():
         if key in ("cron", "every_seconds", "time_zone") or value in (None, [], {}):
             continue
@@ -42,6 +45,17 @@ def print_schedule(view: Schedule, as_json: bool) -> None:
             value = ", ".join(value[:3])
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     out().print(table)
+
+
+def parse_payload(payload: str) -> dict[str, Any]:
+    """``--payload``'s JSON object, or ``invalid_payload`` before any call."""
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        raise InvalidPayload("the payload is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise InvalidPayload("the payload must be a JSON object")
+    return parsed
 
 
 def on_schedules(
@@ -87,17 +101,41 @@ def schedule_create(
 
     The actor must stay an enabled administrator of the workspace: every firing checks
     it again, and a firing refused is a failed job with the refusal's code."""
-    parsed: Any = None
-    if payload is not None:
-        try:
-            parsed = json.loads(payload)
-        except ValueError:
-            raise InvalidPayload("the payload is not valid JSON") from None
-        if not isinstance(parsed, dict):
-            raise InvalidPayload("the payload must be a JSON object")
+    parsed = None if payload is None else parse_payload(payload)
     body = {"kind": kind, "cron": cron, "every": every, "time_zone": time_zone, "keep": keep}
     body = {key: value for key, value in body.items() if value is not None}
     view = on_schedules(workspace, actor, "POST", body=body | {"payload": parsed or {}})
+    print_schedule(view, as_json)
+
+
+@schedule_app.command("update")
+@command
+def schedule_update(
+    schedule: ScheduleArg,
+    workspace: WorkspaceOpt = None,
+    actor: ActorOpt = None,
+    cron: Annotated[
+        str | None,
+        typer.Option(help='A new cron expression: "0 3 * * *" is 03:00 every day.'),
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option(help="A new interval instead: 30s, 15m, 1h30m, 7d.")
+    ] = None,
+    time_zone: Annotated[
+        str | None,
+        typer.Option("--time-zone", "--timezone", help="The cron expression's IANA time zone."),
+    ] = None,
+    payload: Annotated[
+        str | None, typer.Option(help="The kind's new payload, a whole JSON object.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Edit a schedule in place: what is not given stays, a paused one stays paused."""
+    body: dict[str, Any] = {"cron": cron, "every": every, "time_zone": time_zone}
+    body = {key: value for key, value in body.items() if value is not None}
+    if payload is not None:
+        body["payload"] = parse_payload(payload)
+    view = on_schedules(workspace, actor, "PATCH", f"/{quote(schedule, safe='')}", body)
     print_schedule(view, as_json)
 
 

@@ -254,9 +254,16 @@ async def test_a_job_starts_from_its_kinds_form_and_a_reader_sees_no_action(
         await shot(other, tmp_path, "reader-job")
         await seen.goto(f"{base}/operator/#/w/{course.workspace_id}/schedules")
         await expect(seen.locator(f'tr[data-schedule-id="{made.id}"]')).to_be_visible()
-        await expect(seen.get_by_role("button", name=re.compile("^(Pause|Resume) "))).to_have_count(
-            0
+        await expect(
+            seen.get_by_role("button", name=re.compile("^(Pause|Resume|Edit) "))
+        ).to_have_count(0)
+        edited = await seen.request.patch(
+            f"{base}/workspaces/{course.workspace_id}/schedules/{made.id}",
+            data={"cron": "0 4 * * *"},
+            headers={"Authorization": f"Bearer {mint(reader, page_settings)}"},
         )
+        assert edited.status == 403
+        assert (await edited.json())["error"]["code"] == "actor_not_administrator"
         await seen.goto(f"{base}/operator/#/w/{course.workspace_id}/start")
         await expect(seen.locator("#no-actions")).to_be_visible()
         refused = await seen.request.delete(
@@ -456,7 +463,7 @@ async def test_a_search_by_a_tag_finds_exactly_its_jobs_and_says_what_it_refuses
 # --- schedules made from the page -------------------------------------------------------
 
 
-async def test_a_schedule_is_created_run_now_and_deleted_from_the_page(
+async def test_a_schedule_is_created_edited_run_now_and_deleted_from_the_page(
     api: tuple[str, HubJobsClient],
     page_settings: Settings,
     temporal: Client,
@@ -465,7 +472,9 @@ async def test_a_schedule_is_created_run_now_and_deleted_from_the_page(
     tmp_path: Path,
 ) -> None:
     """Created from the kind's form (a bad cron refused with its code), in its own zone;
-    run now, its job appearing; deleted only once the row's question is answered."""
+    edited in its row with the same form, filled (a bad zone refused with its code), its
+    next firings then read in its new zone; run now, its job appearing; deleted only once
+    the row's question is answered."""
     base, hub = api
     course = await seed(engine, 3)
     jobs = hub.scope(course.workspace_id, course.actor_id)
@@ -490,6 +499,48 @@ async def test_a_schedule_is_created_run_now_and_deleted_from_the_page(
     assert [s.id for s in await jobs.schedules.list()] == [made]
     assert not await severe_violations(page)
     await shot(tab, tmp_path, "schedule-created")
+
+    # Edited in its row: the create form's fields, filled with what it is now.
+    await page.get_by_role("button", name=f"Edit {made}").click()
+    edit = page.get_by_role("form", name=f"Edit {made}")
+    await expect(edit.get_by_label("Cron (five fields)")).to_have_value("30 4 * * *")
+    await expect(edit.get_by_label("Its time zone")).to_have_value("Asia/Tokyo")
+    await expect(edit.get_by_label("Scope")).to_have_value("workspace")
+    await edit.get_by_label("Cron (five fields)").fill("15 6 * * *")
+    await edit.get_by_label("Its time zone").fill("Mars/Olympus")
+    await edit.get_by_role("button", name="Save the schedule").click()
+    await expect(edit.locator("#edit-schedule-code")).to_have_text("invalid_time_zone")
+    assert (await jobs.schedules.get(made)).cron == "30 4 * * *"  # refused: unchanged
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-edit")
+    await edit.get_by_label("Its time zone").fill("Europe/Paris")
+    await edit.get_by_role("button", name="Save the schedule").click()
+    await expect(edit).to_have_count(0)
+    line = page.locator(f'tr[data-schedule-id="{made}"]')
+    await expect(line).to_contain_text("15 6 * * * (Europe/Paris)")
+    await expect(line.locator(".next-run .hint")).to_contain_text("6:15:00 AM GMT+1")
+    await expect(page.locator("#notice")).to_contain_text(f"Saved {made}: next ")
+    await expect(page.locator("#notice")).to_contain_text("6:15:00 AM GMT+1")
+    edited = await jobs.schedules.get(made)
+    assert (edited.cron, edited.time_zone, edited.paused) == ("15 6 * * *", "Europe/Paris", False)
+    await shot(tab, tmp_path, "schedule-edited")
+    # The edit in dark mode and on a phone: readable, axe finding nothing serious; Cancel
+    # closes it, nothing sent.
+    await page.get_by_role("button", name="Dark mode").click()
+    await page.get_by_role("button", name=f"Edit {made}").click()
+    await expect(edit.get_by_label("Cron (five fields)")).to_have_value("15 6 * * *")
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-edit-dark")
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await edit.get_by_role("button", name="Save the schedule").scroll_into_view_if_needed()
+    box = await edit.bounding_box()
+    assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= 390, box
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "schedule-edit-phone")
+    await edit.get_by_role("button", name="Cancel").click()
+    await expect(edit).to_have_count(0)
+    await page.get_by_role("button", name="Dark mode").click()
+    await page.set_viewport_size({"width": 1280, "height": 900})
     async with running_worker(temporal, page_settings):
         await page.get_by_role("button", name=f"Run {made} now").click()
         fired = await until("the schedule's job", lambda: jobs.list(schedule_id=made))

@@ -1295,6 +1295,7 @@ const ACTIONS = {
   start: "started", cancel: "cancelled", retry: "retried", bulk_cancel: "cancelled many",
   schedule_create: "created a schedule", schedule_pause: "paused a schedule", schedule_unpause: "resumed a schedule",
   schedule_trigger: "ran a schedule now", schedule_delete: "deleted a schedule", restore: "restored the workspace",
+  schedule_update: "edited a schedule",
 };
 
 // One operator action as a row: when, who (you, a user, or the hub's operator), from
@@ -1415,7 +1416,25 @@ async function schedulesView(ws, params) {
         remove.closest(".actions").replaceWith(sure);
       },
     });
-    const actions = () => el("span", { class: "actions" }, toggle, " ", trigger, " ", remove);
+    const edit = el("button", {
+      type: "button", class: "quiet", text: "Edit", "aria-label": `Edit ${schedule.id}`, "aria-expanded": "false",
+      onclick: () => {
+        const open = tr.nextElementSibling;
+        if (open && open.classList.contains("schedule-edit")) return open.querySelector("input")?.focus();
+        const close = () => { form.remove(); edit.setAttribute("aria-expanded", "false"); };
+        const form = scheduleEdit(base, schedule, known, mayAct ? 7 : 6, (saved) => {
+          form.remove();
+          tr.replaceWith(row(saved));
+          const zone = saved.cron ? saved.time_zone || "UTC" : undefined;
+          const next = saved.next_runs.slice(0, 3).map((at) => exact(at, zone)).join(", ");
+          say(`Saved ${saved.id}: ${saved.paused ? "paused" : `next ${next}`}.`);
+        }, close);
+        tr.after(form);
+        edit.setAttribute("aria-expanded", "true");
+        form.querySelector("input").focus();
+      },
+    });
+    const actions = () => el("span", { class: "actions" }, edit, " ", toggle, " ", trigger, " ", remove);
     // A cron reads in its own zone: so do its next firings.
     const zone = schedule.cron ? schedule.time_zone || "UTC" : undefined;
     const next = schedule.next_runs[0];
@@ -1455,12 +1474,7 @@ function newSchedule(ws, known, params, created) {
   const kindSelect = el("select", { id: "schedule-kind" },
     known.map((k) => el("option", { value: k.name, selected: k === kind, text: `${k.title} (${k.name})` })));
   kindSelect.addEventListener("change", () => go(`/w/${ws}/schedules?kind=${encodeURIComponent(kindSelect.value)}`));
-  const text = (id, hint) => el("input", { id, type: "text", autocomplete: "off", spellcheck: "false", placeholder: hint });
-  const cron = text("schedule-cron", "0 3 * * *");
-  const zone = text("schedule-zone", "UTC");
-  const every = text("schedule-every", "1h30m");
-  const fields = payloadFields(kind, "schedule-field");
-  const error = el("p", { class: "error", role: "alert", id: "schedule-error" });
+  const form = scheduleFields(kind, "schedule");
   return el("details", { id: "new-schedule", open: params.has("kind") },
     el("summary", { text: "New schedule" }),
     el("form", {
@@ -1469,27 +1483,86 @@ function newSchedule(ws, known, params, created) {
       "aria-label": "New schedule",
       onsubmit: async (event) => {
         event.preventDefault();
-        error.textContent = "";
-        const body = { kind: kind.name, payload: fields.payload() };
-        for (const [name, input] of [["cron", cron], ["time_zone", zone], ["every", every]]) {
-          if (input.value.trim()) body[name] = input.value.trim();
-        }
+        form.error.textContent = "";
         try {
-          created(await api("POST", `/workspaces/${ws}/schedules`, { body }));
-          for (const input of [cron, zone, every]) input.value = "";
+          created(await api("POST", `/workspaces/${ws}/schedules`, { body: { kind: kind.name, ...form.body() } }));
+          form.clear();
         } catch (failed) {
-          error.replaceChildren(`${failed.message} `, el("code", { id: "schedule-code", text: failed.code }));
+          form.refused(failed);
         }
       },
     },
       el("label", { for: "schedule-kind", text: "Kind" }), kindSelect,
-      el("div", { class: "row" },
-        el("div", {}, el("label", { for: "schedule-cron", text: "Cron (five fields)" }), cron),
-        el("div", {}, el("label", { for: "schedule-zone", text: "Its time zone" }), zone),
-        el("div", {}, el("label", { for: "schedule-every", text: "Or every" }), every)),
-      fields.nodes,
+      form.nodes,
       el("p", {}, el("button", { type: "submit", id: "create-schedule", text: "Create the schedule" })),
-      error));
+      form.error));
+}
+
+// A schedule's timing and its kind's payload as form fields (ids prefixed by ``prefix``),
+// filled from ``schedule`` when one is edited: the new schedule's form and the edit's.
+function scheduleFields(kind, prefix, schedule) {
+  const text = (id, hint, value) => el("input", {
+    id, type: "text", autocomplete: "off", spellcheck: "false", placeholder: hint, value,
+  });
+  const cron = text(`${prefix}-cron`, "0 3 * * *", schedule?.cron ?? undefined);
+  const zone = text(`${prefix}-zone`, "UTC", schedule?.cron ? schedule.time_zone || "UTC" : undefined);
+  const every = text(`${prefix}-every`, "1h30m", schedule?.every_seconds ? schedule.timing.replace(/^every /, "") : undefined);
+  const fields = payloadFields(kind, `${prefix}-field`, schedule?.payload);
+  const error = el("p", { class: "error", role: "alert", id: `${prefix}-error` });
+  const nodes = [
+    el("div", { class: "row" },
+      el("div", {}, el("label", { for: `${prefix}-cron`, text: "Cron (five fields)" }), cron),
+      el("div", {}, el("label", { for: `${prefix}-zone`, text: "Its time zone" }), zone),
+      el("div", {}, el("label", { for: `${prefix}-every`, text: "Or every" }), every)),
+    fields.nodes,
+  ];
+  // What the fields hold, as the API reads it: empty ones left out.
+  function body() {
+    const given = { payload: fields.payload() };
+    for (const [name, input] of [["cron", cron], ["time_zone", zone], ["every", every]]) {
+      if (input.value.trim()) given[name] = input.value.trim();
+    }
+    return given;
+  }
+  return {
+    nodes,
+    error,
+    body,
+    clear: () => { for (const input of [cron, zone, every]) input.value = ""; },
+    refused: (failed) => error.replaceChildren(`${failed.message} `,
+      el("code", { id: `${prefix}-code`, text: failed.code })),
+  };
+}
+
+// A schedule edited in a row of its own under it: the new schedule's fields, filled in.
+// An empty zone beside a cron is UTC; a kind the page does not know keeps its payload.
+function scheduleEdit(base, schedule, known, columns, saved, closed) {
+  const kind = known.find((k) => k.name === schedule.kind);
+  const form = scheduleFields(kind || { payload: {} }, "edit-schedule", schedule);
+  return el("tr", { class: "schedule-edit" }, el("td", { colspan: columns, "data-label": "Edit" },
+    el("form", {
+      class: "card",
+      novalidate: true,
+      "aria-label": `Edit ${schedule.id}`,
+      onsubmit: async (event) => {
+        event.preventDefault();
+        form.error.textContent = "";
+        const body = form.body();
+        if (!kind) delete body.payload;
+        if (body.cron && !body.time_zone) body.time_zone = null;
+        try {
+          saved(await api("PATCH", `${base}/${schedule.id}`, { body }));
+        } catch (failed) {
+          form.refused(failed);
+        }
+      },
+    },
+      el("p", { class: "hint", text: `Editing ${schedule.kind}'s schedule: what it runs and when. A paused one stays paused.` }),
+      form.nodes,
+      el("p", {},
+        el("button", { type: "submit", id: "save-schedule", text: "Save the schedule" }), " ",
+        el("button", { type: "button", class: "quiet", text: "Cancel", onclick: closed })),
+      form.error)));
 }
 
 // --- starting a job -----------------------------------------------------------------------
@@ -1500,9 +1573,9 @@ function fieldOf(name, schema, required) {
   return { name, schema: { ...schema, ...plain }, required: required.includes(name) };
 }
 
-function control(field, id) {
+function control(field, id, value) {
   const { schema } = field;
-  const given = schema.default ?? "";
+  const given = value ?? schema.default ?? "";
   if (schema.enum) {
     return el("select", { id, name: field.name },
       schema.enum.map((value) => el("option", { value, selected: value === given, text: value })));
@@ -1533,12 +1606,13 @@ function valueOf(field, input) {
   return raw;
 }
 
-// A kind's payload as form fields (ids prefixed by ``prefix``), and the payload they hold.
-function payloadFields(kind, prefix) {
+// A kind's payload as form fields (ids prefixed by ``prefix``; filled from ``values``, a
+// payload, if given), and the payload they hold.
+function payloadFields(kind, prefix, values) {
   const schema = kind.payload || {};
   const fields = Object.entries(schema.properties || {})
     .map(([name, property]) => fieldOf(name, property, schema.required || []));
-  const inputs = new Map(fields.map((field) => [field.name, control(field, `${prefix}-${field.name}`)]));
+  const inputs = new Map(fields.map((field) => [field.name, control(field, `${prefix}-${field.name}`, values?.[field.name])]));
   for (const field of fields) {
     if (field.schema.description) inputs.get(field.name).setAttribute("aria-describedby", `${prefix}-hint-${field.name}`);
   }
