@@ -693,7 +693,10 @@ async function jobsView(ws, params) {
       for (const [id, entry] of rows) {
         if (!shown.has(id)) { entry.tr.remove(); rows.delete(id); selected.delete(id); }
       }
-      body.append(...listed.map(row));
+      // Rows already in place stay put: a row moved is a row blurred, and j/k lost its place.
+      listed.map(row).forEach((tr, at) => {
+        if (body.children[at] !== tr) body.insertBefore(tr, body.children[at] || null);
+      });
       empty.hidden = listed.length > 0;
       cancelLabel();
       painted("jobs");
