@@ -1,7 +1,7 @@
 """``job_minutes``: the jobs that ended, counted per workspace, minute, kind and final
 status, with their pages summed as they stood at the end. The overview reads its ended
-counts and throughput here, not off the jobs, so a day of a busy workspace costs a few
-thousand rows whatever its jobs number.
+counts and throughput here, not off the jobs, so a workspace's day costs at most a row a
+minute per kind and status, however many jobs ended in it.
 
 Counted by the statement that ends the job (``store.finish``, ``store.withdraw``), from
 the row its guarded UPDATE returned: a move that did not happen (a finish run twice)

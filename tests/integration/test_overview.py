@@ -2,7 +2,9 @@
 set of jobs exact per kind (a stuck one among the running, one ended before the hour and
 within the day, another workspace's jobs never counted), the buckets summing to the
 counts, and a member of another workspace answered as for a workspace that does not
-exist. The rows are written as the worker leaves them, times set relative to now."""
+exist. The rows are written as the worker leaves them, times set relative to now (their
+minutes counted again, as for a bulk load). And the ended counts as the statements that
+end jobs leave them: each window's counts and buckets those of a count over the jobs."""
 
 from __future__ import annotations
 
