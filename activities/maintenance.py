@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,7 +26,7 @@ from activities.deps import Deps
 from activities.endings import finish
 from activities.outages import with_outage_retry
 from hubjobs import job_rows
-from hubjobs.job_rows import audit
+from hubjobs.job_rows import audit, minutes
 from hubjobs.kinds import REGISTRY
 from hubjobs.readmodel.status import JobStatus
 from hubjobs.readmodel.views import JobView
@@ -101,31 +101,43 @@ class MaintenanceActivities:
             kept += batch[1]
             if sum(batch) < request.batch:
                 break
-        audit_removed = await self._sweep_audit(request)
-        if removed or kept or audit_removed:
+        audit_removed = await self._sweep_older(
+            audit.delete_older, request.cutoff - self._audit_retention(), request
+        )
+        # The overview's ended counts: a minute goes once no window reads it.
+        minutes_removed = await self._sweep_older(
+            minutes.delete_older, request.cutoff - minutes.KEPT, request
+        )
+        if removed or kept or audit_removed or minutes_removed:
             log.info(
-                "retention sweep removed %d jobs, kept %d, removed %d audit events",
+                "retention sweep removed %d jobs, kept %d, removed %d audit events, %d job minutes",
                 removed,
                 kept,
                 audit_removed,
+                minutes_removed,
             )
         return SweepResult(
             removed=removed,
             kept=kept,
             audit_removed=audit_removed,
+            minutes_removed=minutes_removed,
             more=removed + kept >= request.limit,
         )
 
-    async def _sweep_audit(self, request: SweepRequest) -> int:
-        """Audit events older than the jobs' retention at ``cutoff``, a batch a
-        transaction, up to ``limit``."""
-        before = request.cutoff - self._audit_retention()
+    async def _sweep_older(
+        self,
+        delete: Callable[[AsyncConnection, datetime, int], Awaitable[int]],
+        before: datetime,
+        request: SweepRequest,
+    ) -> int:
+        """Rows from before ``before`` (``delete`` takes a batch), a batch a transaction,
+        up to ``limit``."""
         removed = 0
         while removed < request.limit:
             batch = await with_outage_retry(
                 self.deps.engine,
                 self.deps.settings,
-                lambda conn: audit.delete_older(conn, before, request.batch),
+                lambda conn: delete(conn, before, request.batch),
                 transaction=True,
                 on_wait=activity.heartbeat,
             )

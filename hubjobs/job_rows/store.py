@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hubjobs.db import direct
 from hubjobs.db.direct import Statement
 from hubjobs.domain.access import ADMINISTRATOR
-from hubjobs.job_rows import moves
+from hubjobs.job_rows import minutes, moves
 from hubjobs.readmodel.changes import notify_column
 from hubjobs.readmodel.reads import JOB_COLUMNS
 from hubjobs.readmodel.status import (
@@ -554,7 +554,7 @@ FINISH = Statement.of(
                stuck_since = NULL, stuck_reason = NULL, updated_at = now()
          WHERE id = :id AND {moves.FINISH.guard}
      RETURNING {JOB_COLUMNS}, {NOTIFY}
-    )
+    ), counted AS ({minutes.counting("finished")})
     SELECT {JOB_COLUMNS}, true AS changed FROM finished
     UNION ALL
     SELECT {JOB_COLUMNS}, false FROM jobs
@@ -628,13 +628,16 @@ async def record_notify(
 
 _PENDING = f"notify_state = {NotifyState.pending.sql}"
 WITHDRAW = text(
-    f"UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
+    f"WITH withdrawn AS (UPDATE jobs SET status = {JobStatus.failed.sql}, error_code = :code, "
     "error_message = :message, finished_at = now(), expires_at = now() + :retention, "
     f"notify_last_error = CASE WHEN {_PENDING} THEN :notify_error "
     "ELSE notify_last_error END, "
     f"notify_state = CASE WHEN {_PENDING} THEN {NotifyState.failed.sql} "
     "ELSE notify_state END, "
-    f"updated_at = now() WHERE id = :id AND {moves.WITHDRAW.guard} RETURNING {NOTIFY}"
+    f"updated_at = now() WHERE id = :id AND {moves.WITHDRAW.guard} "
+    f"RETURNING {minutes.READS}, {NOTIFY}), "
+    f"counted AS ({minutes.counting('withdrawn')}) "
+    "SELECT 1 FROM withdrawn"
 )
 
 

@@ -1,6 +1,7 @@
 """A workspace's queue at a glance: per kind, its jobs waiting, running and stuck now,
 those that ended in a window, and the throughput over that window in buckets. One
-statement that checks membership and aggregates, as the other reads do."""
+statement that checks membership and aggregates, as the other reads do: the unfinished
+jobs off their rows, the ended ones off their minutes (hubjobs/job_rows/minutes.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
-from hubjobs.readmodel.status import FINAL_STATUSES, UNFINISHED_STATUSES, JobStatus, sql_list
+from hubjobs.readmodel.status import UNFINISHED_STATUSES, JobStatus, sql_list
 from hubjobs.readmodel.views import Counters
 
 
@@ -102,14 +103,14 @@ SELECT member.role, span.since, span.until,
        FROM jobs WHERE workspace_id = %(workspace)s AND status IN {sql_list(UNFINISHED_STATUSES)}
       GROUP BY kind) n),
   (SELECT coalesce(json_agg(f), '[]') FROM (
-     SELECT kind, date_bin(%(step)s, finished_at, {_EPOCH}) AS start,
-            count(*) FILTER (WHERE status = {JobStatus.succeeded.sql}) AS succeeded,
-            count(*) FILTER (WHERE status = {JobStatus.failed.sql}) AS failed,
-            count(*) FILTER (WHERE status = {JobStatus.cancelled.sql}) AS cancelled,
-            sum(total) AS total, sum(processed) AS processed, sum(succeeded) AS items_succeeded,
-            sum(skipped) AS skipped, sum(failed) AS items_failed
-       FROM jobs WHERE workspace_id = %(workspace)s AND status IN {sql_list(FINAL_STATUSES)}
-        AND finished_at >= span.since
+     SELECT kind, date_bin(%(step)s, minute, {_EPOCH}) AS start,
+            coalesce(sum(jobs) FILTER (WHERE status = {JobStatus.succeeded.sql}), 0) AS succeeded,
+            coalesce(sum(jobs) FILTER (WHERE status = {JobStatus.failed.sql}), 0) AS failed,
+            coalesce(sum(jobs) FILTER (WHERE status = {JobStatus.cancelled.sql}), 0) AS cancelled,
+            sum(pages_total) AS total, sum(pages_processed) AS processed,
+            sum(pages_succeeded) AS items_succeeded, sum(pages_skipped) AS skipped,
+            sum(pages_failed) AS items_failed
+       FROM job_minutes WHERE workspace_id = %(workspace)s AND minute >= span.since
       GROUP BY 1, 2) f)
 FROM member, span
 """

@@ -1,7 +1,7 @@
 """The read model's tables: ``jobs`` (one row a job, kept in step with its workflow),
-``job_items`` (a job's snapshotted units of work) and ``audit_events`` (every operator
-action). Written only by ``hubjobs.job_rows``; statuses, states and actions from
-``hubjobs.readmodel.status``."""
+``job_items`` (a job's snapshotted units of work), ``audit_events`` (every operator
+action) and ``job_minutes`` (the jobs that ended, counted by the minute). Written only
+by ``hubjobs.job_rows``; statuses, states and actions from ``hubjobs.readmodel.status``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from hubjobs.db.metadata import Base, created_now
 from hubjobs.readmodel.status import (
+    FINAL_STATUSES,
     UNFINISHED_STATUSES,
     AuditAction,
     ItemState,
@@ -259,3 +260,28 @@ class AuditEvent(Base):
     schedule_id: Mapped[str | None] = mapped_column(Text)
     # What else the action says: a bulk action's filter and counts, a restore's backup.
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class JobMinute(Base):
+    """The jobs that ended in a minute, per workspace, kind and final status, their pages
+    summed as they stood at the end: what the overview reads of ended jobs. Counted by
+    the statement that ends a job (hubjobs/job_rows/minutes.py); a day kept (0016)."""
+
+    __tablename__ = "job_minutes"
+    __table_args__ = (
+        # A workspace's window is a range of the key, summed off its rows alone.
+        PrimaryKeyConstraint("workspace_id", "minute", "kind", "status"),
+        CheckConstraint(f"status IN {sql_list(FINAL_STATUSES)}", name="status"),
+        # The retention sweep's selection, across workspaces.
+        Index("ix_job_minutes_minute", "minute"),
+    )
+    workspace_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    minute: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    kind: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text)
+    jobs: Mapped[int] = mapped_column(Integer, nullable=False)
+    pages_total: Mapped[int] = mapped_column(Integer, nullable=False)
+    pages_processed: Mapped[int] = mapped_column(Integer, nullable=False)
+    pages_succeeded: Mapped[int] = mapped_column(Integer, nullable=False)
+    pages_skipped: Mapped[int] = mapped_column(Integer, nullable=False)
+    pages_failed: Mapped[int] = mapped_column(Integer, nullable=False)

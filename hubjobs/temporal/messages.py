@@ -382,6 +382,8 @@ class SweepResult(BaseModel):
     kept: int
     # Audit events older than the jobs' retention, removed.
     audit_removed: int = 0
+    # The overview's minutes of ended jobs older than its longest window, removed.
+    minutes_removed: int = 0
     # Whether rows expired by the cutoff may be left (the run stopped at its limit).
     more: bool = False
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -20,6 +21,8 @@ from alembic import command
 from hubjobs.db.migrate import alembic_config, upgrade
 from hubjobs.devstack import embedded
 from hubjobs.devstack.embedded import _pg_bin_path
+from hubjobs.readmodel.overview import Window
+from tests.support.overview_counts import ended_in_jobs, ended_of, read_overview
 from tests.support.servers import admin_url
 
 
@@ -153,3 +156,57 @@ def test_0011_keeps_the_oldest_job_of_a_key_shared_across_kinds(
             )
     command.downgrade(alembic_config(url), "0010")
     command.upgrade(alembic_config(url), "head")
+
+
+async def test_0016_gives_the_overview_it_read_before_off_the_ended_jobs(
+    empty_databases: list[str],
+) -> None:
+    """Upgraded on a table of ended jobs, the overview says what a count over those jobs
+    says (as it read them before), in both windows, counts and buckets; only the last
+    day's ends are counted in minutes, the window's reach."""
+    url = empty_databases[0]
+    command.upgrade(alembic_config(url), "0015")
+    workspace, actor, elsewhere = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    now = datetime.now(UTC)
+    ended = [  # (workspace, kind, status, ended minutes ago, pages processed)
+        (workspace, "course_tagging", "succeeded", 2, 10),
+        (workspace, "course_tagging", "succeeded", 2, 5),
+        (workspace, "course_tagging", "failed", 40, 3),
+        (workspace, "backup", "cancelled", 41, 0),
+        (workspace, "course_tagging", "succeeded", 5 * 60, 100),
+        (workspace, "backup", "succeeded", 23 * 60, 7),
+        (workspace, "course_tagging", "succeeded", 30 * 60, 50),
+        (elsewhere, "course_tagging", "succeeded", 2, 1),
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO workspaces (id, name) VALUES (%s, 'W')", (workspace,))
+        conn.execute(
+            "INSERT INTO user_accounts (id, email, display_name) VALUES (%s, 'a@x.example', 'A')",
+            (actor,),
+        )
+        conn.execute(
+            "INSERT INTO workspace_memberships (workspace_id, user_id, role) "
+            "VALUES (%s, %s, 'administrator')",
+            (workspace, actor),
+        )
+        for ws, kind, status, ago, pages in [*ended, (workspace, "backup", "running", None, 4)]:
+            job_id = uuid.uuid4()
+            at = None if ago is None else now - timedelta(minutes=ago)
+            conn.execute(
+                "INSERT INTO jobs (id, workflow_id, kind, status, workspace_id, actor_id, "
+                "correlation_id, payload, total, processed, succeeded, failed, finished_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, 'c', '{}', %s, %s, %s, 1, %s)",
+                (job_id, f"{kind}-{job_id}", kind, status, ws, actor, pages + 1, pages, pages, at),
+            )
+    command.upgrade(alembic_config(url), "head")
+    for window in Window:
+        found = await read_overview(url, workspace, actor, window)
+        kinds, buckets = ended_of(found)
+        assert (kinds, buckets) == ended_in_jobs(url, workspace, found)
+        assert sum(b[4] for b in buckets.values()) == (
+            10 + 5 + 3 if window is Window.hour else 10 + 5 + 3 + 100 + 7
+        )
+    with psycopg.connect(url) as conn:
+        counted = conn.execute("SELECT sum(jobs), count(*) FROM job_minutes").fetchone()
+    # The day's seven ends, the two of a minute in one row; the one 30 hours ago in none.
+    assert counted == (7, 6)

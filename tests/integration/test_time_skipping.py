@@ -151,6 +151,11 @@ async def sweep(
     raise AssertionError("the sweep scheduled no activity")
 
 
+def jobs_swept(swept: tuple[SweepResult, datetime]) -> tuple[int, int]:
+    """A sweep's jobs removed and kept (its minutes: however many the ends fell in)."""
+    return swept[0].removed, swept[0].kept
+
+
 async def insert_finished(
     engine: AsyncEngine,
     course: DemoCourse,
@@ -284,15 +289,19 @@ async def test_a_finished_job_goes_24_hours_later_after_its_hook(
         assert first == SweepResult(removed=0, kept=0)
         assert await row(engine, job.id) is not None
         assert await count(engine, "audit_events") == 1
+        # The minute its end was counted in stays while the overview's day reads it.
+        assert await count(engine, "job_minutes") == 1
         assert toy.EXPIRED == []
 
         await env.sleep(DAY_AND_A_BIT)
         second, cutoff = await sweep(env, settings)
 
     assert cutoff >= done.expires_at
-    # The start's audit event goes too: a day older than the cutoff's retention.
-    assert second == SweepResult(removed=1, kept=0, audit_removed=1)
+    # The start's audit event goes too: a day older than the cutoff's retention; and the
+    # minute its end was counted in, older than the overview's longest window.
+    assert second == SweepResult(removed=1, kept=0, audit_removed=1, minutes_removed=1)
     assert await row(engine, job.id) is None
+    assert await count(engine, "job_minutes") == 0
     assert await count(engine, "job_items") == 0
     assert await count(engine, "audit_events") == 0
     assert [expired.id for expired in toy.EXPIRED] == [job.id]
@@ -314,7 +323,8 @@ async def test_250_expired_jobs_go_in_one_run_up_to_its_limit(
         rest, _ = await sweep(env, settings)
         nothing, _ = await sweep(env, settings)
 
-    assert limited == SweepResult(removed=100, kept=0, more=True)
+    # Their ends, in one transaction, were counted in one minute.
+    assert limited == SweepResult(removed=100, kept=0, minutes_removed=1, more=True)
     assert rest == SweepResult(removed=150, kept=0)
     assert nothing == SweepResult(removed=0, kept=0)
     assert len(toy.EXPIRED) == 250
@@ -334,7 +344,7 @@ async def test_a_failing_hook_keeps_its_row_for_a_later_sweep(
         # Its next try waits an hour: a sweep right after leaves it alone.
         again, _ = await sweep(env, settings)
 
-    assert result == SweepResult(removed=1, kept=1)
+    assert result == SweepResult(removed=1, kept=1, minutes_removed=1)
     assert again == SweepResult(removed=0, kept=0)
     kept = await row(engine, failing)
     assert kept is not None
@@ -369,7 +379,7 @@ async def test_a_job_whose_webhook_is_still_being_delivered_stays_until_its_deli
         )
     async with worker_for(env, engine, settings):
         await env.sleep(DAY_AND_A_BIT)
-        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert jobs_swept(await sweep(env, settings)) == (1, 0)
         assert await row(engine, plain) is None
         assert await row(engine, delivered) is not None and await row(engine, never) is not None
 
@@ -377,13 +387,13 @@ async def test_a_job_whose_webhook_is_still_being_delivered_stays_until_its_deli
             assert await job_rows.record_notify(
                 conn, delivered, state=NotifyState.delivered, attempt=1
             )
-        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert jobs_swept(await sweep(env, settings)) == (1, 0)
         assert await row(engine, delivered) is None
         pending = await row(engine, never)
         assert pending is not None and pending.notify_state == NotifyState.pending
 
         await env.sleep(timedelta(hours=settings.webhook_deadline_hours) + DELIVERY_MARGIN)
-        assert (await sweep(env, settings))[0] == SweepResult(removed=1, kept=0)
+        assert jobs_swept(await sweep(env, settings)) == (1, 0)
         assert await row(engine, never) is None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -25,6 +26,8 @@ from hubjobs.devstack.demo_data import DemoCourse, create_account, create_attach
 from hubjobs.devstack.embedded import StackInfo
 from hubjobs.errors import HubJobsError
 from hubjobs.ops.restore import restore
+from hubjobs.readmodel.overview import Window
+from hubjobs.readmodel.status import JobStatus
 from tests.support.archive_helpers import (
     Databases,
     Parts,
@@ -35,6 +38,7 @@ from tests.support.archive_helpers import (
     workspace_fingerprint,
 )
 from tests.support.helpers import edit
+from tests.support.overview_counts import Ended, ended_in_jobs, ended_of, read_overview
 
 
 @pytest.fixture
@@ -316,3 +320,46 @@ async def test_a_workspace_with_a_job_running_is_not_replaced(
             payload={},
         )
     await _refused_and_unchanged(archive, database_url, folder, "workspace_busy")
+
+
+async def test_a_workspace_replaced_from_its_archive_keeps_its_overview(
+    engine: AsyncEngine, database_url: str, tmp_path: Path
+) -> None:
+    """An archive holds no job rows (the read model is operational state, not the hub's)
+    and so none of their minutes: the workspace replaced keeps both, and its overview's
+    ended counts and buckets are what they were before the restore, as its jobs say."""
+    folder = tmp_path / "attachments"
+    hub = await two_workspaces(engine, folder)
+    a = hub.a
+    for status in (JobStatus.succeeded, JobStatus.succeeded, JobStatus.failed):
+        async with engine.begin() as conn:
+            job = await job_rows.insert_job(
+                conn,
+                job_id=uuid.uuid4(),
+                kind="backup",
+                workspace_id=a.workspace_id,
+                actor_id=a.actor_id,
+                correlation_id="ended-in-a",
+                idempotency_key=None,
+                payload={},
+            )
+            assert job is not None
+            await job_rows.open_job(conn, job.id, run_id=None, attempts=1, attempts_failed=0)
+            ending = job_rows.Ending(status)
+            assert await job_rows.finish(conn, job.id, ending, retention=timedelta(hours=1))
+    archive = await archive_of(database_url, folder, a.workspace_id, tmp_path / "a.zip")
+
+    async def ended() -> dict[Window, Ended]:
+        found = {
+            w: await read_overview(database_url, a.workspace_id, a.actor_id, w) for w in Window
+        }
+        for overview in found.values():
+            counted = ended_in_jobs(database_url, a.workspace_id, overview)
+            assert ended_of(overview) == counted
+        return {w: ended_of(overview) for w, overview in found.items()}
+
+    before = await ended()
+    assert before[Window.hour][0] == {"backup": (2, 1, 0)}
+    report = await asyncio.to_thread(restore, archive, database_url, folder, replace_workspace=True)
+    assert report.replaced
+    assert await ended() == before

@@ -241,7 +241,7 @@ async def test_a_backup_restores_into_an_empty_database_row_for_row_and_byte_for
     assert result["backupId"] == str(done.id)
     assert result["tableCount"] == len(HUB_TABLES) == 6
     assert result["attachmentCount"] == len(created)
-    assert result["schemaVersion"] == head_revision() == "0015"
+    assert result["schemaVersion"] == head_revision() == "0016"
     archive = Path(result["archivePath"])
     backups = backup_folder(backup_settings)
     assert archive == backups / archive_name(done.id)

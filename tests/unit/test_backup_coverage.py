@@ -11,7 +11,7 @@ import hubjobs.domain.tables  # noqa: F401  (declares the hub's tables on the me
 from hubjobs.archive.format import HUB_TABLES, SEQUENCES
 from hubjobs.archive.scope import WORKSPACE_ROWS
 from hubjobs.db.metadata import Base
-from hubjobs.readmodel.tables import AuditEvent, Job, JobItem
+from hubjobs.readmodel.tables import AuditEvent, Job, JobItem, JobMinute
 
 # Tables of the schema a backup leaves out, each with why. A hub table belongs in
 # HUB_TABLES (hubjobs/archive/format.py); one deliberately left out goes here.
@@ -20,6 +20,8 @@ NOT_BACKED_UP: dict[str, str] = {
     JobItem.__tablename__: "the job read model's items: operational state, not the hub's",
     AuditEvent.__tablename__: "operator actions on the jobs: this service's record, kept "
     "like jobs; a restore adds its own event",
+    JobMinute.__tablename__: "the jobs' ends counted per minute: kept in step with the job "
+    "rows, which a backup leaves out too",
 }
 
 TABLES = {table.name: table for table in Base.metadata.sorted_tables}
