@@ -61,7 +61,8 @@ from hubjobs.readmodel import audit as audit_reads
 from hubjobs.readmodel import reads
 from hubjobs.readmodel.audit import AuditEventView
 from hubjobs.readmodel.overview import Overview, Window, overview_as_member
-from hubjobs.readmodel.search import JobSearch, JobSort, retry_key
+from hubjobs.readmodel.search import JobSearch, JobSort
+from hubjobs.readmodel.search import retry_key as retry_key  # the client's name for it too
 from hubjobs.readmodel.status import (
     UNFINISHED_STATUSES,
     AuditAction,
