@@ -530,6 +530,37 @@ def _recorded(filters: JobFilters) -> dict[str, Any]:
     return kept | {name: value for name, value in extra.items() if value is not None}
 
 
+class _Event(NamedTuple):
+    job_ids: list[uuid.UUID]
+    detail: dict[str, Any]
+
+
+def _bulk_retry_event(
+    outcomes: Sequence[RetryOutcome],
+    named: int,
+    matching: dict[str, Any] | None,
+    more: bool,
+    finished: bool,
+) -> _Event:
+    """A bulk retry's one audit event: every job it found and every retry it answered,
+    the filter, the counts and the refusals by code (``interrupted`` when cut short)."""
+    codes = Counter(o.error.code for o in outcomes if o.error is not None)
+    not_found = codes.pop(JobNotFound.code, 0)
+    counts = {
+        "named": named,
+        "retried": sum(o.created for o in outcomes),
+        "already_retried": sum(o.retry is not None and not o.created for o in outcomes),
+        "refused": sum(codes.values()),
+        "not_found": not_found,
+    }
+    touched = [o.job_id for o in outcomes if o.error is None or o.error.code != JobNotFound.code]
+    touched += [o.retry.id for o in outcomes if o.retry is not None]
+    detail = {"filter": matching, "counts": counts, "refused": dict(codes), "more": more}
+    if not finished:
+        detail["interrupted"] = True
+    return _Event(list(dict.fromkeys(touched)), detail)
+
+
 def _aware(at: datetime | None) -> datetime | None:
     """A time without a zone, read as UTC (as the API's own are)."""
     return at if at is None or at.tzinfo is not None else at.replace(tzinfo=UTC)
@@ -1243,36 +1274,30 @@ class WorkspaceJobs:
                 except HubJobsError as err:
                     done[job_id] = RetryOutcome(job_id, None, False, err)
 
-        async with asyncio.TaskGroup() as group:
-            for job_id in wanted:
-                group.create_task(one(job_id))
-        outcomes = [done[job_id] for job_id in wanted]
-        codes = Counter(o.error.code for o in outcomes if o.error is not None)
-        not_found = codes.pop(JobNotFound.code, 0)
-        counts = {
-            "named": len(wanted),
-            "retried": sum(o.created for o in outcomes),
-            "already_retried": sum(o.retry is not None and not o.created for o in outcomes),
-            "refused": sum(codes.values()),
-            "not_found": not_found,
-        }
-        touched = [
-            o.job_id for o in outcomes if o.error is None or o.error.code != JobNotFound.code
-        ]
-        touched += [o.retry.id for o in outcomes if o.retry is not None]
-
-        async def record(conn: AsyncConnection) -> None:
-            await audit.record(
-                conn,
-                self.workspace_id,
-                self.operator,
-                AuditAction.bulk_retry,
-                reason=reason,
-                job_ids=list(dict.fromkeys(touched)),
-                detail={"filter": matching, "counts": counts, "refused": dict(codes), "more": more},
+        finished = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                for job_id in wanted:
+                    group.create_task(one(job_id))
+            finished = True
+        finally:
+            # Kept even when the caller gave up midway (the API's request budget): the
+            # retries answered by then are on the trail, the event saying it was cut short.
+            outcomes = [done[job_id] for job_id in wanted if job_id in done]
+            event = _bulk_retry_event(outcomes, len(wanted), matching, more, finished)
+            await asyncio.shield(
+                self.client.db(
+                    lambda conn: audit.record(
+                        conn,
+                        self.workspace_id,
+                        self.operator,
+                        AuditAction.bulk_retry,
+                        reason=reason,
+                        job_ids=event.job_ids,
+                        detail=event.detail,
+                    )
+                )
             )
-
-        await self.client.db(record)
         return [done[job_id] for job_id in job_ids]
 
     async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:

@@ -7,6 +7,7 @@ with the filter, the counts and every job touched; a reader refused as one retry
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -18,7 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import starter.client
 from hubjobs.devstack.demo_data import DemoCourse, create_account
 from hubjobs.settings import Settings
+from starter.client import HubJobsClient
 from tests.integration.test_audit import audit
+from tests.support.helpers import until
 from tests.support.servers import bearer, seed
 
 
@@ -268,3 +271,42 @@ async def test_refusals_a_readers_403_and_nothing_recorded(
             text("SELECT count(*) FROM jobs WHERE source_job_id = :id"), {"id": job_id}
         )
     assert retried == 0
+
+
+async def test_a_bulk_retry_cut_short_still_keeps_its_event(
+    hub: HubJobsClient, engine: AsyncEngine, course: DemoCourse
+) -> None:
+    """A caller that gives up midway (the API's request budget cancels it): the retries
+    answered by then are on the trail, the one event saying it was cut short."""
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    ids = [await finished_job(engine, course, "cut") for _ in range(300)]
+    bulk = asyncio.create_task(jobs.retry_many(ids, reason="cut short"))
+
+    async def some_retried() -> bool:
+        async with engine.connect() as conn:
+            found = await conn.scalar(
+                text("SELECT count(*) FROM jobs WHERE source_job_id = ANY(:ids)"), {"ids": ids}
+            )
+        return int(found or 0) >= 5
+
+    await until("five retries started", some_retried)
+    bulk.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await bulk
+    [event] = await jobs.audit(action="bulk_retry")
+    detail = event.detail or {}
+    assert event.reason == "cut short" and detail["interrupted"] is True
+    counts = detail["counts"]
+    assert counts["named"] == 300 and 5 <= counts["retried"] < 300
+    recorded = {uuid.UUID(str(i)) for i in event.job_ids}
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT id, source_job_id FROM jobs WHERE source_job_id = ANY(:ids)"),
+            {"ids": ids},
+        )
+        made = {row.id: row.source_job_id for row in rows}
+    # Every retry it recorded exists, with its source; only those in flight are missing.
+    retried = recorded & made.keys()
+    assert len(retried) == counts["retried"]
+    assert {made[r] for r in retried} <= recorded
+    assert len(made) - len(retried) <= starter.client.BULK_RETRY_STARTS
