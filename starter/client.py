@@ -15,14 +15,17 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
+from typing_extensions import Unpack
 
 from hubjobs.db.deadline import deadline
 from hubjobs.db.errors import (
@@ -58,8 +61,15 @@ from hubjobs.readmodel import audit as audit_reads
 from hubjobs.readmodel import reads
 from hubjobs.readmodel.audit import AuditEventView
 from hubjobs.readmodel.overview import Overview, Window, overview_as_member
-from hubjobs.readmodel.search import JobSort
-from hubjobs.readmodel.status import AuditAction, ItemState, JobStatus, Surface
+from hubjobs.readmodel.search import JobSearch, JobSort
+from hubjobs.readmodel.search import retry_key as retry_key  # the client's name for it too
+from hubjobs.readmodel.status import (
+    UNFINISHED_STATUSES,
+    AuditAction,
+    ItemState,
+    JobStatus,
+    Surface,
+)
 from hubjobs.readmodel.views import ItemPage, JobView
 from hubjobs.settings import Settings
 
@@ -89,9 +99,35 @@ class CancelOutcome(NamedTuple):
     error: HubJobsError | None
 
 
-# A bulk cancel: the most jobs at once, and how many signals go to Temporal at a time.
+class RetryOutcome(NamedTuple):
+    """One job of a bulk retry: its retry (``created``: a new one; else the one an
+    earlier retry started), or the error its own retry would have met."""
+
+    job_id: uuid.UUID
+    retry: JobView | None
+    created: bool
+    error: HubJobsError | None
+
+
+class JobFilters(TypedDict, total=False):
+    """A list's filters, as ``WorkspaceJobs.list`` takes them: what a bulk action over
+    "everything this search matches" reads, the same way."""
+
+    status: JobStatus | Sequence[JobStatus] | None
+    kind: str | None
+    schedule_id: str | None
+    actor_id: uuid.UUID | None
+    id_prefix: str | None
+    since: datetime | None
+    until: datetime | None
+    fields: Sequence[str]
+
+
+# A bulk action: the most jobs at once (a cancel's or a retry's), how many cancel signals
+# go to Temporal at a time, and how many retries start at a time.
 MAX_BULK_CANCEL = 1000
 BULK_CANCEL_SIGNALS = 16
+BULK_RETRY_STARTS = 8
 
 
 class JobFile(NamedTuple):
@@ -434,12 +470,6 @@ def _database_error(err: Exception) -> HubJobsError:
     return HubJobsError("internal error; the detail is in the server log", code="internal_error")
 
 
-def retry_key(source_id: uuid.UUID) -> str:
-    """The idempotency key of a job's retry: one retry per source job. It holds a space,
-    which no caller's key may (hubjobs.domain.text), so no start can take it."""
-    return f"retry of {source_id}"
-
-
 def _item_state(state: ItemState | str | None) -> ItemState | None:
     if state is None or isinstance(state, ItemState):
         return state
@@ -471,6 +501,64 @@ def _check_filter(kind: str | None, schedule_id: str | None) -> None:
         from starter.schedules import check_schedule_id
 
         check_schedule_id(schedule_id)
+
+
+def _recorded(filters: JobFilters) -> dict[str, Any]:
+    """A bulk action's filter as its audit event keeps it: the status (one, or a list
+    of several), kind and schedule always, the search's other filters when given."""
+    status = filters.get("status")
+    statuses = (
+        []
+        if status is None
+        else [str(status)]
+        if isinstance(status, str)
+        else [str(s) for s in status]
+    )
+    kept: dict[str, Any] = {
+        "status": statuses[0] if len(statuses) == 1 else statuses or None,
+        "kind": filters.get("kind"),
+        "schedule_id": filters.get("schedule_id"),
+    }
+    actor_id, since, until = filters.get("actor_id"), filters.get("since"), filters.get("until")
+    extra = {
+        "actor_id": None if actor_id is None else str(actor_id),
+        "id": filters.get("id_prefix"),
+        "since": None if since is None else since.isoformat(),
+        "until": None if until is None else until.isoformat(),
+        "field": list(filters.get("fields") or ()) or None,
+    }
+    return kept | {name: value for name, value in extra.items() if value is not None}
+
+
+class _Event(NamedTuple):
+    job_ids: list[uuid.UUID]
+    detail: dict[str, Any]
+
+
+def _bulk_retry_event(
+    outcomes: Sequence[RetryOutcome],
+    named: int,
+    matching: dict[str, Any] | None,
+    more: bool,
+    finished: bool,
+) -> _Event:
+    """A bulk retry's one audit event: every job it found and every retry it answered,
+    the filter, the counts and the refusals by code (``interrupted`` when cut short)."""
+    codes = Counter(o.error.code for o in outcomes if o.error is not None)
+    not_found = codes.pop(JobNotFound.code, 0)
+    counts = {
+        "named": named,
+        "retried": sum(o.created for o in outcomes),
+        "already_retried": sum(o.retry is not None and not o.created for o in outcomes),
+        "refused": sum(codes.values()),
+        "not_found": not_found,
+    }
+    touched = [o.job_id for o in outcomes if o.error is None or o.error.code != JobNotFound.code]
+    touched += [o.retry.id for o in outcomes if o.retry is not None]
+    detail = {"filter": matching, "counts": counts, "refused": dict(codes), "more": more}
+    if not finished:
+        detail["interrupted"] = True
+    return _Event(list(dict.fromkeys(touched)), detail)
 
 
 def _aware(at: datetime | None) -> datetime | None:
@@ -601,6 +689,14 @@ class WorkspaceJobs:
         no failed item is left (out of the trash). Idempotent per source job: retrying
         it again returns the same retry, unless that one took no item (its pages were
         trashed by the time it ran): the next retry is then a new job."""
+        retry, _ = await self._retry(job_id, correlation_id=correlation_id, audited=True)
+        return retry
+
+    async def _retry(
+        self, job_id: uuid.UUID, *, correlation_id: str | None, audited: bool
+    ) -> tuple[JobView, bool]:
+        """``retry``, and whether it started a new job (False: the retry an earlier one
+        started); its own audit event only when ``audited`` (a bulk retry has one)."""
         from hubjobs import job_rows
         from hubjobs.domain.access import require_administrator
         from hubjobs.job_rows import JobRow, admit, audit, release_empty_retry
@@ -609,6 +705,7 @@ class WorkspaceJobs:
         require_uuid("job_id", job_id)
         correlation_id = check_correlation_id(correlation_id) or uuid.uuid4().hex
         new_id = uuid.uuid4()
+        started: list[bool] = []  # the last transaction's word (it may run again)
 
         async def create(conn: AsyncConnection) -> CreatedJob:
             # First: one who may not start jobs here learns nothing about the job.
@@ -635,7 +732,8 @@ class WorkspaceJobs:
             )
             await release_empty_retry(conn, row)
             created = await admit(conn, row, operators=self.client.settings.hub_operators)
-            if created.created:
+            started.append(created.created)
+            if created.created and audited:
                 await audit.record(
                     conn,
                     self.workspace_id,
@@ -654,7 +752,8 @@ class WorkspaceJobs:
             correlation_id=correlation_id,
         ):
             # Keyed by its source: retrying the same job again starts it.
-            return await self._create_and_launch(create, keyed=True)
+            job = await self._create_and_launch(create, keyed=True)
+            return job, started[-1]
 
     async def _start_workflow(self, job: JobView, *, withdraw: bool) -> JobView:
         """Starts the job's workflow. One Temporal did not take stays queued for its key, or
@@ -729,6 +828,50 @@ class WorkspaceJobs:
 
         return await self.client.db(read, purpose=Purpose.READ)
 
+    def _search(
+        self,
+        *,
+        status: JobStatus | Sequence[JobStatus] | None = None,
+        kind: str | None = None,
+        schedule_id: str | None = None,
+        actor_id: uuid.UUID | None = None,
+        id_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        fields: Sequence[str] = (),
+        sort: JobSort = JobSort.created_desc,
+        to_retry: bool = False,
+    ) -> JobSearch:
+        """A list's filters, checked and typed: the one reading of them, for the list
+        and for the bulk actions that act on what it finds."""
+        _check_filter(kind, schedule_id)
+        from hubjobs.kinds.fields import containment
+        from hubjobs.readmodel.search import id_range
+
+        given = (status,) if status is None or isinstance(status, str) else tuple(status)
+        try:
+            statuses = tuple(JobStatus(s) for s in dict.fromkeys(given) if s is not None)
+        except ValueError:
+            raise InvalidInput("unknown status", code="invalid_status") from None
+        try:
+            order = JobSort(sort)
+        except ValueError:
+            raise InvalidInput("unknown sort", code="invalid_argument") from None
+        matching = containment(None if kind is None else self.client.kinds().get(kind), [*fields])
+        return JobSearch(
+            statuses=statuses,
+            kind=kind,
+            schedule_id=schedule_id,
+            actor_id=actor_id,
+            ids=None if id_prefix is None else id_range(id_prefix),
+            since=_aware(since),
+            until=_aware(until),
+            payload=matching.payload,
+            result=matching.result,
+            to_retry=to_retry,
+            sort=order,
+        )
+
     async def list(
         self,
         *,
@@ -743,40 +886,29 @@ class WorkspaceJobs:
         sort: JobSort = JobSort.created_desc,
         limit: int = 50,
         before: tuple[datetime, uuid.UUID] | None = None,
+        to_retry: bool = False,
     ) -> list[JobView]:
         """The workspace's jobs, newest first or in ``sort``'s order, filtered: in a status
         (or any of several), of a kind (which must be registered), a schedule's runs,
         started by an actor, whose id starts with ``id_prefix``, created from ``since``
         and before ``until``, whose payload or result holds each of ``fields``
-        (``payload.tag=exam``: with a kind, a field its schemas declare); with ``before``
-        (the time and id of a previous page's last job), the next page."""
-        _check_filter(kind, schedule_id)
+        (``payload.tag=exam``: with a kind, a field its schemas declare); with
+        ``to_retry``, only finished jobs with failed items no retry has taken yet (what
+        ``retry_matching`` retries); with ``before`` (the time and id of a previous page's
+        last job), the next page."""
         if not 1 <= limit <= 1000:
             raise InvalidInput("the limit must be from 1 to 1000", code="invalid_limit")
-        from hubjobs.kinds.fields import containment
-        from hubjobs.readmodel.search import JobSearch, id_range
-
-        given = (status,) if status is None or isinstance(status, str) else tuple(status)
-        try:
-            statuses = tuple(JobStatus(s) for s in dict.fromkeys(given) if s is not None)
-        except ValueError:
-            raise InvalidInput("unknown status", code="invalid_status") from None
-        try:
-            order = JobSort(sort)
-        except ValueError:
-            raise InvalidInput("unknown sort", code="invalid_argument") from None
-        matching = containment(None if kind is None else self.client.kinds().get(kind), [*fields])
-        search = JobSearch(
-            statuses=statuses,
+        search = self._search(
+            status=status,
             kind=kind,
             schedule_id=schedule_id,
             actor_id=actor_id,
-            ids=None if id_prefix is None else id_range(id_prefix),
-            since=_aware(since),
-            until=_aware(until),
-            payload=matching.payload,
-            result=matching.result,
-            sort=order,
+            id_prefix=id_prefix,
+            since=since,
+            until=until,
+            fields=fields,
+            sort=sort,
+            to_retry=to_retry,
         )
 
         async def read(conn: Connection) -> tuple[str | None, list[JobView]]:
@@ -1044,42 +1176,129 @@ class WorkspaceJobs:
         ]
 
     async def cancel_matching(
-        self,
-        *,
-        status: JobStatus | None = None,
-        kind: str | None = None,
-        schedule_id: str | None = None,
-        reason: str | None = None,
+        self, *, reason: str | None = None, **filters: Unpack[JobFilters]
     ) -> tuple[Sequence[CancelOutcome], bool]:
-        """``cancel_many`` over the workspace's unfinished jobs with the status, kind and
-        schedule given (newest first, ``MAX_BULK_CANCEL`` at most); and whether more
-        remained (call again for them)."""
-        _check_filter(kind, schedule_id)
-        from hubjobs import job_rows
-        from hubjobs.domain.access import require_administrator
+        """``cancel_many`` over the workspace's unfinished jobs the list's filters match
+        (``list``'s, the same reading: ``status``, ``kind``, ``schedule_id``,
+        ``actor_id``, ``id_prefix``, ``since``, ``until``, ``fields``), newest first,
+        ``MAX_BULK_CANCEL`` at most; and whether more remained (call again for them)."""
+        search = self._search(**filters)
+        unfinished = tuple(s for s in search.statuses if not s.is_final)
+        ids: Sequence[uuid.UUID] = ()
+        more = False
+        # A filter of finished statuses only has nothing to cancel: no read, but the
+        # call is still authorised and recorded as one that touched nothing.
+        if unfinished or not search.statuses:
+            chosen = replace(search, statuses=unfinished or tuple(UNFINISHED_STATUSES))
+            ids, more = await self._matching(chosen)
+        return await self._cancel_many(
+            ids, reason=reason, matching=_recorded(filters), more=more
+        ), more
 
-        async def select(conn: AsyncConnection) -> list[uuid.UUID]:
-            await require_administrator(conn, self.workspace_id, self.actor_id)
-            return await job_rows.unfinished_of_workspace(
-                conn,
-                self.workspace_id,
-                status=status,
-                kind=kind,
-                schedule_id=schedule_id,
-                limit=MAX_BULK_CANCEL + 1,
+    async def _matching(self, search: JobSearch) -> tuple[Sequence[uuid.UUID], bool]:
+        """The jobs a bulk action takes (an administrator's only: another member is
+        refused before anything is read), newest first as the list shows them, at most
+        ``MAX_BULK_CANCEL``; and whether it found more."""
+        from hubjobs.domain.access import ADMINISTRATOR, not_administrator
+
+        newest = replace(search, sort=JobSort.created_desc)
+
+        async def read(conn: Connection) -> tuple[str | None, list[JobView]]:
+            return await reads.jobs_as_member(
+                conn, self.workspace_id, self.actor_id, newest, limit=MAX_BULK_CANCEL + 1
             )
 
-        ids = await self.client.db(select, purpose=Purpose.READ)
-        more = len(ids) > MAX_BULK_CANCEL
-        matching = {
-            "status": None if status is None else str(status),
-            "kind": kind,
-            "schedule_id": schedule_id,
-        }
-        outcomes = await self._cancel_many(
-            ids[:MAX_BULK_CANCEL], reason=reason, matching=matching, more=more
+        role, found = await self.client.read(read)
+        if role is None:
+            raise workspace_not_found()
+        if role != ADMINISTRATOR:
+            raise not_administrator()
+        return [job.id for job in found[:MAX_BULK_CANCEL]], len(found) > MAX_BULK_CANCEL
+
+    # --- retrying many -------------------------------------------------------------
+
+    async def retry_many(
+        self, job_ids: Sequence[uuid.UUID], *, reason: str | None = None
+    ) -> Sequence[RetryOutcome]:
+        """``retry`` for each job (at most ``MAX_BULK_CANCEL``), authorised once first,
+        ``BULK_RETRY_STARTS`` at a time, and recorded as one ``bulk_retry`` event (the
+        reason, free text of at most 500 characters, kept on it). One outcome per id,
+        in order: its retry (new, or the one an earlier retry started), or the error
+        its own ``retry`` would have met (``job_not_found``, ``job_not_finished``,
+        ``not_retryable``, ``nothing_to_retry``, ...)."""
+        return await self._retry_many(job_ids, reason=reason)
+
+    async def retry_matching(
+        self, *, reason: str | None = None, **filters: Unpack[JobFilters]
+    ) -> tuple[Sequence[RetryOutcome], bool]:
+        """``retry_many`` over the finished jobs with failed items no retry has taken
+        yet among those the list's filters match (as ``cancel_matching`` reads them),
+        newest first, ``MAX_BULK_CANCEL`` at most; and whether more remained (call
+        again for them: those retried are no longer among them)."""
+        ids, more = await self._matching(self._search(**filters, to_retry=True))
+        outcomes = await self._retry_many(
+            ids, reason=reason, matching=_recorded(filters), more=more
         )
         return outcomes, more
+
+    async def _retry_many(
+        self,
+        job_ids: Sequence[uuid.UUID],
+        *,
+        reason: str | None,
+        matching: dict[str, Any] | None = None,
+        more: bool = False,
+    ) -> Sequence[RetryOutcome]:
+        for job_id in job_ids:
+            require_uuid("job_id", job_id)
+        if len(job_ids) > MAX_BULK_CANCEL:
+            raise InvalidInput(f"at most {MAX_BULK_CANCEL} jobs at once", code="invalid_limit")
+        reason = check_reason(reason)
+        from hubjobs.domain.access import require_administrator
+        from hubjobs.job_rows import audit
+
+        # Refused as one retry is, before any start: a reader starts nothing.
+        await self.client.db(
+            lambda conn: require_administrator(conn, self.workspace_id, self.actor_id),
+            purpose=Purpose.READ,
+        )
+        wanted = list(dict.fromkeys(job_ids))
+        done: dict[uuid.UUID, RetryOutcome] = {}
+        gate = asyncio.Semaphore(BULK_RETRY_STARTS)
+
+        async def one(job_id: uuid.UUID) -> None:
+            async with gate:
+                try:
+                    job, created = await self._retry(job_id, correlation_id=None, audited=False)
+                    done[job_id] = RetryOutcome(job_id, job, created, None)
+                except HubJobsError as err:
+                    done[job_id] = RetryOutcome(job_id, None, False, err)
+
+        finished = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                for job_id in wanted:
+                    group.create_task(one(job_id))
+            finished = True
+        finally:
+            # Kept even when the caller gave up midway (the API's request budget): the
+            # retries answered by then are on the trail, the event saying it was cut short.
+            outcomes = [done[job_id] for job_id in wanted if job_id in done]
+            event = _bulk_retry_event(outcomes, len(wanted), matching, more, finished)
+            await asyncio.shield(
+                self.client.db(
+                    lambda conn: audit.record(
+                        conn,
+                        self.workspace_id,
+                        self.operator,
+                        AuditAction.bulk_retry,
+                        reason=reason,
+                        job_ids=event.job_ids,
+                        detail=event.detail,
+                    )
+                )
+            )
+        return [done[job_id] for job_id in job_ids]
 
     async def _jobs_now(self, job_ids: Sequence[uuid.UUID]) -> Sequence[JobView]:
         if not job_ids:

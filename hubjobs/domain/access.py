@@ -50,14 +50,19 @@ async def require_member(
     return role
 
 
+def not_administrator() -> Forbidden:
+    """What a member who may not act hears (a reader, an editor)."""
+    return Forbidden(
+        "the actor is not an enabled administrator of the workspace",
+        code="actor_not_administrator",
+    )
+
+
 async def require_administrator(
     conn: AsyncConnection, workspace_id: uuid.UUID, actor_id: uuid.UUID
 ) -> None:
     if await require_member(conn, workspace_id, actor_id) != ADMINISTRATOR:
-        raise Forbidden(
-            "the actor is not an enabled administrator of the workspace",
-            code="actor_not_administrator",
-        )
+        raise not_administrator()
 
 
 def require_hub_operator(operators: Collection[uuid.UUID], actor_id: uuid.UUID) -> None:

@@ -46,7 +46,6 @@ from hubjobs.job_rows.store import (
     settled_among,
     snapshot_due,
     unfinished_jobs,
-    unfinished_of_workspace,
     withdraw,
     workflow_id_for,
 )
@@ -94,7 +93,6 @@ __all__ = [
     "snapshot_due",
     "take_snapshot",
     "unfinished_jobs",
-    "unfinished_of_workspace",
     "withdraw",
     "workflow_id_for",
 ]

@@ -409,37 +409,6 @@ async def request_cancels(
     return found
 
 
-async def unfinished_of_workspace(
-    conn: AsyncConnection,
-    workspace_id: uuid.UUID,
-    *,
-    status: JobStatus | None = None,
-    kind: str | None = None,
-    schedule_id: str | None = None,
-    limit: int,
-) -> list[uuid.UUID]:
-    """What "cancel all matching" cancels: unfinished, filtered, newest first."""
-    if status is not None and status.is_final:
-        return []
-    statuses = [str(s) for s in UNFINISHED_STATUSES] if status is None else [str(status)]
-    rows = await conn.execute(
-        text(
-            "SELECT id FROM jobs WHERE workspace_id = :workspace AND status = ANY(:statuses) "
-            "AND (CAST(:kind AS text) IS NULL OR kind = :kind) "
-            "AND (CAST(:schedule AS text) IS NULL OR schedule_id = :schedule) "
-            "ORDER BY created_at DESC, id DESC LIMIT :limit"
-        ),
-        {
-            "workspace": workspace_id,
-            "statuses": statuses,
-            "kind": kind,
-            "schedule": schedule_id,
-            "limit": limit,
-        },
-    )
-    return [row.id for row in rows]
-
-
 # What an attempt's opening sets: running, the run, the attempts only ever growing.
 OPENING = (
     f"status = {JobStatus.running.sql}, started_at = COALESCE(started_at, now()), "

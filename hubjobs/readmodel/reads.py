@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from hubjobs.readmodel.search import JobSearch, JobSort
+from hubjobs.readmodel.search import RETRY_KEY_PREFIX, JobSearch, JobSort
+from hubjobs.readmodel.status import FINAL_STATUSES, sql_list
 from hubjobs.readmodel.views import JobView
 
 # Every column of a JobView, in its order: the view is the one declaration.
@@ -54,20 +55,40 @@ class ListShape(NamedTuple):
     until: bool
     payload: bool
     result: bool
+    to_retry: bool
     paged: bool
 
     @property
     def searched(self) -> bool:
         """A filter beyond the list's own (one status, a kind, a schedule)."""
         return any(
-            (self.statuses, self.actor, self.ids, self.since, self.until, self.payload, self.result)
+            (
+                self.statuses,
+                self.actor,
+                self.ids,
+                self.since,
+                self.until,
+                self.payload,
+                self.result,
+                self.to_retry,
+            )
         )
+
+
+# A finished job with failed items whose retry (the job holding its retry's key, by the
+# workspace's unique key index) does not exist yet.
+_TO_RETRY = (
+    f" AND status IN {sql_list(FINAL_STATUSES)} AND failed > 0"
+    " AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.workspace_id = jobs.workspace_id"
+    f" AND r.idempotency_key = '{RETRY_KEY_PREFIX}' || jobs.id::text)"
+)
 
 
 def _list_sql(shape: ListShape, sort: JobSort) -> str:
     """Only the filters given, so each shape gets its own index's plan; keyset paging on
     (the sort's time, id), in the sort's direction."""
-    statuses, status_set, kind, schedule, actor, ids, since, until, payload, result, paged = shape
+    statuses, status_set, kind, schedule, actor, ids, since, until, payload, result = shape[:10]
+    to_retry, paged = shape.to_retry, shape.paged
     at, way = sort.column, "DESC" if sort.descending else "ASC"
     filters = (
         (" AND status = %(status)s" if statuses else "")
@@ -80,6 +101,7 @@ def _list_sql(shape: ListShape, sort: JobSort) -> str:
         + (" AND created_at < %(until)s" if until else "")
         + (" AND payload @> %(payload)s" if payload else "")
         + (" AND result @> %(result)s" if result else "")
+        + (_TO_RETRY if to_retry else "")
         + (f" AND {at} IS NOT NULL" if at != "created_at" else "")
         + (
             f" AND ({at}, id) {'<' if sort.descending else '>'} (%(before_at)s, %(before_id)s)"
@@ -158,6 +180,7 @@ async def jobs_as_member(
         until=s.until is not None,
         payload=bool(s.payload),
         result=bool(s.result),
+        to_retry=s.to_retry,
         paged=before is not None,
     )
     # A search's plan turns on its values (a workspace of 100,000 jobs or 10, an actor

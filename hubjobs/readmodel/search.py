@@ -17,6 +17,14 @@ INVALID_JOB_ID = "invalid_job_id"
 # A job id or the start of one: hex digits, dashes anywhere (as an id is written or not).
 _HEX = re.compile(r"[0-9a-f]{1,32}", re.ASCII)
 ID_PREFIX_MAX_LENGTH = 36
+# A retry's idempotency key is this and its source's id: one retry per source job. It
+# holds a space, which no caller's key may (hubjobs.domain.text), so no start can take it.
+RETRY_KEY_PREFIX = "retry of "
+
+
+def retry_key(source_id: uuid.UUID) -> str:
+    """The idempotency key of a job's retry."""
+    return f"{RETRY_KEY_PREFIX}{source_id}"
 
 
 class JobSort(StrEnum):
@@ -52,7 +60,8 @@ def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
 @dataclass(frozen=True)
 class JobSearch:
     """A list's filters (each None or empty: not filtered) and its order. ``payload`` and
-    ``result`` are JSON the job's must contain (a list field holding a value matches)."""
+    ``result`` are JSON the job's must contain (a list field holding a value matches).
+    The one model of a search: the list reads it, and the bulk actions select by it."""
 
     statuses: tuple[JobStatus, ...] = ()
     kind: str | None = None
@@ -63,4 +72,6 @@ class JobSearch:
     until: datetime | None = None
     payload: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
+    # Only finished jobs with failed items that no retry has taken yet: a retry's work.
+    to_retry: bool = False
     sort: JobSort = JobSort.created_desc

@@ -15,6 +15,7 @@ from hubjobs.settings import Settings
 from starter.api import (
     audit,
     bulk_cancel,
+    bulk_retry,
     contract,
     events,
     health,
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, client: HubJobsClient | None = 
     for router in (
         list_events.router,
         bulk_cancel.router,
+        bulk_retry.router,
         jobs.router,
         events.router,
         items.router,

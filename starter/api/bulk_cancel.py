@@ -1,5 +1,5 @@
-"""Cancel many of a workspace's jobs at once: those named, or every unfinished one a
-list's filter matches (the operator page's "cancel selected" and "cancel all
+"""Cancel many of a workspace's jobs at once: those named, or every unfinished one the
+list's filters match (the operator page's "cancel selected" and "cancel all
 matching"). Authorised once, recorded in one transaction, each job then signalled as
 a DELETE signals it; the answer says, job by job, what became of it."""
 
@@ -11,29 +11,16 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from hubjobs.domain.text import KIND_PATTERN, REASON_MAX_LENGTH
+from hubjobs.domain.text import REASON_MAX_LENGTH
 from hubjobs.errors import InvalidInput
-from hubjobs.readmodel.status import JobStatus
-from hubjobs.schedules.definition import SCHEDULE_ID_MAX_LENGTH, SCHEDULE_ID_PATTERN
 from starter.api.auth import Jobs
 from starter.api.bodies import no_duplicate_keys
 from starter.api.errors import ERRORS, ErrorDetail
+from starter.api.job_filter import JobFilter
 from starter.api.resources import WORKSPACE_ROUTES, JobResource, JobResourceFields
 from starter.client import MAX_BULK_CANCEL, CancelOutcome
 
 router = APIRouter(prefix=WORKSPACE_ROUTES, tags=["jobs"], responses=ERRORS)
-
-
-class JobFilter(BaseModel):
-    """A list's filter: the unfinished jobs it matches are cancelled."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: JobStatus | None = None
-    kind: str | None = Field(default=None, max_length=64, pattern=KIND_PATTERN)
-    schedule_id: str | None = Field(
-        default=None, max_length=SCHEDULE_ID_MAX_LENGTH, pattern=SCHEDULE_ID_PATTERN
-    )
 
 
 class BulkCancel(BaseModel):
@@ -46,8 +33,9 @@ class BulkCancel(BaseModel):
     )
     filter: JobFilter | None = Field(
         default=None,
-        description=f"Or every unfinished job matching it, newest first, {MAX_BULK_CANCEL} "
-        "at most (`more` says whether others remain)",
+        description="Or every unfinished job the list's filters match (as GET …/jobs "
+        f"reads them), newest first, {MAX_BULK_CANCEL} at most (`more` says whether "
+        "others remain)",
     )
     reason: str | None = Field(
         default=None,
@@ -96,12 +84,7 @@ async def cancel_jobs(jobs: Jobs, request: Annotated[BulkCancel, Body()]) -> Bul
     if (request.ids is None) == (request.filter is None):
         raise InvalidInput("name either ids or a filter", code="invalid_request")
     if request.filter is not None:
-        found, more = await jobs.cancel_matching(
-            status=request.filter.status,
-            kind=request.filter.kind,
-            schedule_id=request.filter.schedule_id,
-            reason=request.reason,
-        )
+        found, more = await jobs.cancel_matching(reason=request.reason, **request.filter.filters())
         return BulkCancelAnswer(results=[result_of(o) for o in found], more=more)
     outcomes = await jobs.cancel_many(request.ids or [], reason=request.reason)
     return BulkCancelAnswer(results=[result_of(o) for o in outcomes], more=False)

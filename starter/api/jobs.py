@@ -154,6 +154,14 @@ async def list_jobs(
             "(malformed, or no kind), unknown_field, invalid_field_value (not its type)",
         ),
     ] = None,
+    to_retry: Annotated[
+        bool,
+        Query(
+            description="true: only finished jobs with failed items that no retry has "
+            "taken yet (what POST …/jobs/retry with the same filter retries: count them "
+            "first)"
+        ),
+    ] = False,
     sort: Annotated[
         JobSort,
         Query(
@@ -177,6 +185,7 @@ async def list_jobs(
         until=until,
         fields=field or (),
         sort=sort,
+        to_retry=to_retry,
         limit=limit,
         before=None if before is None else read_job_cursor(before),
     )

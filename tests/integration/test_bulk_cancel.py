@@ -133,6 +133,37 @@ async def test_a_filter_cancels_every_unfinished_job_it_matches(
     assert none.status_code == 202 and none.json() == {"results": [], "more": False}
 
 
+async def test_a_filter_is_the_lists_a_payload_field_and_statuses_included(
+    http: httpx.AsyncClient,
+    api_settings: Settings,
+    hub: HubJobsClient,
+    engine: AsyncEngine,
+    slow_worker: None,
+) -> None:
+    """The filter reads as GET …/jobs reads its query: a search's field and several
+    statuses pick exactly what the list shows, and nothing else is cancelled."""
+    course = await seed(engine, 400)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    ids = await running_jobs(jobs, course, 2)
+    auth = bearer(course.actor_id, api_settings)
+    search = {"kind": "course_tagging", "field": f"payload.tag={TAG}-1"}
+    listed = await http.get(f"/workspaces/{course.workspace_id}/jobs", params=search, headers=auth)
+    assert [j["id"] for j in listed.json()["jobs"]] == [str(ids[1])]
+    answer = await http.post(
+        f"/workspaces/{course.workspace_id}/jobs/cancel",
+        json={
+            "filter": {**search, "field": [search["field"]], "status": ["queued", "running"]},
+            "reason": "one tag",
+        },
+        headers=auth,
+    )
+    assert answer.status_code == 202, answer.text
+    assert [r["id"] for r in answer.json()["results"]] == [str(ids[1])]
+    await all_cancelled(jobs, [ids[1]], "one tag")
+    assert (await jobs.get(ids[0])).status == "running"
+    await jobs.cancel(ids[0])
+
+
 async def test_refusals(
     http: httpx.AsyncClient, api_settings: Settings, engine: AsyncEngine, course: DemoCourse
 ) -> None:

@@ -22,6 +22,7 @@ from hubjobs.settings import Settings
 from starter.api import create_app
 from starter.api.tokens import mint
 from starter.client import HubJobsClient
+from tests.integration.test_bulk_retry import finished_job
 from tests.support.accessibility import severe_violations
 from tests.support.helpers import until
 from tests.support.servers import running_worker, seed, temporal_at
@@ -248,6 +249,7 @@ async def test_a_job_starts_from_its_kinds_form_and_a_reader_sees_no_action(
         await expect(seen.locator(row(seen, started.id))).to_be_visible()
         await expect(seen.locator("#who")).to_contain_text("· reader")
         await expect(seen.locator("#cancel-selected")).to_have_count(0)
+        await expect(seen.locator("#retry-selected")).to_have_count(0)
         await expect(seen.locator("#jobs input[type=checkbox]")).to_have_count(0)
         await expect(seen.get_by_role("link", name="Start a job")).to_be_hidden()
         assert not await severe_violations(seen)
@@ -462,6 +464,71 @@ async def test_a_search_by_a_tag_finds_exactly_its_jobs_and_says_what_it_refuses
     await expect(page.locator("#search-code")).to_have_text("unknown_field")
     await expect(page.locator("#jobs tbody tr")).to_have_count(0)
     await shot(tab, tmp_path, "search-refused")
+
+
+async def test_failed_jobs_a_search_matches_are_retried_once_counted_and_confirmed(
+    api: tuple[str, HubJobsClient],
+    page_settings: Settings,
+    engine: AsyncEngine,
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    """ "Retry failed" over a search by a tag: the count the list gives asked first (kept:
+    nothing moves), then the jobs retried and said so; ticked jobs that cannot be
+    retried said by code, not hidden."""
+    base, hub = api
+    course = await seed(engine, 3)
+    jobs = hub.scope(course.workspace_id, course.actor_id)
+    exam = [await finished_job(engine, course, "exam") for _ in range(2)]
+    clean = await finished_job(engine, course, "exam", failed=False)
+    draft = await finished_job(engine, course, "draft")
+    tab = await open_tab(browser, **READER)
+    page = tab.page
+    await sign_in(tab, base, course, page_settings)
+    await page.goto(
+        f"{base}/operator/#/w/{course.workspace_id}/jobs?kind=course_tagging&field=payload.tag%3Dexam"
+    )
+    await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    await page.get_by_label("every job matching this filter").check()
+    await page.get_by_label("Reason to cancel or retry").fill("exam week")
+    retry = page.get_by_role("button", name="Retry failed: every job matching this filter")
+    await retry.click()
+    confirm = page.get_by_role("group", name="Confirm the retry")
+    await expect(confirm).to_contain_text("Retry 2 failed jobs?")
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "list-retry-confirm")
+    await page.get_by_role("button", name="Keep them").click()
+    assert [await jobs.retry_of(job_id) for job_id in (*exam, draft)] == [None, None, None]
+    await retry.click()
+    await page.get_by_role("button", name="Yes, retry 2").click()
+    await expect(page.locator("#retry-outcome")).to_have_text("2 retried")
+    for job_id in exam:
+        made = await jobs.retry_of(job_id)
+        assert made is not None and made.source_job_id == job_id
+    assert await jobs.retry_of(draft) is None
+    [event] = await jobs.audit(action="bulk_retry")
+    assert (event.reason, event.surface) == ("exam week", "console")
+    await shot(tab, tmp_path, "list-retried")
+
+    # Ticked: one retried already, one with nothing failed; each said, by its code.
+    for job_id in (exam[0], clean):
+        await page.locator(f"{row(page, job_id)} input[type=checkbox]").check()
+    await page.get_by_role("button", name="Retry failed: 2 selected").click()
+    await expect(page.get_by_role("group", name="Confirm the retry")).to_contain_text(
+        "Retry 2 selected jobs' failed items?"
+    )
+    await page.get_by_role("button", name="Yes, retry 2").click()
+    await expect(page.locator("#retry-outcome")).to_have_text(
+        "0 retried, 1 already retried, 1 not retried (nothing_to_retry: 1)"
+    )
+    assert not await severe_violations(page)
+    await shot(tab, tmp_path, "list-retry-refused")
+    # Nothing left to retry: said, and nothing asked.
+    await page.get_by_label("every job matching this filter").check()
+    await retry.click()
+    await expect(page.locator("#bulk-outcome")).to_have_text(
+        "Nothing to retry: no job matching has failed items not yet retried."
+    )
 
 
 # --- schedules made from the page -------------------------------------------------------

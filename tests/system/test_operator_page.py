@@ -371,7 +371,7 @@ async def test_many_jobs_are_cancelled_together_from_the_list(
             await bar_value(page, f"{row(page, job.id)} progress", 0)
         for job in started[:2]:
             await page.locator(f"{row(page, job.id)} input[type=checkbox]").check()
-        await page.get_by_label("Reason to cancel (kept on each job)").fill("bulk")
+        await page.get_by_label("Reason to cancel or retry").fill("bulk")
         await shot(tab, tmp_path, "list-selected")
         await page.get_by_role("button", name="Cancel 2 selected").click()
         # Counted and asked first; kept, nothing moves.
@@ -400,7 +400,7 @@ async def test_many_jobs_are_cancelled_together_from_the_list(
             await route.fulfill(response=answer)
 
         await page.route("**/jobs/cancel", after_the_stream)
-        await page.get_by_label("every unfinished job matching this filter").check()
+        await page.get_by_label("every job matching this filter").check()
         await page.get_by_role("button", name="Cancel every unfinished job").click()
         # The count the filter matches, read before anything runs.
         await expect(page.get_by_role("group", name="Confirm the cancel")).to_contain_text(

@@ -69,3 +69,28 @@ def test_the_lists_stream_and_the_bulk_cancel_are_operations() -> None:
     assert order.index("/workspaces/{workspace_id}/jobs/events") < order.index(
         "/workspaces/{workspace_id}/jobs/{job_id}"
     )
+
+
+def test_the_bulk_retry_is_an_operation_with_the_lists_filter() -> None:
+    """POST …/jobs/retry: named, routed before a kind's start (``retry`` is no kind), its
+    filter the bulk cancel's, which names the list's query parameters."""
+    schema = document()
+    paths = schema["paths"]
+    bulk = paths["/workspaces/{workspace_id}/jobs/retry"]["post"]
+    assert bulk["operationId"] == "retry_jobs"
+    body = bulk["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/BulkRetry"}
+    answer = bulk["responses"]["202"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/BulkRetryAnswer"}
+    order = list(paths)
+    assert order.index("/workspaces/{workspace_id}/jobs/retry") < order.index(
+        "/workspaces/{workspace_id}/jobs/{kind}"
+    )
+    components = schema["components"]["schemas"]
+    filters = set(components["JobFilter"]["properties"])
+    listed = {
+        p["name"]
+        for p in paths["/workspaces/{workspace_id}/jobs"]["get"]["parameters"]
+        if p["in"] == "query"
+    }
+    assert filters == listed - {"sort", "limit", "before", "to_retry"}

@@ -584,6 +584,94 @@ function searchControls(ws, params, kinds, filters) {
   return { nodes, query };
 }
 
+// --- acting on many jobs ----------------------------------------------------------------
+
+// What "every job this search matches" is, as the bulk actions take it (POST …/jobs/cancel,
+// …/jobs/retry: the list's filters by the list's names) and as the list counts it.
+const BULK_FILTERS = ["status", "kind", "schedule_id", "actor_id", "id", "since", "until", "field"];
+const BULK_MOST = 1000;
+
+function bulkFilter(params) {
+  const filter = {};
+  for (const name of BULK_FILTERS) {
+    const values = params.getAll(name);
+    if (!values.length) continue;
+    filter[name] = name === "field" || name === "status" ? values : values[0];
+  }
+  return filter;
+}
+
+function bulkCountQuery(params) {
+  const query = new URLSearchParams({ limit: BULK_MOST });
+  for (const name of BULK_FILTERS) for (const value of params.getAll(name)) query.append(name, value);
+  return query;
+}
+
+// "Retry failed" beside "Cancel": the ticked jobs, or every job the search matches with
+// failed items not yet retried, counted by the list first and confirmed with that count;
+// the answer said as how many were retried and why the others were not, by code.
+function bulkRetry({ base, params, selected, allMatching, reason, outcome, done }) {
+  const button = el("button", { type: "button", id: "retry-selected", disabled: true });
+  function label() {
+    button.textContent = allMatching.checked ? "Retry failed: every job matching this filter"
+      : `Retry failed: ${n(selected.size)} selected`;
+    button.disabled = !allMatching.checked && selected.size === 0;
+  }
+  async function count() {
+    if (!allMatching.checked) return { count: selected.size, more: false };
+    const query = bulkCountQuery(params);
+    query.set("to_retry", "true");
+    const page = await api("GET", base, { query });
+    return { count: page.jobs.length, more: page.next !== null };
+  }
+  function report(answer) {
+    const retried = answer.results.filter((r) => r.created).length;
+    const before = answer.results.filter((r) => r.retry && !r.created).length;
+    const codes = new Map();
+    for (const r of answer.results) if (r.error) codes.set(r.error.code, (codes.get(r.error.code) || 0) + 1);
+    const refused = [...codes].flatMap(([code, many], i) => [i ? ", " : "", el("code", { text: code }), `: ${n(many)}`]);
+    outcome.replaceChildren(el("span", { id: "retry-outcome" },
+      `${n(retried)} retried`,
+      before ? `, ${n(before)} already retried` : "",
+      codes.size ? [`, ${n(answer.results.length - retried - before)} not retried (`, refused, ")"] : "",
+      answer.more ? "; more remain: retry again" : ""));
+  }
+  async function now(request) {
+    button.disabled = true;
+    try {
+      report(await api("POST", `${base}/retry`, { body: request }));
+      done();
+    } catch (error) {
+      outcome.replaceChildren(`Not retried: ${error.message} `, el("code", { text: error.code }));
+    }
+    label();
+  }
+  button.addEventListener("click", async () => {
+    const request = allMatching.checked ? { filter: bulkFilter(params) } : { ids: [...selected] };
+    request.reason = reason.value.trim() || null;
+    let counted;
+    try {
+      counted = await count();
+    } catch (error) {
+      outcome.textContent = `Not counted: ${error.message}`;
+      return;
+    }
+    if (counted.count === 0) {
+      outcome.textContent = "Nothing to retry: no job matching has failed items not yet retried.";
+      return;
+    }
+    const many = `${n(counted.count)}${counted.more ? " (the first)" : ""}`;
+    const jobs = allMatching.checked ? `failed job${counted.count === 1 ? "" : "s"}` : `selected job${counted.count === 1 ? "" : "s"}' failed items`;
+    outcome.replaceChildren(el("span", { class: "confirm", role: "group", "aria-label": "Confirm the retry" },
+      `Retry ${many} ${jobs}? `,
+      el("button", { type: "button", id: "confirm-retry", text: `Yes, retry ${many}`,
+        onclick: () => { outcome.replaceChildren(); now(request); } }),
+      " ",
+      el("button", { type: "button", class: "quiet", text: "Keep them", onclick: () => outcome.replaceChildren() })));
+  });
+  return { button, label };
+}
+
 async function jobsView(ws, params) {
   const filters = {
     kind: params.get("kind") || "",
@@ -644,12 +732,19 @@ async function jobsView(ws, params) {
   const outcome = el("p", { role: "status", id: "bulk-outcome" });
   const empty = el("p", { class: "hint", hidden: true, text: "No jobs here." });
   const pager = el("p", { class: "row" });
+  const retry = bulkRetry({ base, params, selected, allMatching, reason, outcome, done: () => {
+    selected.clear();
+    allOnPage.checked = false;
+    allMatching.checked = false;
+    draw();
+  } });
 
   function cancelLabel() {
     cancelButton.textContent = allMatching.checked
       ? "Cancel every unfinished job matching this filter"
       : `Cancel ${selected.size} selected`;
     cancelButton.disabled = !allMatching.checked && selected.size === 0;
+    retry.label();
   }
 
   function row(job) {
@@ -771,10 +866,11 @@ async function jobsView(ws, params) {
   // ones the filter matches (a page of at most 1,000, as one cancel takes).
   async function countToCancel() {
     if (!allMatching.checked) return { count: selected.size, more: false };
-    const query = new URLSearchParams({ limit: 1000 });
-    if (filters.kind) query.set("kind", filters.kind);
-    const unfinished = filters.status ? [filters.status].filter((s) => !isFinal({ status: s })) : ["queued", "running"];
+    const query = bulkCountQuery(params);
+    const asked = query.getAll("status");
+    const unfinished = asked.length ? asked.filter((s) => !isFinal({ status: s })) : ["queued", "running"];
     if (!unfinished.length) return { count: 0, more: false };
+    query.delete("status");
     for (const status of unfinished) query.append("status", status);
     const page = await api("GET", base, { query });
     return { count: page.jobs.length, more: page.next !== null };
@@ -805,12 +901,10 @@ async function jobsView(ws, params) {
 
   const bulk = el("form", {
     class: "row bulk",
-    "aria-label": "Cancel jobs",
+    "aria-label": "Cancel or retry jobs",
     onsubmit: async (event) => {
       event.preventDefault();
-      const request = allMatching.checked
-        ? { filter: { status: filters.status || null, kind: filters.kind || null } }
-        : { ids: [...selected] };
+      const request = allMatching.checked ? { filter: bulkFilter(params) } : { ids: [...selected] };
       request.reason = reason.value.trim() || null;
       let counted;
       try {
@@ -834,10 +928,9 @@ async function jobsView(ws, params) {
       outcome.replaceChildren(sure);
     },
   },
-    el("div", {}, el("label", { for: "bulk-reason", text: "Reason to cancel (kept on each job)" }), reason),
-    filters.searched ? el("p", { class: "hint", text: "Cancelling every job a search matches takes its kind and status only: select the jobs instead." })
-      : el("label", { class: "inline", for: "all-matching" }, allMatching, "every unfinished job matching this filter"),
-    cancelButton);
+    el("div", {}, el("label", { for: "bulk-reason", text: "Reason to cancel or retry (kept on the record)" }), reason),
+    el("label", { class: "inline", for: "all-matching" }, allMatching, "every job matching this filter"),
+    cancelButton, retry.button);
 
   titled("Jobs");
   show(
@@ -1295,7 +1388,7 @@ async function workersView(ws) {
 // --- who did what ------------------------------------------------------------------------
 
 const ACTIONS = {
-  start: "started", cancel: "cancelled", retry: "retried", bulk_cancel: "cancelled many",
+  start: "started", cancel: "cancelled", retry: "retried", bulk_cancel: "cancelled many", bulk_retry: "retried many",
   schedule_create: "created a schedule", schedule_pause: "paused a schedule", schedule_unpause: "resumed a schedule",
   schedule_trigger: "ran a schedule now", schedule_delete: "deleted a schedule", restore: "restored the workspace",
   schedule_update: "edited a schedule",
