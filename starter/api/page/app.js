@@ -684,11 +684,13 @@ async function jobsView(ws, params) {
   // stream (whose reset reads it again): the list paints without them in turn.
   let early = api("GET", base, { query: pageQuery() });
   early.catch(() => {});
+  const standing = standingIn(ws);
+  standing.catch(() => {});
   const known = await knownKinds();
   const names = known.map((kind) => kind.name);
   let mayAct = false;
   try {
-    mayAct = (await standingIn(ws)).may_act;
+    mayAct = (await standing).may_act;
   } catch (error) {
     if (error.status !== 401) failure("Jobs not shown", error, ws);
     return;
