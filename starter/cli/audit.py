@@ -10,7 +10,7 @@ import typer
 
 from hubjobs.domain.text import printable
 from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
-from starter.cli.output import FittedTable, err, json_text, show
+from starter.cli.output import FittedTable, err, json_text, moment, show
 
 commands = typer.Typer()
 
@@ -24,8 +24,7 @@ def audit_cells(event: dict[str, Any]) -> dict[str, str]:
     if event.get("schedule_id"):
         touched = str(event["schedule_id"])
     return {
-        # 2026-12-03T08:40:15.123456Z as 2026-12-03 08:40:15
-        "at": str(event["at"]).replace("T", " ")[:19],
+        "at": moment(event["at"]),
         "action": str(event["action"]),
         "actor": str(event.get("actor_id") or "-"),
         "surface": str(event["surface"]),

@@ -25,6 +25,7 @@ from starter.cli.output import (
     err,
     follow,
     json_text,
+    moment,
     out,
     print_job,
     print_json,
@@ -118,8 +119,7 @@ LIST_COLUMNS = ("id", "status", "done", "kind", "created", "summary")
 
 
 def list_cells(job: Job) -> dict[str, str]:
-    # 2026-12-03T08:40:15.123456Z as 2026-12-03 08:40:15
-    created = str(job["created_at"]).replace("T", " ")[:19]
+    created = moment(job["created_at"])
     return {
         "id": str(job["id"]),
         "kind": job["kind"],

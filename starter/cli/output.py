@@ -70,6 +70,12 @@ def err() -> Console:
     return _console(True)
 
 
+def moment(value: Any) -> str:
+    """A time as a table shows it: 2026-12-03T08:40:15.123456Z as 2026-12-03 08:40:15,
+    nothing for none."""
+    return str(value).replace("T", " ")[:19] if value else ""
+
+
 CALLER_CODES = frozenset({UnknownKind.code, IdempotencyKeyReused.code})
 
 _json_errors = False

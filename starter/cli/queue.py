@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
-from starter.cli.output import FittedTable, err, json_text, show
+from starter.cli.output import FittedTable, err, json_text, moment, show
 
 commands = typer.Typer()
 
@@ -18,17 +18,12 @@ OVERVIEW_COLUMNS = ("kind", *COUNTS, "oldest_queued")
 WORKER_COLUMNS = ("identity", "state", "running", "activity_slots", "polls", "last_seen")
 
 
-def when(value: Any) -> str:
-    # 2026-12-03T08:40:15.123456Z as 2026-12-03 08:40:15
-    return str(value).replace("T", " ")[:19] if value else ""
-
-
 def overview_cells(kind: dict[str, Any]) -> dict[str, str]:
     oldest = kind.get("oldest_queued")
     return {
         "kind": str(kind["kind"]),
         **{name: f"{kind[name]:,}" for name in COUNTS},
-        "oldest_queued": when(oldest["since"]) if oldest else "",
+        "oldest_queued": moment(oldest["since"]) if oldest else "",
     }
 
 
@@ -40,7 +35,7 @@ def worker_cells(worker: dict[str, Any]) -> dict[str, str]:
         "running": f"{len(worker['running']):,}",
         "activity_slots": f"{slots['used']}/{slots['used'] + slots['available']}" if slots else "",
         "polls": ",".join(worker["polls"]),
-        "last_seen": when(worker["last_seen"]),
+        "last_seen": moment(worker["last_seen"]),
     }
 
 
@@ -79,7 +74,7 @@ def overview(
     show(OverviewTable(found["kinds"]))
     oldest = found.get("oldest_queued")
     if oldest:
-        err().print(f"oldest waiting: {oldest['job_id']} since {when(oldest['since'])}")
+        err().print(f"oldest waiting: {oldest['job_id']} since {moment(oldest['since'])}")
 
 
 @commands.command()

@@ -12,7 +12,7 @@ import typer
 
 from hubjobs.errors import InvalidPayload
 from starter.cli.common import ActorOpt, JsonOpt, WorkspaceOpt, api, command
-from starter.cli.output import out, print_json
+from starter.cli.output import moment, out, print_json
 
 Schedule = dict[str, Any]
 
@@ -160,7 +160,7 @@ def schedule_list(
             view["timing"],
             str(view.get("keep") or ""),
             "yes" if view["paused"] else "no",
-            str(next_runs[0]).replace("T", " ")[:19] if next_runs else "",
+            moment(next_runs[0] if next_runs else None),
             view["id"],
         )
     out().print(table)
